@@ -1,0 +1,169 @@
+// tessel bench CONFIG [--steps N] [--set k=v ...] [--profile]: trains N steps on random tokens and
+// reports step time, tokens/s, model FLOPs, MFU against this machine's measured GEMM peak, peak RSS.
+// The last line printed is one JSON object (tokens_per_s, step_s, mfu, peak_rss_mb, ...).
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "tessel/core/profiler.h"
+#include "tessel/kernels/gemm.h"
+#include "tessel/train/trainer.h"
+
+namespace tessel::app {
+namespace {
+
+struct BenchOptions {
+  std::string config;
+  std::vector<std::string> sets;
+  int steps = 5;
+  int warmup = 1;
+  bool profile = false;
+  bool remeasure_peak = false;
+};
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown-cpu";
+}
+
+std::filesystem::path cache_file() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::filesystem::path dir = xdg ? xdg : (home ? std::filesystem::path(home) / ".cache" : "/tmp");
+  return dir / "tessel" / "gemm_peak.json";
+}
+
+// GEMM peak in GFLOP/s for this CPU, thread count and dtype: read from the cache profile, or measured
+// (2048^3, best of 5) and written there.
+std::pair<double, std::string> gemm_peak(DType dtype, bool remeasure) {
+  const std::string key = cpu_model() + " | threads " + std::to_string(omp_get_max_threads()) + " | " +
+                          std::string(dtype_name(dtype));
+  nlohmann::json cache = nlohmann::json::object();
+  const auto path = cache_file();
+  if (std::ifstream in(path); in.good()) {
+    try {
+      in >> cache;
+    } catch (const std::exception&) {
+      cache = nlohmann::json::object();  // unreadable cache: measure again
+    }
+  }
+  if (!remeasure && cache.contains(key)) return {cache[key].get<double>(), "cached in " + path.string()};
+  const double peak = kernels::measure_gemm_gflops(dtype, 2048, 5);
+  cache[key] = peak;
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (std::ofstream out(path); out.good()) out << cache.dump(2) << "\n";
+  return {peak, "measured now"};
+}
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;
+}
+
+int run_bench(const BenchOptions& o) {
+  train::Config cfg = train::Config::load(o.config, o.sets);
+  TESSEL_CHECK(o.steps > 0, "--steps must be > 0, got {}", o.steps);
+  const auto& m = cfg.model;
+  std::printf("tessel bench: %s | arch %s, %lld layers, hidden %lld, heads %lld/%lld, ffn %lld, vocab %lld, seq %lld\n",
+              o.config.c_str(), m.arch.c_str(), (long long)m.num_layers, (long long)m.hidden_size,
+              (long long)m.num_attention_heads, (long long)m.num_query_groups, (long long)m.ffn_hidden_size,
+              (long long)m.vocab_size, (long long)m.seq_length);
+  const auto [peak, peak_src] = gemm_peak(m.compute, o.remeasure_peak);
+  train::Trainer trainer(cfg);
+  const int64_t mbs = cfg.train.micro_batch_size, accum = cfg.grad_accumulation_steps();
+  std::printf("compute %s, micro batch %lld x %lld accumulation, %d threads, %.1fM parameters, recompute %s\n",
+              cfg.precision.compute.c_str(), (long long)mbs, (long long)accum, omp_get_max_threads(),
+              double(trainer.model().params().numel()) / 1e6, m.recompute ? "on" : "off");
+  const data::SyntheticData data(data::SyntheticData::Kind::uniform, uint64_t(cfg.train.seed), m.vocab_size,
+                                 m.seq_length);
+  std::vector<double> times;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    std::vector<data::Batch> mbs_list;
+    for (int64_t a = 0; a < accum; ++a) mbs_list.push_back(data.batch((s * accum + a) * mbs, mbs));
+    const bool measured = s >= o.warmup;
+    Profiler::get().enabled = o.profile && measured;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = trainer.step(mbs_list, s);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s step %d: %.4f s, loss %.4f\n", measured ? "bench" : "warm-up", s, dt, r.loss);
+    if (measured) times.push_back(dt);
+  }
+  Profiler::get().enabled = false;
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  const double step_s = sorted[sorted.size() / 2];
+  const double tokens = double(mbs * accum * m.seq_length);
+  const double tps = tokens / step_s;
+  const double flops_tok = m.train_flops_per_token();
+  const double gflops = flops_tok * tps / 1e9;
+  const double mfu = gflops / peak;
+  const double rss = peak_rss_mb();
+  std::printf("median step %.4f s | %.1f tokens/s | %.3g model FLOPs/token | %.1f GFLOP/s | GEMM peak %.1f GFLOP/s "
+              "(%s, %s) | MFU %.1f%% | peak RSS %.0f MB\n",
+              step_s, tps, flops_tok, gflops, peak, std::string(dtype_name(m.compute)).c_str(), peak_src.c_str(),
+              100 * mfu, rss);
+  if (o.profile) {
+    const double total = std::accumulate(times.begin(), times.end(), 0.0);
+    std::printf("\n%-16s %8s %10s %8s %12s %8s\n", "operator", "calls", "time s", "% step", "GFLOP/s", "% peak");
+    std::vector<std::pair<std::string, OpStat>> rows(Profiler::get().stats.begin(), Profiler::get().stats.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    double accounted = 0;
+    for (const auto& [op, st] : rows) {
+      accounted += st.seconds;
+      const double gf = st.flops > 0 ? st.flops / st.seconds / 1e9 : 0;
+      std::printf("%-16s %8lld %10.4f %7.1f%% %12s %8s\n", op.c_str(), (long long)(st.calls / int64_t(times.size())),
+                  st.seconds / double(times.size()), 100 * st.seconds / total,
+                  gf > 0 ? fmt::format("{:.1f}", gf).c_str() : "-",
+                  gf > 0 ? fmt::format("{:.1f}%", 100 * gf / peak).c_str() : "-");
+    }
+    std::printf("%-16s %8s %10.4f %7.1f%%\n\n", "(other)", "", (total - accounted) / double(times.size()),
+                100 * (total - accounted) / total);
+  }
+  nlohmann::json j = {{"config", o.config},
+                      {"compute", cfg.precision.compute},
+                      {"threads", omp_get_max_threads()},
+                      {"steps", o.steps},
+                      {"step_s", step_s},
+                      {"tokens_per_s", tps},
+                      {"flops_per_token", flops_tok},
+                      {"gflops", gflops},
+                      {"gemm_peak_gflops", peak},
+                      {"mfu", mfu},
+                      {"peak_rss_mb", rss},
+                      {"params", trainer.model().params().numel()}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+Action add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  auto* cmd = app.add_subcommand("bench", "Benchmark training steps on random tokens (throughput, MFU, memory)");
+  cmd->add_option("config", o->config, "YAML config (configs/bench/*.yaml)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--steps", o->steps, "measured steps (median is reported)")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "unmeasured warm-up steps")->capture_default_str();
+  cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
+  cmd->add_flag("--profile", o->profile, "print a per-operator time breakdown");
+  cmd->add_flag("--remeasure-peak", o->remeasure_peak, "measure the GEMM peak again instead of using the cache");
+  return [o] { return run_bench(*o); };
+}
+
+}  // namespace tessel::app

@@ -1,0 +1,13 @@
+#pragma once
+// Subcommands of the tessel CLI. Each registers its options on the app and returns the action to run.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace tessel::app {
+
+using Action = std::function<int()>;
+Action add_bench_command(CLI::App& app);
+Action add_train_command(CLI::App& app);
+
+}  // namespace tessel::app

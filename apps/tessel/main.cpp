@@ -1,0 +1,33 @@
+// tessel: train transformer language models. `tessel --help` lists the subcommands.
+#include <cstdio>
+#include <map>
+
+#include "commands.h"
+#include "tessel/core/check.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessel: train transformer language models (C++20, CPU now; see README.md)"};
+  app.require_subcommand(1);
+  std::map<CLI::App*, tessel::app::Action> actions;
+  for (auto add : {tessel::app::add_train_command, tessel::app::add_bench_command}) {
+    const size_t before = app.get_subcommands({}).size();
+    auto action = add(app);
+    actions[app.get_subcommands({}).at(before)] = action;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [cmd, action] : actions)
+      if (cmd->parsed()) return action();
+  } catch (const tessel::Error& e) {
+    std::fprintf(stderr, "tessel: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessel: error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,13 @@
+#include "tessel/core/check.h"
+
+#include <cstring>
+
+namespace tessel {
+
+void throw_error(const char* file, int line, const std::string& msg) {
+  // Keep only the path below src/ so messages do not depend on the build machine's checkout path.
+  const char* rel = std::strstr(file, "src/tessel/");
+  throw Error(fmt::format("{}:{}: {}", rel ? rel : file, line, msg));
+}
+
+}  // namespace tessel

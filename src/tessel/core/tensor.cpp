@@ -1,0 +1,204 @@
+#include "tessel/core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace tessel {
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Storage::Storage(size_t nbytes) : bytes(nbytes) {
+  const size_t rounded = (nbytes + 63) / 64 * 64;
+  ptr = std::aligned_alloc(64, rounded ? rounded : 64);
+  TESSEL_CHECK(ptr != nullptr, "out of memory allocating {} bytes", nbytes);
+}
+Storage::Storage(void* external, size_t nbytes) : ptr(external), bytes(nbytes), owned(false) {}
+Storage::~Storage() {
+  if (owned) std::free(ptr);
+}
+
+static Shape contiguous_strides(const Shape& shape) {
+  Shape st(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    st[i] = s;
+    s *= shape[i];
+  }
+  return st;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  for (int64_t d : shape) TESSEL_CHECK(d >= 0, "negative dimension in shape {}", shape_str(shape));
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype));
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  std::memset(t.raw(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype) {
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>(data, size_t(shape_numel(shape)) * dtype_size(dtype));
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
+int64_t Tensor::size(int64_t d) const {
+  if (d < 0) d += dim();
+  TESSEL_CHECK(d >= 0 && d < dim(), "dimension {} out of range for {}", d, str());
+  return shape_[size_t(d)];
+}
+
+int64_t Tensor::stride(int64_t d) const {
+  if (d < 0) d += dim();
+  TESSEL_CHECK(d >= 0 && d < dim(), "dimension {} out of range for {}", d, str());
+  return strides_[size_t(d)];
+}
+
+bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  TESSEL_CHECK(is_contiguous(), "reshape of a non-contiguous tensor {}", str());
+  Shape s = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      TESSEL_CHECK(infer < 0, "reshape {} has more than one -1", shape_str(shape));
+      infer = int64_t(i);
+    } else {
+      known *= s[i];
+    }
+  }
+  if (infer >= 0) s[size_t(infer)] = known ? numel() / known : 0;
+  TESSEL_CHECK(shape_numel(s) == numel(), "cannot reshape {} to {}", str(), shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = s;
+  t.strides_ = contiguous_strides(s);
+  return t;
+}
+
+Tensor Tensor::slice(int64_t d, int64_t begin, int64_t end) const {
+  if (d < 0) d += dim();
+  TESSEL_CHECK(d >= 0 && d < dim(), "slice dimension {} out of range for {}", d, str());
+  TESSEL_CHECK(0 <= begin && begin <= end && end <= shape_[size_t(d)], "slice [{}, {}) out of range for dim {} of {}",
+               begin, end, d, str());
+  Tensor t = *this;
+  t.offset_ += size_t(begin * strides_[size_t(d)]) * dtype_size(dtype_);
+  t.shape_[size_t(d)] = end - begin;
+  return t;
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  if (d0 < 0) d0 += dim();
+  if (d1 < 0) d1 += dim();
+  TESSEL_CHECK(d0 >= 0 && d0 < dim() && d1 >= 0 && d1 < dim(), "transpose({}, {}) out of range for {}", d0, d1,
+               str());
+  Tensor t = *this;
+  std::swap(t.shape_[size_t(d0)], t.shape_[size_t(d1)]);
+  std::swap(t.strides_[size_t(d0)], t.strides_[size_t(d1)]);
+  return t;
+}
+
+namespace {
+
+double load_as_double(const void* p, DType t) {
+  switch (t) {
+    case DType::f32: return *static_cast<const float*>(p);
+    case DType::bf16: return float(*static_cast<const bf16*>(p));
+    case DType::f16: return float(*static_cast<const f16*>(p));
+    case DType::e4m3: return float(*static_cast<const fp8_e4m3*>(p));
+    case DType::e5m2: return float(*static_cast<const fp8_e5m2*>(p));
+    case DType::i32: return *static_cast<const int32_t*>(p);
+    case DType::i64: return double(*static_cast<const int64_t*>(p));
+  }
+  return 0;
+}
+
+void store_from_double(void* p, DType t, double v) {
+  switch (t) {
+    case DType::f32: *static_cast<float*>(p) = float(v); break;
+    case DType::bf16: *static_cast<bf16*>(p) = bf16(float(v)); break;
+    case DType::f16: *static_cast<f16*>(p) = f16(float(v)); break;
+    case DType::e4m3: *static_cast<fp8_e4m3*>(p) = fp8_e4m3(float(v)); break;
+    case DType::e5m2: *static_cast<fp8_e5m2*>(p) = fp8_e5m2(float(v)); break;
+    case DType::i32: *static_cast<int32_t*>(p) = int32_t(v); break;
+    case DType::i64: *static_cast<int64_t*>(p) = int64_t(v); break;
+  }
+}
+
+// Visits every element of a strided tensor in row-major order, calling f(element_pointer, linear_index).
+template <class F>
+void for_each_element(const Tensor& t, F&& f) {
+  const int64_t n = t.numel(), nd = t.dim();
+  const size_t es = dtype_size(t.dtype());
+  std::vector<int64_t> idx(size_t(nd), 0);
+  char* base = static_cast<char*>(t.raw());
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < nd; ++d) off += idx[size_t(d)] * t.strides()[size_t(d)];
+    f(base + off * int64_t(es), i);
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      if (++idx[size_t(d)] < t.shape()[size_t(d)]) break;
+      idx[size_t(d)] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+void Tensor::copy_from(const Tensor& src) {
+  TESSEL_CHECK(src.shape_ == shape_, "copy_from: shape {} into {}", src.str(), str());
+  if (src.dtype_ == dtype_ && is_contiguous() && src.is_contiguous()) {
+    std::memmove(raw(), src.raw(), nbytes());
+    return;
+  }
+  if (src.dtype_ == DType::f32 && dtype_ == DType::bf16 && is_contiguous() && src.is_contiguous()) {
+    const float* s = src.data<float>();
+    bf16* d = data<bf16>();
+    for (int64_t i = 0, n = numel(); i < n; ++i) d[i] = bf16(s[i]);
+    return;
+  }
+  std::vector<double> vals(size_t(src.numel()));
+  for_each_element(src, [&](void* p, int64_t i) { vals[size_t(i)] = load_as_double(p, src.dtype_); });
+  for_each_element(*this, [&](void* p, int64_t i) { store_from_double(p, dtype_, vals[size_t(i)]); });
+}
+
+Tensor Tensor::clone() const { return to(dtype_); }
+
+Tensor Tensor::to(DType t) const {
+  Tensor out = empty(shape_, t);
+  out.copy_from(*this);
+  return out;
+}
+
+void Tensor::fill(double v) {
+  for_each_element(*this, [&](void* p, int64_t) { store_from_double(p, dtype_, v); });
+}
+
+double Tensor::item() const {
+  TESSEL_CHECK(numel() == 1, "item() on {} (needs exactly one element)", str());
+  return load_as_double(raw(), dtype_);
+}
+
+std::string Tensor::str() const { return std::string(dtype_name(dtype_)) + shape_str(shape_); }
+
+}  // namespace tessel

@@ -1,0 +1,20 @@
+#pragma once
+// AdamW with decoupled weight decay (Loshchilov & Hutter, arXiv 1711.05101), in PyTorch's form:
+//   p -= lr * wd * p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),  bc_i = 1 - b_i^step.
+// Plus the reductions gradient clipping needs.
+#include <cstdint>
+
+namespace tessel::kernels {
+
+struct AdamWHyper {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t step;  // 1-based step count after this update
+};
+
+void adamw_update(int64_t n, float* p, const float* g, float* m, float* v, const AdamWHyper& h);
+
+double sum_squares(int64_t n, const float* x);  // double accumulation
+void scale_inplace(int64_t n, float* x, float s);
+
+}  // namespace tessel::kernels

@@ -1,0 +1,45 @@
+#include "tessel/kernels/adamw.h"
+
+#include <cmath>
+
+namespace tessel::kernels {
+
+void adamw_update(int64_t n, float* p, const float* g, float* m, float* v, const AdamWHyper& h) {
+  const float bc1 = 1.0f - float(std::pow(double(h.beta1), double(h.step)));
+  const float bc2 = 1.0f - float(std::pow(double(h.beta2), double(h.step)));
+  const float step_size = h.lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2), decay = 1.0f - h.lr * h.weight_decay;
+  const float b1 = h.beta1, b2 = h.beta2, eps = h.eps;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = b1 * m[i] + (1.0f - b1) * gi;
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  }
+}
+
+double sum_squares(int64_t n, const float* x) {
+  double total = 0.0;
+#pragma omp parallel reduction(+ : total)
+  {
+    // fp32 partial sums over short blocks keep it vectorised; blocks are summed in double.
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < n; b += 1024) {
+      const int64_t e = b + 1024 < n ? b + 1024 : n;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = b; i < e; ++i) s += x[i] * x[i];
+      total += double(s);
+    }
+  }
+  return total;
+}
+
+void scale_inplace(int64_t n, float* x, float s) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+}  // namespace tessel::kernels

@@ -1,0 +1,47 @@
+#include "tessel/kernels/xent.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "tessel/core/check.h"
+#include "tessel/kernels/cpu/elementwise.h"
+
+namespace tessel::kernels {
+
+template <class Tg>
+double softmax_xent(int64_t N, int64_t V, const float* logits, const int64_t* targets, float grad_scale, Tg* dlogits,
+                    float* row_loss) {
+  for (int64_t i = 0; i < N; ++i)
+    TESSEL_CHECK(targets[i] < V, "cross-entropy: target {} at row {} is outside the vocabulary [0, {})", targets[i],
+                 i, V);
+  double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = logits + i * V;
+    const int64_t t = targets[i];
+    float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) sum += fast_exp(x[j] - mx);
+    const float loss = t >= 0 ? std::log(sum) + mx - x[t] : 0.0f;
+    if (row_loss) row_loss[i] = loss;
+    total += double(loss);
+    if (dlogits) {
+      Tg* g = dlogits + i * V;
+      const float scale = t >= 0 ? grad_scale / sum : 0.0f;
+      const float xt = t >= 0 ? x[t] : 0.0f;  // read before an aliased write overwrites it
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) store_as(g + j, fast_exp(x[j] - mx) * scale);
+      if (t >= 0) store_as(g + t, fast_exp(xt - mx) * scale - grad_scale);
+    }
+  }
+  return total;
+}
+
+template double softmax_xent<float>(int64_t, int64_t, const float*, const int64_t*, float, float*, float*);
+template double softmax_xent<bf16>(int64_t, int64_t, const float*, const int64_t*, float, bf16*, float*);
+
+}  // namespace tessel::kernels

@@ -1,0 +1,28 @@
+#pragma once
+// GEMM: C[M,N] (fp32) = op(A)[M,K] @ op(B)[K,N] (+ bias[N]) (+ C when accumulate).
+// A and B share one dtype (f32 or bf16); accumulation is fp32. All matrices are row-major with
+// leading dimensions, so a transposed operand is the same memory read with swapped strides (no copy):
+// dgrad (dY @ W) and wgrad (dY^T @ X) use the forward's buffers as they are.
+#include <cstdint>
+
+#include "tessel/core/tensor.h"
+
+namespace tessel::kernels {
+
+struct GemmOperand {
+  const void* data;
+  int64_t ld;   // leading dimension of the stored (untransposed) matrix
+  bool trans;   // true: the stored matrix is op(X)^T
+};
+
+void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOperand b, float* c, int64_t ldc,
+          bool accumulate, const float* bias = nullptr);
+
+// Tensor form for 2-D operands: c = op(a) @ op(b) (+ c). Shapes are checked.
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, bool accumulate,
+            const float* bias = nullptr);
+
+// Measured GEMM throughput of this machine (GFLOP/s) for a square bf16 or f32 problem.
+double measure_gemm_gflops(DType dtype, int64_t n, int reps);
+
+}  // namespace tessel::kernels

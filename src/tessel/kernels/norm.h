@@ -1,0 +1,26 @@
+#pragma once
+// RMSNorm and LayerNorm over rows of width D, with the residual add fused in front:
+//   r_out = r_in + delta            (delta may be null: r_out = r_in, and r_out may alias r_in)
+//   y     = norm(r_out) * w (+ b)   y in the compute dtype (f32 or bf16)
+// Saved for backward: r_out (f32) and per row rstd (and mean for LayerNorm).
+// Backward: dx = dresid + d(norm)/dx^T dy (dresid may be null; dx may alias dresid), dw (and db)
+// accumulated (+=) into fp32 gradients.
+#include <cstdint>
+
+#include "tessel/core/dtype.h"
+
+namespace tessel::kernels {
+
+template <class Ty>
+void rmsnorm_fwd(int64_t N, int64_t D, const float* r_in, const float* delta, float* r_out, const float* w, float eps,
+                 Ty* y, float* rstd);
+void rmsnorm_bwd(int64_t N, int64_t D, const float* x, const float* w, const float* rstd, const float* dy,
+                 const float* dresid, float* dx, float* dw);
+
+template <class Ty>
+void layernorm_fwd(int64_t N, int64_t D, const float* r_in, const float* delta, float* r_out, const float* w,
+                   const float* b, float eps, Ty* y, float* mean, float* rstd);
+void layernorm_bwd(int64_t N, int64_t D, const float* x, const float* w, const float* mean, const float* rstd,
+                   const float* dy, const float* dresid, float* dx, float* dw, float* db);
+
+}  // namespace tessel::kernels

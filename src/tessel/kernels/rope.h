@@ -1,0 +1,20 @@
+#pragma once
+// Rotary position embedding, Hugging Face "rotate half" convention (Su et al., RoFormer, arXiv 2104.09864):
+//   inv_freq[j] = base^(-2j/Dh), angle = pos * inv_freq[j] for j < Dh/2,
+//   y[:Dh/2] = x1 cos - x2 sin,  y[Dh/2:] = x2 cos + x1 sin.
+// Backward is the rotation by -angle. Applied in place to `heads` consecutive heads of Dh columns
+// in each row of x (row r has position r % T), rows strided by ld.
+#include <cstdint>
+#include <vector>
+
+namespace tessel::kernels {
+
+struct RopeTable {
+  RopeTable(int64_t T, int64_t Dh, double base);
+  int64_t T, half;
+  std::vector<float> cos, sin;  // [T, Dh/2]
+};
+
+void rope_apply(const RopeTable& tab, int64_t rows, int64_t heads, float* x, int64_t ld, bool inverse);
+
+}  // namespace tessel::kernels

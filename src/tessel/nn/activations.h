@@ -1,0 +1,33 @@
+#pragma once
+// Activations: what a module's forward saves for its backward, for one micro-batch (and one model
+// chunk). Owned by the caller (the trainer or a pipeline executor), so several micro-batches can be
+// in flight and recompute can drop and rebuild them. Keys are the modules' parameter prefixes.
+#include <string>
+#include <unordered_map>
+
+#include "tessel/core/tensor.h"
+
+namespace tessel::nn {
+
+class Activations {
+ public:
+  void put(const std::string& key, Tensor t) { slots_[key] = std::move(t); }
+  const Tensor& get(const std::string& key) const {
+    auto it = slots_.find(key);
+    TESSEL_CHECK(it != slots_.end(), "activation '{}' was not saved by forward (backward before forward?)", key);
+    return it->second;
+  }
+  bool has(const std::string& key) const { return slots_.count(key) != 0; }
+  void erase(const std::string& key) { slots_.erase(key); }
+  void clear() { slots_.clear(); }
+  size_t bytes() const {
+    size_t n = 0;
+    for (const auto& [k, t] : slots_) n += t.nbytes();
+    return n;
+  }
+
+ private:
+  std::unordered_map<std::string, Tensor> slots_;
+};
+
+}  // namespace tessel::nn

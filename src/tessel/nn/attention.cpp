@@ -1,0 +1,95 @@
+#include "tessel/nn/attention.h"
+
+#include <cmath>
+
+#include "tessel/core/profiler.h"
+#include "tessel/kernels/attention.h"
+
+namespace tessel::nn {
+
+SelfAttention::SelfAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
+                             std::shared_ptr<const kernels::RopeTable> rope)
+    : ps_(ps),
+      H_(cfg.num_attention_heads),
+      G_(cfg.num_query_groups),
+      Dh_(cfg.head_dim()),
+      T_(cfg.seq_length),
+      rope_(std::move(rope)),
+      qkv_(ps,
+           {{prefix + ".q_proj", H_ * Dh_}, {prefix + ".k_proj", G_ * Dh_}, {prefix + ".v_proj", G_ * Dh_}},
+           cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std)),
+      // Output projection scaled by 1/sqrt(2 L) (GPT-2 / Megatron "scaled init").
+      o_(ps, {{prefix + ".o_proj", cfg.hidden_size}}, H_ * Dh_, !cfg.is_llama(),
+         float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count)))) {
+  key_qkv_ = prefix + ".qkv";
+  key_out_ = prefix + ".attn_out";
+  key_lse_ = prefix + ".lse";
+}
+
+Tensor SelfAttention::forward(const Tensor& y, int64_t batch, Activations& saved) const {
+  const int64_t N = y.size(0);
+  TESSEL_CHECK(N == batch * T_, "attention: {} rows is not batch {} x seq_length {}", N, batch, T_);
+  Tensor qkv = qkv_.forward(y, saved);
+  const int64_t ld = qkv.size(1);
+  float* q = qkv.data<float>();
+  if (rope_) {
+    ProfileScope prof("rope");
+    kernels::rope_apply(*rope_, N, H_ + G_, q, ld, false);  // q and k heads are adjacent
+  }
+  Tensor out = Tensor::empty({N, H_ * Dh_}, ps_.compute_dtype());
+  Tensor lse = Tensor::empty({batch, H_, T_}, DType::f32);
+  const kernels::AttentionShape s{batch, T_, H_, G_, Dh_, true, float(1.0 / std::sqrt(double(Dh_)))};
+  {
+    ProfileScope prof("attention_fwd", 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(Dh_) / 2);
+    const float* k = q + H_ * Dh_;
+    const float* v = k + G_ * Dh_;
+    if (out.dtype() == DType::bf16)
+      kernels::attention_fwd(s, q, ld, k, ld, v, ld, out.data<bf16>(), H_ * Dh_, lse.data<float>());
+    else
+      kernels::attention_fwd(s, q, ld, k, ld, v, ld, out.data<float>(), H_ * Dh_, lse.data<float>());
+  }
+  saved.put(key_qkv_, qkv);
+  saved.put(key_out_, out);
+  saved.put(key_lse_, lse);
+  return o_.forward(out, saved);
+}
+
+Tensor SelfAttention::backward_input(const Tensor& dout, Activations& saved) const {
+  Tensor dattn = o_.backward_input(dout, saved);  // [N, H*Dh] f32
+  const Tensor& qkv = saved.get(key_qkv_);
+  const Tensor& out = saved.get(key_out_);
+  const Tensor& lse = saved.get(key_lse_);
+  const int64_t N = qkv.size(0), ld = qkv.size(1), batch = N / T_;
+  Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32);
+  const kernels::AttentionShape s{batch, T_, H_, G_, Dh_, true, float(1.0 / std::sqrt(double(Dh_)))};
+  {
+    ProfileScope prof("attention_bwd", 2.5 * 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(Dh_) / 2);
+    const float* q = qkv.data<float>();
+    const float* k = q + H_ * Dh_;
+    const float* v = k + G_ * Dh_;
+    float* dq = dqkv.data<float>();
+    float* dk = dq + H_ * Dh_;
+    float* dv = dk + G_ * Dh_;
+    if (out.dtype() == DType::bf16)
+      kernels::attention_bwd(s, q, ld, k, ld, v, ld, out.data<bf16>(), H_ * Dh_, dattn.data<float>(), H_ * Dh_,
+                             lse.data<float>(), dq, ld, dk, ld, dv, ld);
+    else
+      kernels::attention_bwd(s, q, ld, k, ld, v, ld, out.data<float>(), H_ * Dh_, dattn.data<float>(), H_ * Dh_,
+                             lse.data<float>(), dq, ld, dk, ld, dv, ld);
+  }
+  saved.erase(key_qkv_);
+  saved.erase(key_out_);
+  saved.erase(key_lse_);
+  if (rope_) {
+    ProfileScope prof("rope");
+    kernels::rope_apply(*rope_, N, H_ + G_, dqkv.data<float>(), ld, true);
+  }
+  return qkv_.backward_input(dqkv, saved);
+}
+
+void SelfAttention::backward_weight(Activations& saved) const {
+  o_.backward_weight(saved);
+  qkv_.backward_weight(saved);
+}
+
+}  // namespace tessel::nn

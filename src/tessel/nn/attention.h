@@ -1,0 +1,32 @@
+#pragma once
+// Self-attention block: fused QKV projection, RoPE (Llama), causal GQA attention, output projection.
+// Rows are tokens of a [B, T] micro-batch flattened to N = B*T.
+//   qkv [N, (H + 2G) * Dh] f32: q heads, then k heads, then v heads (the fused weight's row order)
+//   out [N, H * Dh] in the compute dtype, lse [B, H, T]
+#include <memory>
+#include <string>
+
+#include "tessel/kernels/rope.h"
+#include "tessel/nn/linear.h"
+#include "tessel/nn/model_config.h"
+
+namespace tessel::nn {
+
+class SelfAttention {
+ public:
+  SelfAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
+                std::shared_ptr<const kernels::RopeTable> rope);
+
+  Tensor forward(const Tensor& y, int64_t batch, Activations& saved) const;  // y [N, d] -> [N, d] f32
+  Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dy [N, d] f32
+  void backward_weight(Activations& saved) const;
+
+ private:
+  ParamStore& ps_;
+  int64_t H_, G_, Dh_, T_;
+  std::shared_ptr<const kernels::RopeTable> rope_;  // null for GPT-2
+  Linear qkv_, o_;
+  std::string key_qkv_, key_out_, key_lse_;
+};
+
+}  // namespace tessel::nn

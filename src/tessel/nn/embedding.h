@@ -1,0 +1,25 @@
+#pragma once
+// Token embedding (+ learned absolute positions for GPT-2). Output is the fp32 residual stream.
+#include <string>
+
+#include "tessel/nn/activations.h"
+#include "tessel/nn/model_config.h"
+#include "tessel/nn/params.h"
+
+namespace tessel::nn {
+
+class Embedding {
+ public:
+  Embedding(ParamStore& ps, const ModelConfig& cfg);
+  Tensor forward(const Tensor& tokens, Activations& saved) const;  // tokens [B, T] i64 -> [B*T, d] f32
+  void backward(const Tensor& dout, Activations& saved) const;     // accumulates dW (and dpos)
+  int64_t weight_offset() const { return w_offset_; }
+
+ private:
+  ParamStore& ps_;
+  int64_t V_, D_, T_;
+  int64_t w_offset_, pos_offset_ = -1;
+  std::string key_tokens_ = "model.embed_tokens.tokens";
+};
+
+}  // namespace tessel::nn

@@ -1,0 +1,70 @@
+#include "tessel/nn/mlp.h"
+
+#include <cmath>
+
+#include "tessel/core/profiler.h"
+#include "tessel/kernels/act.h"
+
+namespace tessel::nn {
+
+namespace {
+std::vector<Linear::Part> up_parts(const std::string& prefix, const ModelConfig& cfg) {
+  if (cfg.is_llama()) return {{prefix + ".gate_proj", cfg.ffn_hidden_size}, {prefix + ".up_proj", cfg.ffn_hidden_size}};
+  return {{prefix + ".up_proj", cfg.ffn_hidden_size}};
+}
+}  // namespace
+
+Mlp::Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count)
+    : ps_(ps),
+      swiglu_(cfg.is_llama()),
+      F_(cfg.ffn_hidden_size),
+      up_(ps, up_parts(prefix, cfg), cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std)),
+      down_(ps, {{prefix + ".down_proj", cfg.hidden_size}}, cfg.ffn_hidden_size, !cfg.is_llama(),
+            float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count)))),
+      key_h_(prefix + ".pre_act") {}
+
+Tensor Mlp::forward(const Tensor& y, Activations& saved) const {
+  Tensor h = up_.forward(y, saved);  // llama [N, 2F] (gate | up), gpt2 [N, F]
+  const int64_t N = h.size(0);
+  Tensor a = Tensor::empty({N, F_}, ps_.compute_dtype());
+  {
+    ProfileScope prof("activation");
+    const bool bf = a.dtype() == DType::bf16;
+    if (swiglu_) {
+      if (bf) kernels::swiglu_fwd(N, F_, h.data<float>(), a.data<bf16>());
+      else kernels::swiglu_fwd(N, F_, h.data<float>(), a.data<float>());
+    } else {
+      if (bf) kernels::gelu_fwd(N * F_, h.data<float>(), a.data<bf16>());
+      else kernels::gelu_fwd(N * F_, h.data<float>(), a.data<float>());
+    }
+  }
+  saved.put(key_h_, h);
+  return down_.forward(a, saved);
+}
+
+Tensor Mlp::backward_input(const Tensor& dout, Activations& saved) const {
+  Tensor da = down_.backward_input(dout, saved);  // [N, F] f32
+  const Tensor& h = saved.get(key_h_);
+  Tensor dh = Tensor::empty(h.shape(), ps_.compute_dtype());
+  {
+    ProfileScope prof("activation");
+    const bool bf = dh.dtype() == DType::bf16;
+    const int64_t N = h.size(0);
+    if (swiglu_) {
+      if (bf) kernels::swiglu_bwd(N, F_, h.data<float>(), da.data<float>(), dh.data<bf16>());
+      else kernels::swiglu_bwd(N, F_, h.data<float>(), da.data<float>(), dh.data<float>());
+    } else {
+      if (bf) kernels::gelu_bwd(N * F_, h.data<float>(), da.data<float>(), dh.data<bf16>());
+      else kernels::gelu_bwd(N * F_, h.data<float>(), da.data<float>(), dh.data<float>());
+    }
+  }
+  saved.erase(key_h_);
+  return up_.backward_input(dh, saved);
+}
+
+void Mlp::backward_weight(Activations& saved) const {
+  down_.backward_weight(saved);
+  up_.backward_weight(saved);
+}
+
+}  // namespace tessel::nn

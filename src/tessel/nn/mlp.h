@@ -1,0 +1,26 @@
+#pragma once
+// Feed-forward block. Llama: down(silu(gate(y)) * up(y)) with gate/up fused into one [2F, d] weight.
+// GPT-2: down(gelu_tanh(up(y) + b) ) + b.
+#include <string>
+
+#include "tessel/nn/linear.h"
+#include "tessel/nn/model_config.h"
+
+namespace tessel::nn {
+
+class Mlp {
+ public:
+  Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count);
+  Tensor forward(const Tensor& y, Activations& saved) const;  // [N, d] -> [N, d] f32
+  Tensor backward_input(const Tensor& dout, Activations& saved) const;
+  void backward_weight(Activations& saved) const;
+
+ private:
+  ParamStore& ps_;
+  bool swiglu_;
+  int64_t F_;
+  Linear up_, down_;
+  std::string key_h_;
+};
+
+}  // namespace tessel::nn

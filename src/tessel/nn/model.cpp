@@ -1,0 +1,81 @@
+#include "tessel/nn/model.h"
+
+#include "tessel/kernels/xent.h"
+
+namespace tessel::nn {
+
+namespace {
+std::string recompute_key(size_t layer) { return "model.layers." + std::to_string(layer) + ".recompute_input"; }
+}  // namespace
+
+Model::Model(const ModelConfig& cfg) : cfg_(cfg), ps_(std::make_unique<ParamStore>(cfg.compute)) {
+  cfg_.validate();
+  if (cfg_.is_llama())
+    rope_ = std::make_shared<kernels::RopeTable>(cfg_.seq_length, cfg_.head_dim(), cfg_.rotary_base);
+  embed_ = std::make_unique<Embedding>(*ps_, cfg_);
+  for (int64_t i = 0; i < cfg_.num_layers; ++i)
+    layers_.push_back(std::make_unique<TransformerLayer>(*ps_, cfg_, i, rope_));
+  final_norm_ = std::make_unique<Norm>(*ps_, "model.norm", cfg_.hidden_size,
+                                       cfg_.is_llama() ? Norm::Kind::rms : Norm::Kind::layer, float(cfg_.norm_epsilon));
+  head_ = std::make_unique<LmHead>(*ps_, cfg_, embed_->weight_offset());
+  ps_->finalize();
+}
+
+Tensor Model::hidden(const Tensor& tokens, Activations& saved) {
+  batch_ = tokens.size(0);
+  Tensor x = embed_->forward(tokens, saved);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (cfg_.recompute) {
+      // Keep only the layer input; backward re-runs the layer forward to rebuild the rest.
+      saved.put(recompute_key(i), x);
+      Activations scratch;
+      x = layers_[i]->forward(x, batch_, scratch);
+    } else {
+      x = layers_[i]->forward(x, batch_, saved);
+    }
+  }
+  Tensor xf;
+  return final_norm_->forward(x, Tensor(), xf, saved);
+}
+
+double Model::forward(const Tensor& tokens, const Tensor& targets, float grad_scale, Activations& saved) {
+  Tensor y = hidden(tokens, saved);
+  return head_->forward_loss(y, targets, grad_scale, saved);
+}
+
+void Model::backward(Activations& saved) {
+  Tensor dy = head_->backward_input(saved);
+  head_->backward_weight(saved);
+  Tensor dx = final_norm_->backward(dy, Tensor(), saved);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    if (cfg_.recompute) {
+      const Tensor input = saved.get(recompute_key(i));
+      saved.erase(recompute_key(i));
+      layers_[i]->forward(input, input.size(0) / cfg_.seq_length, saved);
+    }
+    dx = layers_[i]->backward_input(dx, saved);
+    layers_[i]->backward_weight(saved);
+  }
+  embed_->backward(dx, saved);
+}
+
+double Model::forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale) {
+  Activations saved;
+  const double loss = forward(tokens, targets, grad_scale, saved);
+  backward(saved);
+  return loss;
+}
+
+Tensor Model::logits(const Tensor& tokens) {
+  Activations scratch;
+  return head_->logits(hidden(tokens, scratch));
+}
+
+double Model::loss_sum(const Tensor& tokens, const Tensor& targets) {
+  Tensor lg = logits(tokens);
+  TESSEL_CHECK(targets.numel() == lg.size(0), "loss: targets {} do not match {} rows", targets.str(), lg.size(0));
+  return kernels::softmax_xent<float>(lg.size(0), lg.size(1), lg.data<float>(), targets.data<int64_t>(), 0.0f,
+                                      nullptr);
+}
+
+}  // namespace tessel::nn

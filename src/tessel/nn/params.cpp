@@ -1,0 +1,82 @@
+#include "tessel/nn/params.h"
+
+#include <cstring>
+
+#include "tessel/core/rng.h"
+#include "tessel/kernels/cast.h"
+
+namespace tessel::nn {
+
+int64_t ParamStore::add(const std::string& name, const Shape& shape, Init init, float std, bool weight_decay) {
+  TESSEL_CHECK(!finalized_, "parameter '{}' registered after the store was finalized", name);
+  for (const auto& s : specs_) TESSEL_CHECK(s.name != name, "parameter '{}' registered twice", name);
+  const int64_t n = shape_numel(shape);
+  specs_.push_back({name, shape, init, std, weight_decay, total_, n});
+  total_ += n;
+  return total_ - n;
+}
+
+void ParamStore::finalize() {
+  TESSEL_CHECK(!finalized_, "ParamStore finalized twice");
+  finalized_ = true;
+  params_ = Tensor::zeros({total_}, DType::f32);
+  grads_ = Tensor::zeros({total_}, DType::f32);
+  if (compute_ != DType::f32) compute_copy_ = Tensor::zeros({total_}, compute_);
+}
+
+const ParamSpec& ParamStore::spec(const std::string& name) const {
+  for (const auto& s : specs_)
+    if (s.name == name) return s;
+  TESSEL_FAIL("no parameter named '{}'", name);
+}
+
+void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, int64_t rows, int64_t col_begin,
+                      int64_t cols, float* out) {
+  const int64_t global_cols = spec.shape.empty() ? 1 : spec.shape.back();
+  switch (spec.init) {
+    case Init::ones: std::fill_n(out, rows * cols, 1.0f); break;
+    case Init::zeros: std::fill_n(out, rows * cols, 0.0f); break;
+    case Init::normal:
+      fill_normal_slice(seed, stream_id(spec.name), global_cols, row_begin, rows, col_begin, cols, 0.0f, spec.std,
+                        out);
+      break;
+  }
+}
+
+void ParamStore::initialize(uint64_t seed) {
+  TESSEL_CHECK(finalized_, "ParamStore::initialize before finalize");
+  for (const auto& s : specs_) {
+    const int64_t cols = s.shape.empty() ? 1 : s.shape.back();
+    init_param_slice(s, seed, 0, s.numel / cols, 0, cols, params_data() + s.offset);
+  }
+  refresh_compute_copy();
+}
+
+static Tensor view_of(const Tensor& flat, int64_t offset, const Shape& shape, int64_t total) {
+  TESSEL_CHECK(offset >= 0 && offset + shape_numel(shape) <= total, "parameter view {} at {} exceeds the {} elements",
+               shape_str(shape), offset, total);
+  return Tensor::from_blob(static_cast<char*>(flat.raw()) + size_t(offset) * dtype_size(flat.dtype()), shape,
+                           flat.dtype());
+}
+
+Tensor ParamStore::param_at(int64_t offset, const Shape& shape) const { return view_of(params_, offset, shape, total_); }
+Tensor ParamStore::grad_at(int64_t offset, const Shape& shape) const { return view_of(grads_, offset, shape, total_); }
+Tensor ParamStore::compute_at(int64_t offset, const Shape& shape) const {
+  return view_of(compute_ == DType::f32 ? params_ : compute_copy_, offset, shape, total_);
+}
+Tensor ParamStore::param(const std::string& name) const {
+  const auto& s = spec(name);
+  return param_at(s.offset, s.shape);
+}
+Tensor ParamStore::grad(const std::string& name) const {
+  const auto& s = spec(name);
+  return grad_at(s.offset, s.shape);
+}
+
+void ParamStore::zero_grads() { std::memset(grads_.raw(), 0, grads_.nbytes()); }
+
+void ParamStore::refresh_compute_copy() {
+  if (compute_ == DType::bf16) kernels::cast_f32_to_bf16(total_, params_data(), compute_copy_.data<bf16>());
+}
+
+}  // namespace tessel::nn

@@ -1,0 +1,68 @@
+#pragma once
+// ParamStore: every parameter of a model in one flat fp32 buffer, with its fp32 gradient in a second
+// flat buffer of the same layout, and (for bf16 compute) a flat bf16 copy refreshed after each update.
+// Parameters registered one after another are adjacent, so a fused QKV or gate/up weight is a plain
+// view over its parts. Initial values are drawn from Philox keyed by (seed, name, global element
+// index): a shard holds exactly the values of the unsharded tensor.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/core/tensor.h"
+
+namespace tessel::nn {
+
+enum class Init { normal, ones, zeros };
+
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+  Init init;
+  float std;          // for Init::normal
+  bool weight_decay;  // false for norms and biases
+  int64_t offset;     // elements into the flat buffers
+  int64_t numel;
+};
+
+class ParamStore {
+ public:
+  explicit ParamStore(DType compute) : compute_(compute) {}
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
+
+  // Registers a parameter; returns its offset. Only before finalize().
+  int64_t add(const std::string& name, const Shape& shape, Init init, float std, bool weight_decay);
+  void finalize();
+  void initialize(uint64_t seed);
+
+  DType compute_dtype() const { return compute_; }
+  int64_t numel() const { return total_; }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  const ParamSpec& spec(const std::string& name) const;
+
+  // Views at an element offset (a parameter, or several adjacent ones fused).
+  Tensor param_at(int64_t offset, const Shape& shape) const;
+  Tensor grad_at(int64_t offset, const Shape& shape) const;
+  Tensor compute_at(int64_t offset, const Shape& shape) const;  // f32 params or their bf16 copy
+  Tensor param(const std::string& name) const;
+  Tensor grad(const std::string& name) const;
+
+  float* params_data() const { return params_.data<float>(); }
+  float* grads_data() const { return grads_.data<float>(); }
+  void zero_grads();
+  void refresh_compute_copy();  // call after every change to the fp32 parameters
+
+ private:
+  DType compute_;
+  std::vector<ParamSpec> specs_;
+  int64_t total_ = 0;
+  bool finalized_ = false;
+  Tensor params_, grads_, compute_copy_;
+};
+
+// Draws the initial values of parameter `spec` for the slice rows [row_begin, row_begin + rows) and
+// columns [col_begin, col_begin + cols) of its global [R, C] shape (1-D tensors are [1, C]).
+void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, int64_t rows, int64_t col_begin,
+                      int64_t cols, float* out);
+
+}  // namespace tessel::nn

@@ -1,0 +1,45 @@
+#include "tessel/nn/transformer_layer.h"
+
+#include "tessel/core/profiler.h"
+#include "tessel/kernels/cast.h"
+
+namespace tessel::nn {
+
+namespace {
+std::string layer_prefix(int64_t i) { return "model.layers." + std::to_string(i); }
+Norm::Kind norm_kind(const ModelConfig& c) { return c.is_llama() ? Norm::Kind::rms : Norm::Kind::layer; }
+}  // namespace
+
+TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64_t index,
+                                   std::shared_ptr<const kernels::RopeTable> rope)
+    : norm1_(ps, layer_prefix(index) + ".input_layernorm", cfg.hidden_size, norm_kind(cfg), float(cfg.norm_epsilon)),
+      attn_(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers, std::move(rope)),
+      norm2_(ps, layer_prefix(index) + ".post_attention_layernorm", cfg.hidden_size, norm_kind(cfg),
+             float(cfg.norm_epsilon)),
+      mlp_(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers) {}
+
+Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& saved) const {
+  Tensor r0, r1;
+  Tensor y = norm1_.forward(r, Tensor(), r0, saved);
+  Tensor a = attn_.forward(y, batch, saved);
+  Tensor y2 = norm2_.forward(r, a, r1, saved);
+  Tensor m = mlp_.forward(y2, saved);
+  ProfileScope prof("residual");
+  Tensor out = Tensor::empty(r.shape(), DType::f32);
+  kernels::add(out.numel(), r1.data<float>(), m.data<float>(), out.data<float>());
+  return out;
+}
+
+Tensor TransformerLayer::backward_input(const Tensor& dout, Activations& saved) const {
+  Tensor dy2 = mlp_.backward_input(dout, saved);
+  Tensor dr1 = norm2_.backward(dy2, dout, saved);  // residual gradient plus the norm's
+  Tensor dy = attn_.backward_input(dr1, saved);
+  return norm1_.backward(dy, dr1, saved);
+}
+
+void TransformerLayer::backward_weight(Activations& saved) const {
+  mlp_.backward_weight(saved);
+  attn_.backward_weight(saved);
+}
+
+}  // namespace tessel::nn

@@ -1,0 +1,254 @@
+#include "tessel/train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "tessel/core/check.h"
+
+namespace tessel::train {
+namespace {
+
+// One entry per config key: how to read it from YAML and how to write it back.
+struct Field {
+  std::function<void(const YAML::Node&)> read;
+  std::function<void(YAML::Emitter&)> write;
+};
+using Section = std::map<std::string, Field>;  // ordered, so errors list keys alphabetically
+
+template <class T>
+Field bind_field(T& ref, const std::string& key) {
+  return {[&ref, key](const YAML::Node& n) {
+            try {
+              ref = n.as<T>();
+            } catch (const YAML::Exception&) {
+              TESSEL_FAIL("{}: '{}' is not a valid {}", key, n.as<std::string>(""),
+                          std::is_same_v<T, bool>                                       ? "boolean (true/false)"
+                          : std::is_integral_v<T>                                       ? "integer"
+                          : std::is_floating_point_v<T>                                 ? "number"
+                                                                                        : "string");
+            }
+          },
+          [&ref](YAML::Emitter& e) { e << ref; }};
+}
+
+struct Schema {
+  std::map<std::string, Section> sections;
+  std::string compute_name;  // precision.compute as written
+
+  explicit Schema(Config& c) {
+    auto& m = sections["model"];
+    m["arch"] = bind_field(c.model.arch, "model.arch");
+    m["num_layers"] = bind_field(c.model.num_layers, "model.num_layers");
+    m["hidden_size"] = bind_field(c.model.hidden_size, "model.hidden_size");
+    m["num_attention_heads"] = bind_field(c.model.num_attention_heads, "model.num_attention_heads");
+    m["num_query_groups"] = bind_field(c.model.num_query_groups, "model.num_query_groups");
+    m["ffn_hidden_size"] = bind_field(c.model.ffn_hidden_size, "model.ffn_hidden_size");
+    m["vocab_size"] = bind_field(c.model.vocab_size, "model.vocab_size");
+    m["seq_length"] = bind_field(c.model.seq_length, "model.seq_length");
+    m["norm_epsilon"] = bind_field(c.model.norm_epsilon, "model.norm_epsilon");
+    m["rotary_base"] = bind_field(c.model.rotary_base, "model.rotary_base");
+    m["tie_embeddings"] = bind_field(c.model.tie_embeddings, "model.tie_embeddings");
+    m["init_method_std"] = bind_field(c.model.init_method_std, "model.init_method_std");
+    m["recompute"] = bind_field(c.model.recompute, "model.recompute");
+
+    auto& t = sections["train"];
+    t["train_iters"] = bind_field(c.train.train_iters, "train.train_iters");
+    t["micro_batch_size"] = bind_field(c.train.micro_batch_size, "train.micro_batch_size");
+    t["global_batch_size"] = bind_field(c.train.global_batch_size, "train.global_batch_size");
+    t["lr"] = bind_field(c.train.lr, "train.lr");
+    t["min_lr"] = bind_field(c.train.min_lr, "train.min_lr");
+    t["lr_warmup_iters"] = bind_field(c.train.lr_warmup_iters, "train.lr_warmup_iters");
+    t["lr_decay_style"] = bind_field(c.train.lr_decay_style, "train.lr_decay_style");
+    t["lr_wsd_decay_iters"] = bind_field(c.train.lr_wsd_decay_iters, "train.lr_wsd_decay_iters");
+    t["weight_decay"] = bind_field(c.train.weight_decay, "train.weight_decay");
+    t["clip_grad"] = bind_field(c.train.clip_grad, "train.clip_grad");
+    t["adam_beta1"] = bind_field(c.train.adam_beta1, "train.adam_beta1");
+    t["adam_beta2"] = bind_field(c.train.adam_beta2, "train.adam_beta2");
+    t["adam_eps"] = bind_field(c.train.adam_eps, "train.adam_eps");
+    t["seed"] = bind_field(c.train.seed, "train.seed");
+    t["eval_interval"] = bind_field(c.train.eval_interval, "train.eval_interval");
+    t["eval_iters"] = bind_field(c.train.eval_iters, "train.eval_iters");
+
+    auto& p = sections["parallel"];
+    p["tensor_model_parallel_size"] = bind_field(c.parallel.tensor_model_parallel_size, "parallel.tensor_model_parallel_size");
+    p["pipeline_model_parallel_size"] =
+        bind_field(c.parallel.pipeline_model_parallel_size, "parallel.pipeline_model_parallel_size");
+    p["virtual_pipeline_model_parallel_size"] =
+        bind_field(c.parallel.virtual_pipeline_model_parallel_size, "parallel.virtual_pipeline_model_parallel_size");
+    p["sequence_parallel"] = bind_field(c.parallel.sequence_parallel, "parallel.sequence_parallel");
+    p["context_parallel_size"] = bind_field(c.parallel.context_parallel_size, "parallel.context_parallel_size");
+    p["expert_model_parallel_size"] = bind_field(c.parallel.expert_model_parallel_size, "parallel.expert_model_parallel_size");
+    p["use_distributed_optimizer"] = bind_field(c.parallel.use_distributed_optimizer, "parallel.use_distributed_optimizer");
+    p["pipeline_schedule"] = bind_field(c.parallel.pipeline_schedule, "parallel.pipeline_schedule");
+
+    auto& pr = sections["precision"];
+    pr["compute"] = bind_field(c.precision.compute, "precision.compute");
+    pr["fp8.recipe"] = bind_field(c.precision.fp8_recipe, "precision.fp8.recipe");
+    pr["fp8.format"] = bind_field(c.precision.fp8_format, "precision.fp8.format");
+    pr["fp8.amax_history_len"] = bind_field(c.precision.fp8_amax_history_len, "precision.fp8.amax_history_len");
+    pr["fp8.amax_compute_algo"] = bind_field(c.precision.fp8_amax_compute_algo, "precision.fp8.amax_compute_algo");
+    pr["fp8.margin"] = bind_field(c.precision.fp8_margin, "precision.fp8.margin");
+
+    auto& d = sections["data"];
+    d["path"] = bind_field(c.data.path, "data.path");
+    d["tokenizer"] = bind_field(c.data.tokenizer, "data.tokenizer");
+    d["split"] = bind_field(c.data.split, "data.split");
+
+    auto& ck = sections["checkpoint"];
+    ck["dir"] = bind_field(c.checkpoint.dir, "checkpoint.dir");
+    ck["interval"] = bind_field(c.checkpoint.interval, "checkpoint.interval");
+    ck["keep"] = bind_field(c.checkpoint.keep, "checkpoint.keep");
+
+    auto& l = sections["log"];
+    l["dir"] = bind_field(c.log.dir, "log.dir");
+    l["interval"] = bind_field(c.log.interval, "log.interval");
+
+    sections["resilience"];  // reserved: no keys yet
+  }
+
+  static std::string allowed(const std::map<std::string, Section>& s) {
+    std::string out;
+    for (const auto& [k, v] : s) out += (out.empty() ? "" : ", ") + k;
+    return out;
+  }
+  static std::string allowed(const Section& s) {
+    std::string out;
+    for (const auto& [k, v] : s) out += (out.empty() ? "" : ", ") + k;
+    return out;
+  }
+
+  Field& field(const std::string& section, const std::string& key, const std::string& origin) {
+    auto s = sections.find(section);
+    TESSEL_CHECK(s != sections.end(), "{}: unknown config section '{}' (allowed: {})", origin, section,
+                 allowed(sections));
+    auto f = s->second.find(key);
+    TESSEL_CHECK(f != s->second.end(), "{}: unknown key '{}.{}' (allowed in '{}': {})", origin, section, key, section,
+                 s->second.empty() ? std::string("none yet") : allowed(s->second));
+    return f->second;
+  }
+
+  // Reads a section's map; nested maps (precision.fp8) flatten to dotted keys.
+  void read_map(const std::string& section, const std::string& prefix, const YAML::Node& node,
+                const std::string& origin) {
+    TESSEL_CHECK(node.IsMap(), "{}: '{}.{}' must be a mapping of keys", origin, section, prefix);
+    for (const auto& kv : node) {
+      const std::string key = prefix + kv.first.as<std::string>();
+      if (kv.second.IsMap()) {
+        read_map(section, key + ".", kv.second, origin);
+        continue;
+      }
+      TESSEL_CHECK(kv.second.IsScalar(), "{}: '{}.{}' must be a single value", origin, section, key);
+      field(section, key, origin).read(kv.second);
+    }
+  }
+};
+
+std::string trim(std::string s) {
+  const auto b = s.find_first_not_of(" \t");
+  const auto e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+Config Config::from_yaml_text(const std::string& yaml, const std::vector<std::string>& overrides,
+                              const std::string& origin) {
+  Config c;
+  Schema schema(c);
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    TESSEL_FAIL("{}: not valid YAML: {}", origin, e.what());
+  }
+  if (root && !root.IsNull()) {
+    TESSEL_CHECK(root.IsMap(), "{}: the top level must be a mapping of sections (model, train, ...)", origin);
+    for (const auto& sec : root) {
+      const std::string name = sec.first.as<std::string>();
+      TESSEL_CHECK(schema.sections.count(name), "{}: unknown config section '{}' (allowed: {})", origin, name,
+                   Schema::allowed(schema.sections));
+      if (!sec.second.IsNull()) schema.read_map(name, "", sec.second, origin);
+    }
+  }
+  for (const auto& ov : overrides) {
+    const auto eq = ov.find('=');
+    const auto dot = ov.find('.');
+    TESSEL_CHECK(eq != std::string::npos && dot != std::string::npos && dot < eq,
+                 "--set '{}': expected section.key=value (e.g. train.lr=1e-4)", ov);
+    const std::string section = trim(ov.substr(0, dot)), key = trim(ov.substr(dot + 1, eq - dot - 1));
+    YAML::Node value = YAML::Load(ov.substr(eq + 1));
+    TESSEL_CHECK(value.IsScalar(), "--set '{}': the value must be a single scalar", ov);
+    schema.field(section, key, "--set").read(value);
+  }
+  c.model.compute = c.precision.compute == "bf16" ? DType::bf16 : DType::f32;
+  c.validate();
+  return c;
+}
+
+Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::string text;
+  if (!path.empty()) {
+    std::ifstream in(path);
+    TESSEL_CHECK(in.good(), "cannot read config file '{}'", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  return from_yaml_text(text, overrides, path.empty() ? "<defaults>" : path);
+}
+
+void Config::validate() const {
+  TESSEL_CHECK(precision.compute == "fp32" || precision.compute == "bf16",
+               "precision.compute: '{}' is not supported (allowed: fp32, bf16)", precision.compute);
+  TESSEL_CHECK(precision.fp8_recipe == "none",
+               "precision.fp8.recipe: '{}' is not supported yet (FP8 training is not implemented; allowed: none)",
+               precision.fp8_recipe);
+  model.validate();
+  auto single = [](const char* key, int64_t v) {
+    TESSEL_CHECK(v == 1, "parallel.{} = {}: not supported yet (this build trains in one process; allowed: 1)", key, v);
+  };
+  single("tensor_model_parallel_size", parallel.tensor_model_parallel_size);
+  single("pipeline_model_parallel_size", parallel.pipeline_model_parallel_size);
+  single("virtual_pipeline_model_parallel_size", parallel.virtual_pipeline_model_parallel_size);
+  single("context_parallel_size", parallel.context_parallel_size);
+  single("expert_model_parallel_size", parallel.expert_model_parallel_size);
+  TESSEL_CHECK(!parallel.sequence_parallel, "parallel.sequence_parallel: not supported yet (needs tensor parallelism)");
+  TESSEL_CHECK(!parallel.use_distributed_optimizer,
+               "parallel.use_distributed_optimizer: not supported yet (needs data parallelism)");
+  TESSEL_CHECK(train.train_iters >= 0, "train.train_iters must be >= 0, got {}", train.train_iters);
+  TESSEL_CHECK(train.micro_batch_size > 0, "train.micro_batch_size must be > 0, got {}", train.micro_batch_size);
+  TESSEL_CHECK(train.global_batch_size > 0 && train.global_batch_size % train.micro_batch_size == 0,
+               "train.global_batch_size ({}) must be a positive multiple of train.micro_batch_size ({})",
+               train.global_batch_size, train.micro_batch_size);
+  TESSEL_CHECK(train.lr >= 0, "train.lr must be >= 0, got {}", train.lr);
+  TESSEL_CHECK(train.adam_beta1 >= 0 && train.adam_beta1 < 1 && train.adam_beta2 >= 0 && train.adam_beta2 < 1,
+               "train.adam_beta1/adam_beta2 must be in [0, 1), got {} / {}", train.adam_beta1, train.adam_beta2);
+  TESSEL_CHECK(train.adam_eps > 0, "train.adam_eps must be > 0, got {}", train.adam_eps);
+  TESSEL_CHECK(train.weight_decay >= 0, "train.weight_decay must be >= 0, got {}", train.weight_decay);
+  TESSEL_CHECK(log.interval > 0, "log.interval must be > 0, got {}", log.interval);
+  TESSEL_CHECK(checkpoint.keep > 0, "checkpoint.keep must be > 0, got {}", checkpoint.keep);
+}
+
+std::string Config::to_yaml() const {
+  Config copy = *this;
+  Schema schema(copy);
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  for (const auto& [section, fields] : schema.sections) {
+    if (fields.empty()) continue;
+    e << YAML::Key << section << YAML::Value << YAML::BeginMap;
+    for (const auto& [key, f] : fields) {
+      e << YAML::Key << key << YAML::Value;
+      f.write(e);
+    }
+    e << YAML::EndMap;
+  }
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace tessel::train

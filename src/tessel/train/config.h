@@ -1,0 +1,89 @@
+#pragma once
+// The run configuration: YAML with sections model, train, parallel, precision, data, checkpoint,
+// resilience, log (key names: DESIGN.md section 5, Megatron-LM's where one exists).
+// `--set section.key=value` overrides any key. Unknown keys and impossible values are errors that
+// name the key and what is allowed; the resolved config is written next to a run's metrics.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/nn/model_config.h"
+
+namespace tessel::train {
+
+struct TrainConfig {
+  int64_t train_iters = 100;
+  int64_t micro_batch_size = 1;
+  int64_t global_batch_size = 1;
+  double lr = 3e-4;
+  double min_lr = 0.0;
+  int64_t lr_warmup_iters = 0;
+  std::string lr_decay_style = "cosine";
+  int64_t lr_wsd_decay_iters = 0;
+  double weight_decay = 0.1;
+  double clip_grad = 1.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-8;
+  int64_t seed = 1234;
+  int64_t eval_interval = 0;
+  int64_t eval_iters = 0;
+};
+
+struct ParallelConfig {
+  int64_t tensor_model_parallel_size = 1;
+  int64_t pipeline_model_parallel_size = 1;
+  int64_t virtual_pipeline_model_parallel_size = 1;
+  bool sequence_parallel = false;
+  int64_t context_parallel_size = 1;
+  int64_t expert_model_parallel_size = 1;
+  bool use_distributed_optimizer = false;
+  std::string pipeline_schedule = "1f1b";
+};
+
+struct PrecisionConfig {
+  std::string compute = "fp32";  // fp32 | bf16
+  std::string fp8_recipe = "none";
+  std::string fp8_format = "hybrid";
+  int64_t fp8_amax_history_len = 1024;
+  std::string fp8_amax_compute_algo = "max";
+  int64_t fp8_margin = 0;
+};
+
+struct DataConfig {
+  std::string path = "synthetic";  // "synthetic": generated sequences (no dataset needed)
+  std::string tokenizer;
+  std::string split = "969,30,1";
+};
+
+struct CheckpointConfig {
+  std::string dir;
+  int64_t interval = 0;
+  int64_t keep = 3;
+};
+
+struct LogConfig {
+  std::string dir = "runs/latest";
+  int64_t interval = 1;
+};
+
+struct Config {
+  nn::ModelConfig model;
+  TrainConfig train;
+  ParallelConfig parallel;
+  PrecisionConfig precision;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+
+  // Loads a YAML file (path may be empty: built-in defaults), applies "section.key=value" overrides,
+  // validates. Throws tessel::Error naming the file, key and allowed values.
+  static Config load(const std::string& path, const std::vector<std::string>& overrides);
+  static Config from_yaml_text(const std::string& yaml, const std::vector<std::string>& overrides,
+                               const std::string& origin = "<text>");
+  std::string to_yaml() const;  // the resolved config, every key
+  void validate() const;
+  int64_t grad_accumulation_steps() const { return train.global_batch_size / train.micro_batch_size; }
+};
+
+}  // namespace tessel::train
