@@ -10,6 +10,7 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy   # the PyTorch reference for fixtures and the throughput peer
+  time                          # GNU time: the peer's peak RSS in bench/compare_with_torch.sh
 )
 
 missing=()

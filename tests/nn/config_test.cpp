@@ -1,0 +1,56 @@
+// Config loading: defaults, overrides, and errors that name the key and what is allowed.
+#include <gtest/gtest.h>
+
+#include "tessel/core/check.h"
+#include "tessel/train/config.h"
+
+using tessel::train::Config;
+
+namespace {
+
+std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  try {
+    Config::from_yaml_text(yaml, sets, "test.yaml");
+  } catch (const tessel::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ReadsSectionsAndOverrides) {
+  const Config c = Config::from_yaml_text(
+      "model: {arch: gpt2, num_layers: 3, hidden_size: 32, num_attention_heads: 4, num_query_groups: 4}\n"
+      "train: {lr: 0.001, micro_batch_size: 2, global_batch_size: 8}\n"
+      "precision: {compute: bf16, fp8: {recipe: none}}\n",
+      {"train.lr=5e-4", "model.num_layers=5"});
+  EXPECT_EQ(c.model.arch, "gpt2");
+  EXPECT_EQ(c.model.num_layers, 5);
+  EXPECT_DOUBLE_EQ(c.train.lr, 5e-4);
+  EXPECT_EQ(c.grad_accumulation_steps(), 4);
+  EXPECT_EQ(c.model.compute, tessel::DType::bf16);
+  // The resolved config reads back to the same values.
+  const Config again = Config::from_yaml_text(c.to_yaml(), {});
+  EXPECT_EQ(again.to_yaml(), c.to_yaml());
+}
+
+TEST(Config, UnknownKeyNamesItAndTheAllowedOnes) {
+  const std::string e = error_of("model: {num_layerz: 3}\n");
+  EXPECT_NE(e.find("model.num_layerz"), std::string::npos) << e;
+  EXPECT_NE(e.find("num_layers"), std::string::npos) << e;
+  EXPECT_NE(e.find("test.yaml"), std::string::npos) << e;
+}
+
+TEST(Config, UnknownSectionAndBadValues) {
+  EXPECT_NE(error_of("modle: {}\n").find("unknown config section 'modle'"), std::string::npos);
+  EXPECT_NE(error_of("train: {lr: fast}\n").find("train.lr"), std::string::npos);
+  EXPECT_NE(error_of("", {"precision.compute=fp16"}).find("allowed: fp32, bf16"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.global_batch_size=3", "train.micro_batch_size=2"}).find("multiple"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"model.num_attention_heads=3"}).find("divisible"), std::string::npos);
+  EXPECT_NE(error_of("", {"nokey"}).find("section.key=value"), std::string::npos);
+  EXPECT_NE(error_of("", {"parallel.tensor_model_parallel_size=2"}).find("not supported yet"), std::string::npos);
+  EXPECT_NE(error_of("", {"precision.fp8.recipe=delayed"}).find("not supported yet"), std::string::npos);
+  EXPECT_NE(error_of("model: [1, 2]\n").find("mapping"), std::string::npos);
+}
+
+}  // namespace

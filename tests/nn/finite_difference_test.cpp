@@ -1,0 +1,242 @@
+// Every module's backward (input gradient and parameter gradients) against central finite
+// differences of the scalar L = sum(forward(x) * R), R fixed and random. fp32 modules, so the
+// step h = 1e-2 balances truncation (O(h^2)) against rounding (~1e-7 |L| / h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "tessel/core/rng.h"
+#include "tessel/nn/attention.h"
+#include "tessel/nn/embedding.h"
+#include "tessel/nn/linear.h"
+#include "tessel/nn/mlp.h"
+#include "tessel/nn/model.h"
+#include "tessel/nn/norm.h"
+#include "tessel/nn/transformer_layer.h"
+
+using namespace tessel;
+using nn::Activations;
+
+namespace {
+
+Tensor random_tensor(const Shape& s, uint64_t stream, float std = 1.0f) {
+  Tensor t = Tensor::empty(s, DType::f32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = std * philox_normal(7, stream, uint64_t(i));
+  return t;
+}
+
+void randomize_params(nn::ParamStore& ps) {
+  for (int64_t i = 0; i < ps.numel(); ++i) ps.params_data()[i] = 0.3f * philox_normal(11, 99, uint64_t(i));
+  ps.refresh_compute_copy();
+}
+
+double dot(const Tensor& a, const Tensor& b) {
+  double s = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) s += double(a.data<float>()[i]) * double(b.data<float>()[i]);
+  return s;
+}
+
+using Forward = std::function<Tensor(const Tensor& x, Activations&)>;
+using Backward = std::function<Tensor(const Tensor& dy, Activations&)>;  // returns dx, accumulates param grads
+
+// Checks dL/dx (when x is a float tensor) and dL/dp for sampled elements of every parameter.
+void check_gradients(nn::ParamStore& ps, Tensor x, const Forward& fwd, const Backward& bwd, double tol = 2e-2) {
+  Activations saved;
+  ps.zero_grads();
+  Tensor y = fwd(x, saved);
+  const Tensor R = random_tensor(y.shape(), 5);
+  Tensor dx = bwd(R, saved);
+  auto loss = [&]() {
+    Activations scratch;
+    return dot(fwd(x, scratch), R);
+  };
+  const double h = 1e-2;
+  // Rounding noise of a central difference: L is a sum of fp32 terms, each off by ~2^-24 relative.
+  double abs_sum = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) abs_sum += std::fabs(double(y.data<float>()[i]) * R.data<float>()[i]);
+  const double fd_noise = 8 * 6e-8 * abs_sum / (2 * h);
+  auto fd_at = [&](float* p) {
+    const float orig = *p;
+    *p = orig + float(h);
+    ps.refresh_compute_copy();
+    const double lp = loss();
+    *p = orig - float(h);
+    ps.refresh_compute_copy();
+    const double lm = loss();
+    *p = orig;
+    ps.refresh_compute_copy();
+    return (lp - lm) / (2 * h);
+  };
+  auto compare = [&](const std::string& what, int64_t n, float* values, const float* analytic) {
+    double scale = 1e-3;
+    for (int64_t i = 0; i < n; ++i) scale = std::max(scale, double(std::fabs(analytic[i])));
+    const int64_t samples = std::min<int64_t>(n, 12);
+    for (int64_t s = 0; s < samples; ++s) {
+      const int64_t i = (s * 7919) % n;
+      const double fd = fd_at(values + i);
+      EXPECT_NEAR(analytic[i], fd, tol * scale + fd_noise) << what << "[" << i << "]";
+    }
+  };
+  if (x.defined() && x.dtype() == DType::f32) {
+    ASSERT_TRUE(dx.defined());
+    compare("input", x.numel(), x.data<float>(), dx.data<float>());
+  }
+  for (const auto& spec : ps.specs())
+    compare(spec.name, spec.numel, ps.params_data() + spec.offset, ps.grads_data() + spec.offset);
+}
+
+nn::ModelConfig small_config(const std::string& arch) {
+  nn::ModelConfig c;
+  c.arch = arch;
+  c.num_layers = 2;
+  c.hidden_size = 16;
+  c.num_attention_heads = 4;
+  c.num_query_groups = arch == "llama" ? 2 : 4;
+  c.ffn_hidden_size = 24;
+  c.vocab_size = 19;
+  c.seq_length = 7;
+  return c;
+}
+
+constexpr int64_t kBatch = 2;
+
+TEST(FiniteDifference, LinearWithFusedPartsAndBias) {
+  nn::ParamStore ps(DType::f32);
+  nn::Linear lin(ps, {{"a", 5}, {"b", 3}}, 6, true, 0.1f);
+  ps.finalize();
+  randomize_params(ps);
+  check_gradients(
+      ps, random_tensor({9, 6}, 1), [&](const Tensor& x, Activations& a) { return lin.forward(x, a); },
+      [&](const Tensor& dy, Activations& a) {
+        Tensor dx = lin.backward_input(dy, a);
+        lin.backward_weight(a);
+        return dx;
+      });
+}
+
+class NormFd : public ::testing::TestWithParam<nn::Norm::Kind> {};
+
+TEST_P(NormFd, FusedResidualAdd) {
+  nn::ParamStore ps(DType::f32);
+  nn::Norm norm(ps, "n", 10, GetParam(), 1e-5f);
+  ps.finalize();
+  randomize_params(ps);
+  const Tensor delta = random_tensor({6, 10}, 2);
+  const Tensor dresid = random_tensor({6, 10}, 3);
+  // Output: y and r_out both feed L (y through R, r_out through dresid), as in a decoder layer.
+  check_gradients(
+      ps, random_tensor({6, 10}, 1),
+      [&](const Tensor& x, Activations& a) {
+        Tensor r;
+        Tensor y = norm.forward(x, delta, r, a);
+        Tensor both = Tensor::empty({6, 20}, DType::f32);
+        for (int64_t i = 0; i < 6; ++i)
+          for (int64_t j = 0; j < 10; ++j) {
+            both.data<float>()[i * 20 + j] = y.data<float>()[i * 10 + j];
+            both.data<float>()[i * 20 + 10 + j] =
+                r.data<float>()[i * 10 + j] * dresid.data<float>()[i * 10 + j];  // d/dr = dresid * R
+          }
+        return both;
+      },
+      [&](const Tensor& dboth, Activations& a) {
+        Tensor dy = Tensor::empty({6, 10}, DType::f32), dr = Tensor::empty({6, 10}, DType::f32);
+        for (int64_t i = 0; i < 6; ++i)
+          for (int64_t j = 0; j < 10; ++j) {
+            dy.data<float>()[i * 10 + j] = dboth.data<float>()[i * 20 + j];
+            dr.data<float>()[i * 10 + j] = dboth.data<float>()[i * 20 + 10 + j] * dresid.data<float>()[i * 10 + j];
+          }
+        return norm.backward(dy, dr, a);
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, NormFd, ::testing::Values(nn::Norm::Kind::rms, nn::Norm::Kind::layer));
+
+class ArchFd : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ArchFd, SelfAttention) {
+  const auto cfg = small_config(GetParam());
+  nn::ParamStore ps(DType::f32);
+  auto rope = cfg.is_llama() ? std::make_shared<kernels::RopeTable>(cfg.seq_length, cfg.head_dim(), cfg.rotary_base)
+                             : nullptr;
+  nn::SelfAttention attn(ps, "attn", cfg, cfg.num_layers, rope);
+  ps.finalize();
+  randomize_params(ps);
+  check_gradients(
+      ps, random_tensor({kBatch * cfg.seq_length, cfg.hidden_size}, 1),
+      [&](const Tensor& x, Activations& a) { return attn.forward(x, kBatch, a); },
+      [&](const Tensor& dy, Activations& a) {
+        Tensor dx = attn.backward_input(dy, a);
+        attn.backward_weight(a);
+        return dx;
+      });
+}
+
+TEST_P(ArchFd, Mlp) {
+  const auto cfg = small_config(GetParam());
+  nn::ParamStore ps(DType::f32);
+  nn::Mlp mlp(ps, "mlp", cfg, cfg.num_layers);
+  ps.finalize();
+  randomize_params(ps);
+  check_gradients(
+      ps, random_tensor({kBatch * cfg.seq_length, cfg.hidden_size}, 1),
+      [&](const Tensor& x, Activations& a) { return mlp.forward(x, a); },
+      [&](const Tensor& dy, Activations& a) {
+        Tensor dx = mlp.backward_input(dy, a);
+        mlp.backward_weight(a);
+        return dx;
+      });
+}
+
+TEST_P(ArchFd, TransformerLayer) {
+  const auto cfg = small_config(GetParam());
+  nn::ParamStore ps(DType::f32);
+  auto rope = cfg.is_llama() ? std::make_shared<kernels::RopeTable>(cfg.seq_length, cfg.head_dim(), cfg.rotary_base)
+                             : nullptr;
+  nn::TransformerLayer layer(ps, cfg, 0, rope);
+  ps.finalize();
+  randomize_params(ps);
+  check_gradients(
+      ps, random_tensor({kBatch * cfg.seq_length, cfg.hidden_size}, 1),
+      [&](const Tensor& x, Activations& a) { return layer.forward(x, kBatch, a); },
+      [&](const Tensor& dy, Activations& a) {
+        Tensor dx = layer.backward_input(dy, a);
+        layer.backward_weight(a);
+        return dx;
+      });
+}
+
+TEST_P(ArchFd, EmbeddingPositionsAndTiedHead) {
+  // The whole model's loss: exercises embedding (and positions), every layer, final norm, the
+  // fused head + cross-entropy, with tied embeddings, and recompute.
+  auto cfg = small_config(GetParam());
+  cfg.tie_embeddings = true;
+  cfg.recompute = true;
+  nn::Model model(cfg);
+  randomize_params(model.params());
+  Tensor tokens = Tensor::empty({kBatch, cfg.seq_length}, DType::i64);
+  Tensor targets = Tensor::empty({kBatch, cfg.seq_length}, DType::i64);
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    tokens.data<int64_t>()[i] = (i * 5 + 3) % cfg.vocab_size;
+    targets.data<int64_t>()[i] = (i * 7 + 1) % cfg.vocab_size;
+  }
+  // L = sum of token losses: the scalar is the model's own loss; R is the unit "gradient scale".
+  check_gradients(
+      model.params(), Tensor(),
+      [&](const Tensor&, Activations&) {
+        Tensor l = Tensor::empty({1}, DType::f32);
+        l.data<float>()[0] = float(model.loss_sum(tokens, targets));
+        return l;
+      },
+      [&](const Tensor& dy, Activations&) {
+        model.params().zero_grads();
+        model.forward_backward(tokens, targets, dy.data<float>()[0]);
+        return Tensor();
+      },
+      3e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ArchFd, ::testing::Values("llama", "gpt2"));
+
+}  // namespace
