@@ -3,7 +3,7 @@
 //   SwiGLU: gu [N, 2F] holds gate (columns [0, F)) then up ([F, 2F)), out = silu(gate) * up  [N, F].
 //   GeLU (tanh approximation, GPT-2's "gelu_new"): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 // Forward inputs are fp32 GEMM outputs; outputs and input-gradients are written in the dtype the next
-// GEMM reads (f32 or bf16). Rows of the [N, *] inputs may be strided (ld = row stride in elements).
+// GEMM reads (f32 or bf16). All matrices are dense row-major.
 #include <cstdint>
 
 #include "tessel/core/dtype.h"

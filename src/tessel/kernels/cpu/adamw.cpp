@@ -24,14 +24,15 @@ double sum_squares(int64_t n, const float* x) {
   double total = 0.0;
 #pragma omp parallel reduction(+ : total)
   {
-    // fp32 partial sums over short blocks keep it vectorised; blocks are summed in double.
+    // Squares in double: an fp32 square overflows above 1.8e19, and exploding gradients must still
+    // give a finite norm for the spike detector and clipping.
 #pragma omp for schedule(static)
-    for (int64_t b = 0; b < n; b += 1024) {
-      const int64_t e = b + 1024 < n ? b + 1024 : n;
-      float s = 0.0f;
+    for (int64_t b = 0; b < n; b += 4096) {
+      const int64_t e = b + 4096 < n ? b + 4096 : n;
+      double s = 0.0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t i = b; i < e; ++i) s += x[i] * x[i];
-      total += double(s);
+      for (int64_t i = b; i < e; ++i) s += double(x[i]) * double(x[i]);
+      total += s;
     }
   }
   return total;

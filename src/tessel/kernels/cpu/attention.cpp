@@ -8,6 +8,10 @@
 #include "tessel/core/check.h"
 #include "tessel/kernels/cpu/elementwise.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace tessel::kernels {
 namespace {
 
@@ -19,8 +23,100 @@ inline int64_t visible_keys(bool causal, int64_t qpos, int64_t kstart, int64_t k
   return std::clamp<int64_t>(qpos - kstart + 1, 0, kn);
 }
 
+#if defined(__AVX512F__)
+// Register-blocked S = A Bt over all kTile columns (columns >= n hold junk the callers never read):
+// two rows at a time, 8 accumulators, so each loaded Bt vector feeds two FMAs.
+inline void tile_abt_avx512(int64_t m, int64_t Dh, const float* A, int64_t lda, const float* Bt, float* S) {
+  int64_t i = 0;
+  for (; i + 2 <= m; i += 2) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    const float* r0 = A + i * lda;
+    const float* r1 = r0 + lda;
+    for (int64_t d = 0; d < Dh; ++d) {
+      const float* bt = Bt + d * kTile;
+      const __m512 v0 = _mm512_loadu_ps(bt), v1 = _mm512_loadu_ps(bt + 16), v2 = _mm512_loadu_ps(bt + 32),
+                   v3 = _mm512_loadu_ps(bt + 48);
+      const __m512 x = _mm512_set1_ps(r0[d]), y = _mm512_set1_ps(r1[d]);
+      a0 = _mm512_fmadd_ps(x, v0, a0);
+      a1 = _mm512_fmadd_ps(x, v1, a1);
+      a2 = _mm512_fmadd_ps(x, v2, a2);
+      a3 = _mm512_fmadd_ps(x, v3, a3);
+      b0 = _mm512_fmadd_ps(y, v0, b0);
+      b1 = _mm512_fmadd_ps(y, v1, b1);
+      b2 = _mm512_fmadd_ps(y, v2, b2);
+      b3 = _mm512_fmadd_ps(y, v3, b3);
+    }
+    float* s0 = S + i * kTile;
+    float* s1 = s0 + kTile;
+    _mm512_storeu_ps(s0, a0);
+    _mm512_storeu_ps(s0 + 16, a1);
+    _mm512_storeu_ps(s0 + 32, a2);
+    _mm512_storeu_ps(s0 + 48, a3);
+    _mm512_storeu_ps(s1, b0);
+    _mm512_storeu_ps(s1 + 16, b1);
+    _mm512_storeu_ps(s1 + 32, b2);
+    _mm512_storeu_ps(s1 + 48, b3);
+  }
+  for (; i < m; ++i) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t d = 0; d < Dh; ++d) {
+      const float* bt = Bt + d * kTile;
+      const __m512 x = _mm512_set1_ps(A[i * lda + d]);
+      a0 = _mm512_fmadd_ps(x, _mm512_loadu_ps(bt), a0);
+      a1 = _mm512_fmadd_ps(x, _mm512_loadu_ps(bt + 16), a1);
+      a2 = _mm512_fmadd_ps(x, _mm512_loadu_ps(bt + 32), a2);
+      a3 = _mm512_fmadd_ps(x, _mm512_loadu_ps(bt + 48), a3);
+    }
+    float* s0 = S + i * kTile;
+    _mm512_storeu_ps(s0, a0);
+    _mm512_storeu_ps(s0 + 16, a1);
+    _mm512_storeu_ps(s0 + 32, a2);
+    _mm512_storeu_ps(s0 + 48, a3);
+  }
+}
+
+// out[0, 16 NV) += sum_j w[j * wstride] * X[j * ldx + (0, 16 NV)] for j < n, accumulators in registers.
+template <int NV>
+inline void row_axpy_sum(int64_t n, const float* w, int64_t wstride, const float* X, int64_t ldx, float scale,
+                         float* out) {
+  __m512 acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const __m512 s = _mm512_set1_ps(w[j * wstride]);
+    const float* x = X + j * ldx;
+    for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(s, _mm512_loadu_ps(x + 16 * v), acc[v]);
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + 16 * v, _mm512_fmadd_ps(sc, acc[v], _mm512_loadu_ps(out + 16 * v)));
+}
+#endif
+
+// out[d] += scale * sum_j w[j * wstride] * X[j * ldx + d] for d < Dh: the P V, dS K, P^T dO and
+// dS^T Q products of a tile, one output row at a time.
+inline void row_axpy_sum_any(int64_t n, int64_t Dh, const float* w, int64_t wstride, const float* X, int64_t ldx,
+                             float scale, float* out) {
+#if defined(__AVX512F__)
+  switch (Dh) {
+    case 16: return row_axpy_sum<1>(n, w, wstride, X, ldx, scale, out);
+    case 32: return row_axpy_sum<2>(n, w, wstride, X, ldx, scale, out);
+    case 64: return row_axpy_sum<4>(n, w, wstride, X, ldx, scale, out);
+    case 128: return row_axpy_sum<8>(n, w, wstride, X, ldx, scale, out);
+    default: break;
+  }
+#endif
+  for (int64_t j = 0; j < n; ++j) {
+    const float s = scale * w[j * wstride];
+    const float* x = X + j * ldx;
+#pragma omp simd
+    for (int64_t d = 0; d < Dh; ++d) out[d] += s * x[d];
+  }
+}
+
 // S[i][j] = sum_d A[i][d] * Bt[d][j] for i < m, j < n (A rows strided by lda, Bt is [Dh][kTile]).
 inline void tile_abt(int64_t m, int64_t n, int64_t Dh, const float* A, int64_t lda, const float* Bt, float* S) {
+#if defined(__AVX512F__)
+  if (n > 48) return tile_abt_avx512(m, Dh, A, lda, Bt, S);
+#endif
   for (int64_t i = 0; i < m; ++i) {
     float* si = S + i * kTile;
 #pragma omp simd
@@ -89,12 +185,7 @@ void attention_fwd(const AttentionShape& s, const float* q, int64_t ldq, const f
             float* ai = acc.data() + i * Dh;
 #pragma omp simd
             for (int64_t d = 0; d < Dh; ++d) ai[d] *= alpha;
-            for (int64_t j = 0; j < jn; ++j) {
-              const float p = si[j];
-              const float* vj = vb + (kstart + j) * ldv;
-#pragma omp simd
-              for (int64_t d = 0; d < Dh; ++d) ai[d] += p * vj[d];
-            }
+            row_axpy_sum_any(jn, Dh, si, 1, vb + kstart * ldv, ldv, 1.0f, ai);
           }
         }
         for (int64_t i = 0; i < qn; ++i) {
@@ -169,22 +260,14 @@ void attention_bwd(const AttentionShape& s, const float* q, int64_t ldq, const f
                   pi[j] = p;
                   dpi[j] = p * (dpi[j] - Di);  // dS
                 }
-                if (jn == 0) continue;
-                const float* doi = dob + i * lddo;
-                const float* qi = qb + i * ldq;
-                float* dqi = dq + (b * T + qstart + i) * lddq + h * Dh;
-                for (int64_t j = 0; j < jn; ++j) {
-                  const float p = pi[j], ds = dpi[j] * s.scale;
-                  float* dvj = dVacc.data() + j * Dh;
-                  float* dkj = dKacc.data() + j * Dh;
-                  const float* kj = kb + (kstart + j) * ldk;
-#pragma omp simd
-                  for (int64_t d = 0; d < Dh; ++d) {
-                    dvj[d] += p * doi[d];
-                    dkj[d] += ds * qi[d];
-                    dqi[d] += ds * kj[d];
-                  }
-                }
+                if (jn > 0)  // dQ[i] += scale * sum_j dS[i][j] K[j]
+                  row_axpy_sum_any(jn, Dh, dpi, 1, kb + kstart * ldk, ldk, s.scale,
+                                   dq + (b * T + qstart + i) * lddq + h * Dh);
+              }
+              // dV[j] += sum_i P[i][j] dO[i];  dK[j] += scale * sum_i dS[i][j] Q[i]  (masked P, dS are 0)
+              for (int64_t j = 0; j < kn; ++j) {
+                row_axpy_sum_any(qn, Dh, P.data() + j, kTile, dob, lddo, 1.0f, dVacc.data() + j * Dh);
+                row_axpy_sum_any(qn, Dh, dP.data() + j, kTile, qb, ldq, s.scale, dKacc.data() + j * Dh);
               }
             }
           }

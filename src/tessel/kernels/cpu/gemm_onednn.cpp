@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
 
 #include "tessel/kernels/gemm.h"
 
@@ -41,6 +42,11 @@ memory::data_type to_dnnl(DType t) {
 void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOperand b, float* c, int64_t ldc,
           bool accumulate, const float* bias) {
   if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: C = (C if accumulating, else 0) + bias; oneDNN rejects K = 0
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0.0f) + (bias ? bias[j] : 0.0f);
+    return;
+  }
   Context& cx = ctx();
   const auto key = std::make_tuple(M, N, K, a.ld, b.ld, ldc, int(a.trans), int(b.trans), int(ab_dtype),
                                    int(accumulate), int(bias != nullptr));
