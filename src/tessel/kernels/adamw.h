@@ -5,6 +5,8 @@
 // Plus the reductions gradient clipping needs.
 #include <cstdint>
 
+#include "tessel/core/dtype.h"
+
 namespace tessel::kernels {
 
 struct AdamWHyper {
@@ -12,7 +14,10 @@ struct AdamWHyper {
   int64_t step;  // 1-based step count after this update
 };
 
-void adamw_update(int64_t n, float* p, const float* g, float* m, float* v, const AdamWHyper& h);
+// g is read as grad_scale * g (gradient clipping folded into the update). When compute_copy is not
+// null the updated parameters are also written there in bf16 (the GEMM weights), saving a pass.
+void adamw_update(int64_t n, float* p, const float* g, float* m, float* v, const AdamWHyper& h,
+                  float grad_scale = 1.0f, bf16* compute_copy = nullptr);
 
 double sum_squares(int64_t n, const float* x);  // double accumulation
 void scale_inplace(int64_t n, float* x, float s);

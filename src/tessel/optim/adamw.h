@@ -20,7 +20,8 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(nn::ParamStore& ps, AdamWConfig cfg);
-  // Clips, updates the fp32 master weights at learning rate lr, refreshes the compute copy.
+  // Clips (inside the update), updates the fp32 master weights at learning rate lr and their bf16
+  // compute copy.
   // Returns the global gradient norm before clipping.
   double step(double lr);
   int64_t steps_taken() const { return step_; }

@@ -2,22 +2,38 @@
 
 #include <cmath>
 
+#include "tessel/kernels/cpu/elementwise.h"
+
 namespace tessel::kernels {
 
-void adamw_update(int64_t n, float* p, const float* g, float* m, float* v, const AdamWHyper& h) {
+namespace {
+template <bool kCopy>
+void adamw_loop(int64_t n, float* p, const float* g, float* m, float* v, const AdamWHyper& h, float grad_scale,
+                bf16* copy) {
   const float bc1 = 1.0f - float(std::pow(double(h.beta1), double(h.step)));
   const float bc2 = 1.0f - float(std::pow(double(h.beta2), double(h.step)));
   const float step_size = h.lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2), decay = 1.0f - h.lr * h.weight_decay;
   const float b1 = h.beta1, b2 = h.beta2, eps = h.eps;
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] * grad_scale;
     const float mi = b1 * m[i] + (1.0f - b1) * gi;
     const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    const float pi = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    p[i] = pi;
+    if constexpr (kCopy) store_as(copy + i, pi);
   }
+}
+}  // namespace
+
+void adamw_update(int64_t n, float* p, const float* g, float* m, float* v, const AdamWHyper& h, float grad_scale,
+                  bf16* compute_copy) {
+  if (compute_copy)
+    adamw_loop<true>(n, p, g, m, v, h, grad_scale, compute_copy);
+  else
+    adamw_loop<false>(n, p, g, m, v, h, grad_scale, nullptr);
 }
 
 double sum_squares(int64_t n, const float* x) {

@@ -172,6 +172,7 @@ void attention_fwd(const AttentionShape& s, const float* q, int64_t ldq, const f
             if (jn == 0) continue;
             float* si = S.data() + i * kTile;
             float mx = m[size_t(i)];
+#pragma omp simd reduction(max : mx)
             for (int64_t j = 0; j < jn; ++j) mx = std::max(mx, si[j]);
             const float alpha = fast_exp(m[size_t(i)] - mx);
             float sum = 0.0f;

@@ -23,20 +23,28 @@ double softmax_xent(int64_t N, int64_t V, const float* logits, const int64_t* ta
     float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
     for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
+    const float xt = t >= 0 ? x[t] : 0.0f;  // read before an aliased write overwrites it
     float sum = 0.0f;
+    if (dlogits) {
+      // exp(x - max) goes straight into dlogits (fp32) or a row buffer, then is scaled in place.
+      Tg* g = dlogits + i * V;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < V; ++j) sum += fast_exp(x[j] - mx);
-    const float loss = t >= 0 ? std::log(sum) + mx - x[t] : 0.0f;
+      for (int64_t j = 0; j < V; ++j) {
+        const float e = fast_exp(x[j] - mx);
+        store_as(g + j, e);
+        sum += e;
+      }
+      const float scale = t >= 0 ? grad_scale / sum : 0.0f;
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) store_as(g + j, to_f32(g[j]) * scale);
+      if (t >= 0) store_as(g + t, fast_exp(xt - mx) * scale - grad_scale);
+    } else {
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < V; ++j) sum += fast_exp(x[j] - mx);
+    }
+    const float loss = t >= 0 ? std::log(sum) + mx - xt : 0.0f;
     if (row_loss) row_loss[i] = loss;
     total += double(loss);
-    if (dlogits) {
-      Tg* g = dlogits + i * V;
-      const float scale = t >= 0 ? grad_scale / sum : 0.0f;
-      const float xt = t >= 0 ? x[t] : 0.0f;  // read before an aliased write overwrites it
-#pragma omp simd
-      for (int64_t j = 0; j < V; ++j) store_as(g + j, fast_exp(x[j] - mx) * scale);
-      if (t >= 0) store_as(g + t, fast_exp(xt - mx) * scale - grad_scale);
-    }
   }
   return total;
 }
