@@ -89,6 +89,28 @@ inline void row_axpy_sum(int64_t n, const float* w, int64_t wstride, const float
   const __m512 sc = _mm512_set1_ps(scale);
   for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + 16 * v, _mm512_fmadd_ps(sc, acc[v], _mm512_loadu_ps(out + 16 * v)));
 }
+
+// The same for two output rows at once: each loaded X vector feeds two FMAs.
+template <int NV>
+inline void row2_axpy_sum(int64_t n, const float* w0, const float* w1, int64_t wstride, const float* X, int64_t ldx,
+                          float scale, float* out0, float* out1) {
+  __m512 a[NV], b[NV];
+  for (int v = 0; v < NV; ++v) a[v] = b[v] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const __m512 s0 = _mm512_set1_ps(w0[j * wstride]), s1 = _mm512_set1_ps(w1[j * wstride]);
+    const float* x = X + j * ldx;
+    for (int v = 0; v < NV; ++v) {
+      const __m512 xv = _mm512_loadu_ps(x + 16 * v);
+      a[v] = _mm512_fmadd_ps(s0, xv, a[v]);
+      b[v] = _mm512_fmadd_ps(s1, xv, b[v]);
+    }
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int v = 0; v < NV; ++v) {
+    _mm512_storeu_ps(out0 + 16 * v, _mm512_fmadd_ps(sc, a[v], _mm512_loadu_ps(out0 + 16 * v)));
+    _mm512_storeu_ps(out1 + 16 * v, _mm512_fmadd_ps(sc, b[v], _mm512_loadu_ps(out1 + 16 * v)));
+  }
+}
 #endif
 
 // out[d] += scale * sum_j w[j * wstride] * X[j * ldx + d] for d < Dh: the P V, dS K, P^T dO and
@@ -110,6 +132,30 @@ inline void row_axpy_sum_any(int64_t n, int64_t Dh, const float* w, int64_t wstr
 #pragma omp simd
     for (int64_t d = 0; d < Dh; ++d) out[d] += s * x[d];
   }
+}
+
+// out_r[d] += scale * sum_j w_r[j * wstride] * X[j * ldx + d] for rows r = 0, 1 sharing X.
+inline void row2_axpy_sum_any(int64_t n, int64_t Dh, const float* w0, const float* w1, int64_t wstride,
+                              const float* X, int64_t ldx, float scale, float* out0, float* out1) {
+#if defined(__AVX512F__)
+  switch (Dh) {
+    case 16: return row2_axpy_sum<1>(n, w0, w1, wstride, X, ldx, scale, out0, out1);
+    case 32: return row2_axpy_sum<2>(n, w0, w1, wstride, X, ldx, scale, out0, out1);
+    case 64: return row2_axpy_sum<4>(n, w0, w1, wstride, X, ldx, scale, out0, out1);
+    case 128: return row2_axpy_sum<8>(n, w0, w1, wstride, X, ldx, scale, out0, out1);
+    default: break;
+  }
+#endif
+  row_axpy_sum_any(n, Dh, w0, wstride, X, ldx, scale, out0);
+  row_axpy_sum_any(n, Dh, w1, wstride, X, ldx, scale, out1);
+}
+
+// Applies f(i0, i1) to row pairs of [0, n) and f(i, -1) to a last odd row.
+template <class F>
+inline void for_row_pairs(int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + 2 <= n; i += 2) f(i, i + 1);
+  if (i < n) f(i, int64_t(-1));
 }
 
 // S[i][j] = sum_d A[i][d] * Bt[d][j] for i < m, j < n (A rows strided by lda, Bt is [Dh][kTile]).
@@ -167,10 +213,13 @@ void attention_fwd(const AttentionShape& s, const float* q, int64_t ldq, const f
           const int64_t kn = std::min(kTile, kend - kstart);
           load_transposed(kn, Dh, kb + kstart * ldk, ldk, Kt.data());
           tile_abt(qn, kn, Dh, Qs.data(), Dh, Kt.data(), S.data());
+          int64_t jmax = 0;  // P V below runs over the widest visible prefix; masked P entries are 0
           for (int64_t i = 0; i < qn; ++i) {
             const int64_t jn = visible_keys(s.causal, qstart + i, kstart, kn);
-            if (jn == 0) continue;
             float* si = S.data() + i * kTile;
+            for (int64_t j = jn; j < kn; ++j) si[j] = 0.0f;
+            jmax = std::max(jmax, jn);
+            if (jn == 0) continue;
             float mx = m[size_t(i)];
 #pragma omp simd reduction(max : mx)
             for (int64_t j = 0; j < jn; ++j) mx = std::max(mx, si[j]);
@@ -186,8 +235,15 @@ void attention_fwd(const AttentionShape& s, const float* q, int64_t ldq, const f
             float* ai = acc.data() + i * Dh;
 #pragma omp simd
             for (int64_t d = 0; d < Dh; ++d) ai[d] *= alpha;
-            row_axpy_sum_any(jn, Dh, si, 1, vb + kstart * ldv, ldv, 1.0f, ai);
           }
+          for_row_pairs(qn, [&](int64_t i0, int64_t i1) {
+            const float* x = vb + kstart * ldv;
+            if (i1 < 0)
+              row_axpy_sum_any(jmax, Dh, S.data() + i0 * kTile, 1, x, ldv, 1.0f, acc.data() + i0 * Dh);
+            else
+              row2_axpy_sum_any(jmax, Dh, S.data() + i0 * kTile, S.data() + i1 * kTile, 1, x, ldv, 1.0f,
+                                acc.data() + i0 * Dh, acc.data() + i1 * Dh);
+          });
         }
         for (int64_t i = 0; i < qn; ++i) {
           const float inv = 1.0f / l[size_t(i)];
@@ -261,15 +317,30 @@ void attention_bwd(const AttentionShape& s, const float* q, int64_t ldq, const f
                   pi[j] = p;
                   dpi[j] = p * (dpi[j] - Di);  // dS
                 }
-                if (jn > 0)  // dQ[i] += scale * sum_j dS[i][j] K[j]
-                  row_axpy_sum_any(jn, Dh, dpi, 1, kb + kstart * ldk, ldk, s.scale,
-                                   dq + (b * T + qstart + i) * lddq + h * Dh);
               }
-              // dV[j] += sum_i P[i][j] dO[i];  dK[j] += scale * sum_i dS[i][j] Q[i]  (masked P, dS are 0)
-              for (int64_t j = 0; j < kn; ++j) {
-                row_axpy_sum_any(qn, Dh, P.data() + j, kTile, dob, lddo, 1.0f, dVacc.data() + j * Dh);
-                row_axpy_sum_any(qn, Dh, dP.data() + j, kTile, qb, ldq, s.scale, dKacc.data() + j * Dh);
-              }
+              // Masked P and dS entries are 0, so every product runs over the whole tile.
+              // dQ[i] += scale * sum_j dS[i][j] K[j]
+              float* dqb = dq + (b * T + qstart) * lddq + h * Dh;
+              for_row_pairs(qn, [&](int64_t i0, int64_t i1) {
+                const float* x = kb + kstart * ldk;
+                if (i1 < 0)
+                  row_axpy_sum_any(kn, Dh, dP.data() + i0 * kTile, 1, x, ldk, s.scale, dqb + i0 * lddq);
+                else
+                  row2_axpy_sum_any(kn, Dh, dP.data() + i0 * kTile, dP.data() + i1 * kTile, 1, x, ldk, s.scale,
+                                    dqb + i0 * lddq, dqb + i1 * lddq);
+              });
+              // dV[j] += sum_i P[i][j] dO[i];  dK[j] += scale * sum_i dS[i][j] Q[i]
+              for_row_pairs(kn, [&](int64_t j0, int64_t j1) {
+                if (j1 < 0) {
+                  row_axpy_sum_any(qn, Dh, P.data() + j0, kTile, dob, lddo, 1.0f, dVacc.data() + j0 * Dh);
+                  row_axpy_sum_any(qn, Dh, dP.data() + j0, kTile, qb, ldq, s.scale, dKacc.data() + j0 * Dh);
+                } else {
+                  row2_axpy_sum_any(qn, Dh, P.data() + j0, P.data() + j1, kTile, dob, lddo, 1.0f,
+                                    dVacc.data() + j0 * Dh, dVacc.data() + j1 * Dh);
+                  row2_axpy_sum_any(qn, Dh, dP.data() + j0, dP.data() + j1, kTile, qb, ldq, s.scale,
+                                    dKacc.data() + j0 * Dh, dKacc.data() + j1 * Dh);
+                }
+              });
             }
           }
           for (int64_t j = 0; j < kn; ++j) {
