@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libdnnl-dev            # oneDNN: CPU GEMM (f32, bf16 with AMX/AVX-512 where the CPU has them)
   libopenmpi-dev openmpi-bin
-  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy   # the PyTorch reference for fixtures and the throughput peer
   time                          # GNU time: the peer's peak RSS in bench/compare_with_torch.sh

@@ -1,43 +1,67 @@
-// tessel train CONFIG [--set k=v ...]: trains, printing one line per step and writing
-// metrics.jsonl and the resolved config into log.dir.
+// tessel train CONFIG [--set k=v ...]: trains, printing one line per log.interval steps and writing
+// metrics.jsonl and the resolved config into log.dir. With checkpoint.dir set it resumes from the
+// newest valid checkpoint there, saves every checkpoint.interval steps and at the end, and on
+// SIGINT / SIGTERM finishes the current step, saves, and exits cleanly.
 #include <omp.h>
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "commands.h"
+#include "tessel/ckpt/checkpoint.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::app {
 namespace {
+
+namespace fs = std::filesystem;
 
 struct TrainOptions {
   std::string config;
   std::vector<std::string> sets;
 };
 
+std::atomic<int> g_stop_signal{0};
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
 std::string hms(double s) {
   const int64_t t = int64_t(s + 0.5);
   return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
 }
 
+// Keeps the metrics of steps up to `step` (a resumed run rewrites what came after its checkpoint).
+void truncate_metrics(const fs::path& path, int64_t step) {
+  std::vector<std::string> keep;
+  if (std::ifstream in(path); in.good()) {
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      try {
+        if (nlohmann::json::parse(line).value("step", int64_t(0)) <= step) keep.push_back(line);
+      } catch (const nlohmann::json::exception&) {
+        break;  // a torn last line from a crash
+      }
+    }
+  }
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& l : keep) out << l << "\n";
+}
+
 int run_train(const TrainOptions& o) {
   const train::Config cfg = train::Config::load(o.config, o.sets);
-  TESSEL_CHECK(cfg.checkpoint.dir.empty(), "checkpoint.dir: checkpoints are not supported yet (leave it empty)");
   const auto kind = data::SyntheticData::parse(cfg.data.path);
-  namespace fs = std::filesystem;
   fs::create_directories(cfg.log.dir);
   {
     std::ofstream out(fs::path(cfg.log.dir) / "config.yaml");
     out << cfg.to_yaml();
   }
-  std::ofstream metrics(fs::path(cfg.log.dir) / "metrics.jsonl", std::ios::trunc);
-  TESSEL_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", cfg.log.dir);
-
   train::Trainer trainer(cfg);
   const auto& m = cfg.model;
   const int64_t mbs = cfg.train.micro_batch_size, accum = cfg.grad_accumulation_steps();
@@ -46,29 +70,74 @@ int run_train(const TrainOptions& o) {
               double(trainer.model().params().numel()) / 1e6, cfg.precision.compute.c_str(),
               (long long)cfg.train.global_batch_size, omp_get_max_threads());
   std::printf("run directory: %s (config.yaml, metrics.jsonl)\n", cfg.log.dir.c_str());
+
+  int64_t start = 0;
+  if (!cfg.checkpoint.dir.empty()) {
+    auto st = ckpt::load_latest_checkpoint(cfg.checkpoint.dir, trainer.model().params(), &trainer.optimizer(),
+                                           [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); });
+    if (st) {
+      TESSEL_CHECK(st->seed == uint64_t(cfg.train.seed),
+                   "checkpoint in '{}' was trained with train.seed {}, the config says {}", cfg.checkpoint.dir,
+                   st->seed, cfg.train.seed);
+      start = st->step;
+      std::printf("resumed from checkpoint.dir %s at step %lld (%lld samples consumed)\n",
+                  cfg.checkpoint.dir.c_str(), (long long)start, (long long)st->consumed_samples);
+    }
+  }
+  const fs::path metrics_path = fs::path(cfg.log.dir) / "metrics.jsonl";
+  truncate_metrics(metrics_path, start);
+  std::ofstream metrics(metrics_path, std::ios::app);
+  TESSEL_CHECK(metrics.good(), "cannot write {}", metrics_path.string());
+
+  auto save = [&](int64_t step) {
+    if (cfg.checkpoint.dir.empty()) return;
+    const ckpt::TrainState st{step, step * cfg.train.global_batch_size, uint64_t(cfg.train.seed)};
+    const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), trainer.optimizer(),
+                                                    st, cfg.to_yaml(), cfg.checkpoint.keep);
+    std::printf("saved checkpoint %s\n", where.c_str());
+    std::fflush(stdout);
+  };
+
+  g_stop_signal = 0;
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
   const data::SyntheticData data(kind, uint64_t(cfg.train.seed), m.vocab_size, m.seq_length);
-  const auto start = std::chrono::steady_clock::now();
-  for (int64_t it = 0; it < cfg.train.train_iters; ++it) {
+  const auto t_start = std::chrono::steady_clock::now();
+  int64_t it = start;
+  while (it < cfg.train.train_iters) {
     std::vector<data::Batch> mb;
     for (int64_t a = 0; a < accum; ++a) mb.push_back(data.batch((it * accum + a) * mbs, mbs));
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = trainer.step(mb, it);
     const auto t1 = std::chrono::steady_clock::now();
+    ++it;
     const double dt = std::chrono::duration<double>(t1 - t0).count();
-    const double elapsed = std::chrono::duration<double>(t1 - start).count();
+    const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     const double tps = double(cfg.train.global_batch_size * m.seq_length) / dt;
-    nlohmann::json j = {{"step", it + 1}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+    nlohmann::json j = {{"step", it}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                         {"tokens_per_s", tps}, {"step_s", dt}};
     metrics << j.dump() << "\n";
     metrics.flush();
-    if ((it + 1) % cfg.log.interval == 0 || it + 1 == cfg.train.train_iters) {
-      const double eta = elapsed / double(it + 1) * double(cfg.train.train_iters - it - 1);
+    if (it % cfg.log.interval == 0 || it == cfg.train.train_iters) {
+      const double eta = elapsed / double(it - start) * double(cfg.train.train_iters - it);
       std::printf("step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | elapsed %s | ETA %s\n",
-                  (long long)(it + 1), (long long)cfg.train.train_iters, r.loss, r.lr, r.grad_norm, tps,
+                  (long long)it, (long long)cfg.train.train_iters, r.loss, r.lr, r.grad_norm, tps,
                   hms(elapsed).c_str(), hms(eta).c_str());
       std::fflush(stdout);
     }
+    if (g_stop_signal) {
+      std::printf("received signal %d: saving and exiting\n", int(g_stop_signal));
+      save(it);
+      return 0;
+    }
+    if (cfg.train.exit_interval > 0 && it % cfg.train.exit_interval == 0 && it < cfg.train.train_iters) {
+      std::printf("train.exit_interval reached at step %lld: saving and exiting\n", (long long)it);
+      save(it);
+      return 0;
+    }
+    if (cfg.checkpoint.interval > 0 && it % cfg.checkpoint.interval == 0 && it < cfg.train.train_iters) save(it);
   }
+  if (it > start) save(it);
   return 0;
 }
 
@@ -76,7 +145,7 @@ int run_train(const TrainOptions& o) {
 
 Action add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
-  auto* cmd = app.add_subcommand("train", "Train a model from a YAML config");
+  auto* cmd = app.add_subcommand("train", "Train a model from a YAML config (resumes from checkpoint.dir)");
   cmd->add_option("config", o->config, "YAML config (e.g. configs/demo.yaml)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
   return [o] { return run_train(*o); };

@@ -25,8 +25,9 @@ class AdamW {
   // Returns the global gradient norm before clipping.
   double step(double lr);
   int64_t steps_taken() const { return step_; }
-  Tensor& exp_avg() { return m_; }
-  Tensor& exp_avg_sq() { return v_; }
+  // Moments, laid out like the parameters' flat buffer.
+  float* exp_avg_data() const { return m_.data<float>(); }
+  float* exp_avg_sq_data() const { return v_.data<float>(); }
   void set_steps_taken(int64_t s) { step_ = s; }
 
  private:

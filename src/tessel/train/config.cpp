@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "tessel/core/check.h"
+#include "tessel/optim/lr_schedule.h"
 
 namespace tessel::train {
 namespace {
@@ -72,6 +73,7 @@ struct Schema {
     t["seed"] = bind_field(c.train.seed, "train.seed");
     t["eval_interval"] = bind_field(c.train.eval_interval, "train.eval_interval");
     t["eval_iters"] = bind_field(c.train.eval_iters, "train.eval_iters");
+    t["exit_interval"] = bind_field(c.train.exit_interval, "train.exit_interval");
 
     auto& p = sections["parallel"];
     p["tensor_model_parallel_size"] = bind_field(c.parallel.tensor_model_parallel_size, "parallel.tensor_model_parallel_size");
@@ -229,7 +231,16 @@ void Config::validate() const {
                "train.adam_beta1/adam_beta2 must be in [0, 1), got {} / {}", train.adam_beta1, train.adam_beta2);
   TESSEL_CHECK(train.adam_eps > 0, "train.adam_eps must be > 0, got {}", train.adam_eps);
   TESSEL_CHECK(train.weight_decay >= 0, "train.weight_decay must be >= 0, got {}", train.weight_decay);
+  optim::LrSchedule sched;
+  sched.lr = train.lr;
+  sched.min_lr = train.min_lr;
+  sched.warmup_iters = train.lr_warmup_iters;
+  sched.total_iters = train.train_iters;
+  sched.style = train.lr_decay_style;
+  sched.validate();
   TESSEL_CHECK(log.interval > 0, "log.interval must be > 0, got {}", log.interval);
+  TESSEL_CHECK(train.exit_interval >= 0, "train.exit_interval must be >= 0, got {}", train.exit_interval);
+  TESSEL_CHECK(checkpoint.interval >= 0, "checkpoint.interval must be >= 0, got {}", checkpoint.interval);
   TESSEL_CHECK(checkpoint.keep > 0, "checkpoint.keep must be > 0, got {}", checkpoint.keep);
 }
 

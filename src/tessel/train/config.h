@@ -28,6 +28,7 @@ struct TrainConfig {
   int64_t seed = 1234;
   int64_t eval_interval = 0;
   int64_t eval_iters = 0;
+  int64_t exit_interval = 0;  // stop (with a checkpoint) once the step count is a multiple of this; 0: never
 };
 
 struct ParallelConfig {

@@ -1,6 +1,8 @@
 #include "tessel/kernels/adamw.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "tessel/kernels/cpu/elementwise.h"
 
@@ -37,20 +39,23 @@ void adamw_update(int64_t n, float* p, const float* g, float* m, float* v, const
 }
 
 double sum_squares(int64_t n, const float* x) {
-  double total = 0.0;
-#pragma omp parallel reduction(+ : total)
-  {
+  // Fixed blocks summed in block order: the result does not depend on thread timing (an OpenMP
+  // reduction may combine partials in any order), so resumed runs reproduce grad norms bit for bit.
+  constexpr int64_t kBlock = 1 << 16;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(size_t(blocks), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t e = std::min(n, (b + 1) * kBlock);
     // Squares in double: an fp32 square overflows above 1.8e19, and exploding gradients must still
-    // give a finite norm for the spike detector and clipping.
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < n; b += 4096) {
-      const int64_t e = b + 4096 < n ? b + 4096 : n;
-      double s = 0.0;
+    // give a finite norm for clipping.
+    double s = 0.0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t i = b; i < e; ++i) s += double(x[i]) * double(x[i]);
-      total += s;
-    }
+    for (int64_t i = b * kBlock; i < e; ++i) s += double(x[i]) * double(x[i]);
+    partial[size_t(b)] = s;
   }
+  double total = 0.0;
+  for (double p : partial) total += p;
   return total;
 }
 

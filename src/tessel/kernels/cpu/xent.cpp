@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "tessel/core/check.h"
 #include "tessel/kernels/cpu/elementwise.h"
@@ -15,8 +16,9 @@ double softmax_xent(int64_t N, int64_t V, const float* logits, const int64_t* ta
   for (int64_t i = 0; i < N; ++i)
     TESSEL_CHECK(targets[i] < V, "cross-entropy: target {} at row {} is outside the vocabulary [0, {})", targets[i],
                  i, V);
-  double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
+  // Per-row losses summed in row order afterwards: deterministic whatever the thread timing.
+  std::vector<float> losses(static_cast<size_t>(N));
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = logits + i * V;
     const int64_t t = targets[i];
@@ -43,8 +45,12 @@ double softmax_xent(int64_t N, int64_t V, const float* logits, const int64_t* ta
       for (int64_t j = 0; j < V; ++j) sum += fast_exp(x[j] - mx);
     }
     const float loss = t >= 0 ? std::log(sum) + mx - xt : 0.0f;
-    if (row_loss) row_loss[i] = loss;
-    total += double(loss);
+    losses[size_t(i)] = loss;
+  }
+  double total = 0.0;
+  for (int64_t i = 0; i < N; ++i) {
+    total += double(losses[size_t(i)]);
+    if (row_loss) row_loss[i] = losses[size_t(i)];
   }
   return total;
 }

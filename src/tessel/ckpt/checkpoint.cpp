@@ -1,0 +1,224 @@
+#include "tessel/ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tessel/ckpt/safetensors.h"
+
+namespace tessel::ckpt {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "tessel-checkpoint-1";
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimFile = "optimizer.safetensors";
+
+std::string step_name(int64_t step) { return fmt::format("step_{:08d}", step); }
+
+void fsync_path(const fs::path& p, bool directory) {
+  const int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  TESSEL_CHECK(fd >= 0, "cannot open '{}' to sync it to disk", p.string());
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  TESSEL_CHECK(rc == 0, "fsync of '{}' failed", p.string());
+}
+
+// CRC-32 (zlib) and size of a file.
+std::pair<uint32_t, int64_t> file_crc(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  TESSEL_CHECK(in.good(), "cannot read '{}'", p.string());
+  std::vector<char> buf(1 << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  int64_t total = 0;
+  while (in) {
+    in.read(buf.data(), int64_t(buf.size()));
+    const auto got = in.gcount();
+    if (got <= 0) break;
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), uInt(got));
+    total += got;
+  }
+  return {uint32_t(crc), total};
+}
+
+void write_text_file(const fs::path& p, const std::string& text) {
+  {
+    std::ofstream out(p, std::ios::trunc);
+    out << text;
+    TESSEL_CHECK(out.good(), "cannot write '{}'", p.string());
+  }
+  fsync_path(p, false);
+}
+
+std::string read_text_file(const fs::path& p) {
+  std::ifstream in(p);
+  TESSEL_CHECK(in.good(), "cannot read '{}'", p.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> out;
+  if (!fs::is_directory(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos) out.push_back(name);
+  }
+  std::sort(out.rbegin(), out.rend());  // zero-padded: lexical order is step order
+  return out;
+}
+
+std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
+                            const TrainState& state, const std::string& config_yaml, int64_t keep) {
+  TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
+  fs::create_directories(dir);
+  const std::string name = step_name(state.step);
+  const fs::path final_dir = fs::path(dir) / name;
+  const fs::path tmp = fs::path(dir) / (name + ".tmp-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+
+  std::vector<std::pair<std::string, Tensor>> model_tensors, optim_tensors;
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const auto& s : params.specs()) {
+    model_tensors.emplace_back(s.name, params.param_at(s.offset, s.shape));
+    // Moments are views into the optimizer's flat buffers (same layout as the parameters).
+    optim_tensors.emplace_back("exp_avg." + s.name,
+                               Tensor::from_blob(const_cast<float*>(opt.exp_avg_data()) + s.offset, s.shape, DType::f32));
+    optim_tensors.emplace_back("exp_avg_sq." + s.name, Tensor::from_blob(const_cast<float*>(opt.exp_avg_sq_data()) + s.offset,
+                                                                       s.shape, DType::f32));
+    nlohmann::json slice = nlohmann::json::array();
+    for (int64_t d : s.shape) slice.push_back({0, d});
+    tensors[s.name] = {{"global_shape", s.shape}, {"slice", slice}, {"file", kModelFile}};
+  }
+  const std::map<std::string, std::string> meta{{"format", kFormat}};
+  write_safetensors((tmp / kModelFile).string(), meta, model_tensors);
+  write_safetensors((tmp / kOptimFile).string(), meta, optim_tensors);
+
+  nlohmann::json files = nlohmann::json::object();
+  for (const char* f : {kModelFile, kOptimFile}) {
+    fsync_path(tmp / f, false);
+    const auto [crc, size] = file_crc(tmp / f);
+    files[f] = {{"crc32", crc}, {"bytes", size}};
+  }
+  const nlohmann::json md = {{"format", kFormat},
+                             {"step", state.step},
+                             {"consumed_samples", state.consumed_samples},
+                             {"optimizer_steps", opt.steps_taken()},
+                             {"seed", state.seed},
+                             {"parallel", {{"tensor", 1}, {"pipeline", 1}, {"data", 1}, {"rank", 0}}},
+                             {"files", files},
+                             {"tensors", tensors},
+                             {"config", config_yaml}};
+  write_text_file(tmp / "metadata.json", md.dump(2) + "\n");
+  fsync_path(tmp, true);
+
+  // Publish: move any previous copy of this step aside, rename the new one in, then point `latest`.
+  const fs::path old = fs::path(dir) / (name + ".old-" + std::to_string(::getpid()));
+  if (fs::exists(final_dir)) fs::rename(final_dir, old);
+  fs::rename(tmp, final_dir);
+  fsync_path(dir, true);
+  const fs::path latest_tmp = fs::path(dir) / ("latest.tmp-" + std::to_string(::getpid()));
+  write_text_file(latest_tmp, name + "\n");
+  fs::rename(latest_tmp, fs::path(dir) / "latest");
+  fsync_path(dir, true);
+  fs::remove_all(old);
+
+  // Prune: keep the newest `keep` complete checkpoints.
+  const auto all = list_checkpoints(dir);
+  for (size_t i = size_t(keep); i < all.size(); ++i)
+    if (all[i] != name) fs::remove_all(fs::path(dir) / all[i]);
+  return final_dir.string();
+}
+
+TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt) {
+  const fs::path d(ckpt_dir);
+  nlohmann::json md;
+  try {
+    md = nlohmann::json::parse(read_text_file(d / "metadata.json"));
+  } catch (const nlohmann::json::exception& e) {
+    TESSEL_FAIL("checkpoint '{}': metadata.json is damaged: {}", ckpt_dir, e.what());
+  }
+  TESSEL_CHECK(md.value("format", "") == kFormat, "checkpoint '{}': format '{}' is not '{}'", ckpt_dir,
+               md.value("format", ""), kFormat);
+  for (const char* f : {kModelFile, kOptimFile}) {
+    TESSEL_CHECK(md["files"].contains(f), "checkpoint '{}': metadata.json does not list {}", ckpt_dir, f);
+    TESSEL_CHECK(fs::exists(d / f), "checkpoint '{}': {} is missing", ckpt_dir, f);
+    const auto [crc, size] = file_crc(d / f);
+    const int64_t want_size = md["files"][f]["bytes"].get<int64_t>();
+    TESSEL_CHECK(size == want_size, "checkpoint '{}': {} is truncated or altered ({} bytes, expected {})", ckpt_dir,
+                 f, size, want_size);
+    TESSEL_CHECK(crc == md["files"][f]["crc32"].get<uint32_t>(),
+                 "checkpoint '{}': {} is corrupted (CRC-32 {:08x}, expected {:08x})", ckpt_dir, f, crc,
+                 md["files"][f]["crc32"].get<uint32_t>());
+  }
+  const SafetensorsFile model = read_safetensors((d / kModelFile).string());
+  // Check everything before copying anything, so a mismatch leaves the model untouched.
+  for (const auto& s : params.specs()) {
+    TESSEL_CHECK(model.has(s.name), "checkpoint '{}' has no tensor '{}': it was saved from another model", ckpt_dir,
+                 s.name);
+    const Tensor& t = model.get(s.name);
+    TESSEL_CHECK(t.shape() == s.shape && t.dtype() == DType::f32,
+                 "checkpoint '{}' holds '{}' as {}, but the model has f32{}: the checkpoint is of another model shape",
+                 ckpt_dir, s.name, t.str(), shape_str(s.shape));
+  }
+  TESSEL_CHECK(model.tensors.size() == params.specs().size(),
+               "checkpoint '{}' holds {} tensors, the model has {}: it was saved from another model", ckpt_dir,
+               model.tensors.size(), params.specs().size());
+  for (const auto& s : params.specs()) params.param_at(s.offset, s.shape).copy_from(model.get(s.name));
+  params.refresh_compute_copy();
+  if (opt) {
+    const SafetensorsFile o = read_safetensors((d / kOptimFile).string());
+    for (const auto& s : params.specs()) {
+      Tensor::from_blob(opt->exp_avg_data() + s.offset, s.shape, DType::f32).copy_from(o.get("exp_avg." + s.name));
+      Tensor::from_blob(opt->exp_avg_sq_data() + s.offset, s.shape, DType::f32)
+          .copy_from(o.get("exp_avg_sq." + s.name));
+    }
+    opt->set_steps_taken(md["optimizer_steps"].get<int64_t>());
+  }
+  TrainState st;
+  st.step = md["step"].get<int64_t>();
+  st.consumed_samples = md["consumed_samples"].get<int64_t>();
+  st.seed = md["seed"].get<uint64_t>();
+  return st;
+}
+
+std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
+                                                 const std::function<void(const std::string&)>& warn) {
+  auto candidates = list_checkpoints(dir);
+  if (candidates.empty()) return std::nullopt;
+  // `latest` first (it names the newest complete save), then the rest newest first.
+  const fs::path latest = fs::path(dir) / "latest";
+  if (fs::exists(latest)) {
+    std::string name = read_text_file(latest);
+    name.erase(name.find_last_not_of(" \n\r\t") + 1);
+    auto it = std::find(candidates.begin(), candidates.end(), name);
+    if (it != candidates.end()) std::rotate(candidates.begin(), it, it + 1);
+  }
+  std::string errors;
+  for (const auto& c : candidates) {
+    try {
+      return load_checkpoint((fs::path(dir) / c).string(), params, opt);
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      // Another model's checkpoint is a configuration error, not damage: do not fall back past it.
+      if (msg.find("another model") != std::string::npos) throw;
+      warn(fmt::format("skipping damaged checkpoint {}: {}", c, msg));
+      errors += "\n  " + msg;
+    }
+  }
+  TESSEL_FAIL("no valid checkpoint in '{}' ({} found, all damaged):{}", dir, candidates.size(), errors);
+}
+
+}  // namespace tessel::ckpt

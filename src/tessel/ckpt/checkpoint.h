@@ -1,0 +1,44 @@
+#pragma once
+// Checkpoints: one directory per saved step under checkpoint.dir,
+//   step_00000100/model.safetensors      parameters (fp32 masters) by name
+//   step_00000100/optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
+//   step_00000100/metadata.json          format, step, consumed samples, optimizer steps, seed, the
+//                                        resolved config, per-file CRC-32 and size, and per tensor its
+//                                        global shape and the slice this file holds (for resharding)
+//   latest                               the name of the newest complete checkpoint
+// A save is atomic: written into a temporary directory, fsynced, renamed; `latest` is replaced last.
+// Loading verifies every file's size and CRC-32; a damaged checkpoint is reported by name and the
+// previous valid one is used.
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessel/nn/params.h"
+#include "tessel/optim/adamw.h"
+
+namespace tessel::ckpt {
+
+struct TrainState {
+  int64_t step = 0;              // optimizer steps completed
+  int64_t consumed_samples = 0;  // data position
+  uint64_t seed = 0;
+};
+
+// Saves and prunes to the newest `keep` checkpoints. Returns the checkpoint's directory.
+std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
+                            const TrainState& state, const std::string& config_yaml, int64_t keep);
+
+// Loads the newest valid checkpoint in dir into params/opt. Returns nullopt when dir holds none.
+// Damaged checkpoints are passed to warn() and skipped; if every checkpoint is damaged, throws.
+// A checkpoint of another model (names or shapes) throws, naming the tensor.
+std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
+                                                 const std::function<void(const std::string&)>& warn);
+
+// Loads one checkpoint directory (no fallback).
+TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt);
+
+// Step directories present in dir, newest first.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+
+}  // namespace tessel::ckpt

@@ -1,0 +1,56 @@
+#pragma once
+// Runs the tessel binary for CLI tests in a fresh temporary directory.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tessel::testing {
+
+struct RunResult {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+// A scratch directory removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/tessel-test-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+inline RunResult run_tessel(const std::string& args, const std::string& cwd) {
+  const std::string out_file = cwd + "/.tessel-output";
+  const std::string cmd = "cd '" + cwd + "' && OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive '" + std::string(TESSEL_BIN) +
+                          "' " + args + " > '" + out_file + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(out_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ss.str()};
+}
+
+inline std::vector<double> metric_values(const std::string& metrics_path, const std::string& key) {
+  std::vector<double> out;
+  std::ifstream in(metrics_path);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line).at(key).get<double>());
+  return out;
+}
+
+inline std::string config(const std::string& name) { return std::string(TESSEL_CONFIG_DIR) + "/" + name; }
+
+}  // namespace tessel::testing
