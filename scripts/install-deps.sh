@@ -8,6 +8,7 @@ PACKAGES=(
   libdnnl-dev            # oneDNN: CPU GEMM (f32, bf16 with AMX/AVX-512 where the CPU has them)
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
+  libsentencepiece-dev   # tokenizer: training (BPE, byte fallback) and encoding
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy   # the PyTorch reference for fixtures and the throughput peer
   time                          # GNU time: the peer's peak RSS in bench/compare_with_torch.sh

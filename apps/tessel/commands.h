@@ -9,5 +9,7 @@ namespace tessel::app {
 using Action = std::function<int()>;
 Action add_bench_command(CLI::App& app);
 Action add_train_command(CLI::App& app);
+Action add_train_tokenizer_command(CLI::App& app);
+Action add_preprocess_command(CLI::App& app);
 
 }  // namespace tessel::app

@@ -9,7 +9,8 @@ int main(int argc, char** argv) {
   CLI::App app{"tessel: train transformer language models (C++20, CPU now; see README.md)"};
   app.require_subcommand(1);
   std::map<CLI::App*, tessel::app::Action> actions;
-  for (auto add : {tessel::app::add_train_command, tessel::app::add_bench_command}) {
+  for (auto add : {tessel::app::add_train_command, tessel::app::add_bench_command,
+                   tessel::app::add_preprocess_command, tessel::app::add_train_tokenizer_command}) {
     const size_t before = app.get_subcommands({}).size();
     auto action = add(app);
     actions[app.get_subcommands({}).at(before)] = action;

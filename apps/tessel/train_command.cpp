@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "tessel/ckpt/checkpoint.h"
+#include "tessel/train/data_setup.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::app {
@@ -56,7 +57,7 @@ void truncate_metrics(const fs::path& path, int64_t step) {
 
 int run_train(const TrainOptions& o) {
   const train::Config cfg = train::Config::load(o.config, o.sets);
-  const auto kind = data::SyntheticData::parse(cfg.data.path);
+  const train::RunData run_data = train::make_run_data(cfg);  // data errors before anything is written
   fs::create_directories(cfg.log.dir);
   {
     std::ofstream out(fs::path(cfg.log.dir) / "config.yaml");
@@ -69,7 +70,8 @@ int run_train(const TrainOptions& o) {
               o.config.c_str(), m.arch.c_str(), (long long)m.num_layers, (long long)m.hidden_size,
               double(trainer.model().params().numel()) / 1e6, cfg.precision.compute.c_str(),
               (long long)cfg.train.global_batch_size, omp_get_max_threads());
-  std::printf("run directory: %s (config.yaml, metrics.jsonl)\n", cfg.log.dir.c_str());
+  std::printf("run directory: %s (config.yaml, metrics.jsonl) | data: %s\n", cfg.log.dir.c_str(),
+              run_data.description.c_str());
 
   int64_t start = 0;
   if (!cfg.checkpoint.dir.empty()) {
@@ -101,12 +103,27 @@ int run_train(const TrainOptions& o) {
   g_stop_signal = 0;
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
-  const data::SyntheticData data(kind, uint64_t(cfg.train.seed), m.vocab_size, m.seq_length);
+  auto evaluate = [&](int64_t step) {
+    if (!run_data.valid) return;
+    double loss = 0;
+    int64_t tokens = 0;
+    for (int64_t b = 0; b < cfg.train.eval_iters; ++b) {
+      const data::Batch batch = run_data.valid(b * cfg.train.global_batch_size, cfg.train.global_batch_size);
+      loss += trainer.model().loss_sum(batch.tokens, batch.targets);
+      tokens += batch.targets.numel();
+    }
+    const nlohmann::json j = {{"step", step}, {"eval_loss", loss / double(tokens)}, {"eval_tokens", tokens}};
+    metrics << j.dump() << "\n";
+    metrics.flush();
+    std::printf("eval at step %lld | valid loss %.4f over %lld tokens\n", (long long)step, loss / double(tokens),
+                (long long)tokens);
+    std::fflush(stdout);
+  };
   const auto t_start = std::chrono::steady_clock::now();
   int64_t it = start;
   while (it < cfg.train.train_iters) {
     std::vector<data::Batch> mb;
-    for (int64_t a = 0; a < accum; ++a) mb.push_back(data.batch((it * accum + a) * mbs, mbs));
+    for (int64_t a = 0; a < accum; ++a) mb.push_back(run_data.train((it * accum + a) * mbs, mbs));
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = trainer.step(mb, it);
     const auto t1 = std::chrono::steady_clock::now();
@@ -125,6 +142,7 @@ int run_train(const TrainOptions& o) {
                   hms(elapsed).c_str(), hms(eta).c_str());
       std::fflush(stdout);
     }
+    if (cfg.train.eval_interval > 0 && (it % cfg.train.eval_interval == 0 || it == cfg.train.train_iters)) evaluate(it);
     if (g_stop_signal) {
       std::printf("received signal %d: saving and exiting\n", int(g_stop_signal));
       save(it);

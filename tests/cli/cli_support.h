@@ -47,7 +47,10 @@ inline std::vector<double> metric_values(const std::string& metrics_path, const 
   std::ifstream in(metrics_path);
   std::string line;
   while (std::getline(in, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line).at(key).get<double>());
+    if (!line.empty()) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains(key)) out.push_back(j.at(key).get<double>());  // eval records lack "loss"
+    }
   return out;
 }
 

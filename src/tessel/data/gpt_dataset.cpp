@@ -1,0 +1,222 @@
+#include "tessel/data/gpt_dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <future>
+#include <numeric>
+#include <sstream>
+
+#include "tessel/core/check.h"
+#include "tessel/core/rng.h"
+
+namespace tessel::data {
+
+namespace {
+
+// Fisher-Yates with Philox draws keyed by (seed, stream).
+void philox_shuffle(std::vector<int64_t>& v, uint64_t seed, uint64_t stream) {
+  for (int64_t i = int64_t(v.size()) - 1; i > 0; --i) {
+    const Philox4 d = philox4x32_10({uint32_t(i), uint32_t(uint64_t(i) >> 32), uint32_t(stream), uint32_t(stream >> 32)},
+                                    {uint32_t(seed), uint32_t(seed >> 32)});
+    const uint64_t r = uint64_t(d[0]) | (uint64_t(d[1]) << 32);
+    std::swap(v[size_t(i)], v[size_t(r % uint64_t(i + 1))]);
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> split_ranges(const std::string& split, int64_t n) {
+  std::vector<double> w;
+  std::stringstream ss(split);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    try {
+      w.push_back(std::stod(part));
+    } catch (const std::exception&) {
+      TESSEL_FAIL("data.split: '{}' is not a list of numbers such as 969,30,1", split);
+    }
+  }
+  TESSEL_CHECK(!w.empty() && w.size() <= 3, "data.split: '{}' needs 1 to 3 weights (train, valid, test)", split);
+  while (w.size() < 3) w.push_back(0.0);
+  const double total = w[0] + w[1] + w[2];
+  TESSEL_CHECK(total > 0 && w[0] >= 0 && w[1] >= 0 && w[2] >= 0, "data.split: '{}' must be non-negative, not all 0",
+               split);
+  std::vector<std::pair<int64_t, int64_t>> r;
+  int64_t begin = 0;
+  double acc = 0;
+  for (int i = 0; i < 3; ++i) {
+    acc += w[size_t(i)];
+    const int64_t end = i == 2 ? n : int64_t(std::llround(acc / total * double(n)));
+    r.emplace_back(begin, std::max(begin, end));
+    begin = std::max(begin, end);
+  }
+  return r;
+}
+
+GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> ds, std::pair<int64_t, int64_t> doc_range,
+                       int64_t seq_length, int64_t num_samples, uint64_t seed)
+    : ds_(std::move(ds)), T_(seq_length) {
+  const auto& di = ds_->document_index();
+  std::vector<int64_t> seqs;
+  int64_t tokens_per_epoch = 0;
+  for (int64_t d = doc_range.first; d < doc_range.second; ++d)
+    for (int64_t s = di[size_t(d)]; s < di[size_t(d + 1)]; ++s) {
+      seqs.push_back(s);
+      tokens_per_epoch += ds_->sequence_length(s);
+    }
+  TESSEL_CHECK(tokens_per_epoch > T_,
+               "dataset '{}': documents [{}, {}) of this split hold {} tokens, fewer than one sample of seq_length+1 "
+               "= {} (more data or another data.split is needed)",
+               ds_->prefix(), doc_range.first, doc_range.second, tokens_per_epoch, T_ + 1);
+  // Enough epochs for num_samples windows of T tokens plus the final target token.
+  epochs_ = std::max<int64_t>(1, (num_samples * T_ + 1 + tokens_per_epoch - 1) / tokens_per_epoch);
+  for (int64_t e = 0; e < epochs_; ++e) {
+    std::vector<int64_t> order = seqs;
+    philox_shuffle(order, seed, stream_id("gpt_dataset.doc_order") + uint64_t(e));
+    doc_order_.insert(doc_order_.end(), order.begin(), order.end());
+  }
+  // Sample starts: walk the concatenated stream in steps of T tokens.
+  const int64_t total_samples = (epochs_ * tokens_per_epoch - 1) / T_;
+  starts_.reserve(size_t(total_samples));
+  int64_t doc = 0, offset = 0;
+  for (int64_t i = 0; i < total_samples; ++i) {
+    starts_.emplace_back(doc, offset);
+    int64_t remaining = T_;
+    while (remaining > 0) {
+      const int64_t len = ds_->sequence_length(doc_order_[size_t(doc)]);
+      const int64_t take = std::min(remaining, len - offset);
+      remaining -= take;
+      offset += take;
+      if (offset == len) {
+        ++doc;
+        offset = 0;
+      }
+    }
+  }
+  shuffle_.resize(size_t(total_samples));
+  std::iota(shuffle_.begin(), shuffle_.end(), 0);
+  philox_shuffle(shuffle_, seed, stream_id("gpt_dataset.sample_order"));
+}
+
+void GptDataset::sample(int64_t i, int64_t* out) const {
+  auto [doc, offset] = starts_[size_t(shuffle_[size_t(i % size())])];
+  int64_t need = T_ + 1;
+  while (need > 0) {
+    const int64_t seq = doc_order_[size_t(doc)];
+    const int64_t take = std::min(need, ds_->sequence_length(seq) - offset);
+    ds_->read(seq, offset, take, out);
+    out += take;
+    need -= take;
+    ++doc;
+    offset = 0;
+  }
+}
+
+BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<SampleSource>> parts, std::vector<double> weights,
+                               int64_t num_samples)
+    : parts_(std::move(parts)) {
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  std::vector<int64_t> count(parts_.size(), 0);
+  which_.resize(size_t(num_samples));
+  index_in_part_.resize(size_t(num_samples));
+  for (int64_t i = 0; i < num_samples; ++i) {
+    size_t best = 0;
+    double best_err = -1e300;
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      const double err = weights[k] / total * double(i + 1) - double(count[k]);
+      if (err > best_err) {
+        best_err = err;
+        best = k;
+      }
+    }
+    which_[size_t(i)] = int32_t(best);
+    index_in_part_[size_t(i)] = count[best]++;
+  }
+}
+
+void BlendedDataset::sample(int64_t i, int64_t* out) const {
+  const size_t k = size_t(i % size());
+  parts_[size_t(which_[k])]->sample(index_in_part_[k], out);
+}
+
+struct BatchLoader::Prefetch {
+  int64_t first, batch;
+  std::future<Batch> result;
+};
+
+BatchLoader::BatchLoader(std::shared_ptr<const SampleSource> src, int64_t seq_length)
+    : src_(std::move(src)), T_(seq_length) {}
+
+BatchLoader::~BatchLoader() {
+  if (pending_) pending_->result.wait();
+}
+
+Batch BatchLoader::build(int64_t first, int64_t batch) const {
+  Batch b{Tensor::empty({batch, T_}, DType::i64), Tensor::empty({batch, T_}, DType::i64)};
+  std::vector<int64_t> buf(size_t(T_ + 1));
+  for (int64_t s = 0; s < batch; ++s) {
+    src_->sample(first + s, buf.data());
+    std::copy_n(buf.data(), T_, b.tokens.data<int64_t>() + s * T_);
+    std::copy_n(buf.data() + 1, T_, b.targets.data<int64_t>() + s * T_);
+  }
+  return b;
+}
+
+Batch BatchLoader::get(int64_t first, int64_t batch) {
+  Batch b;
+  if (pending_ && pending_->first == first && pending_->batch == batch) {
+    b = pending_->result.get();
+  } else {
+    if (pending_) pending_->result.wait();
+    b = build(first, batch);
+  }
+  pending_ = std::make_unique<Prefetch>();
+  pending_->first = first + batch;
+  pending_->batch = batch;
+  pending_->result = std::async(std::launch::async, [this, f = first + batch, batch] { return build(f, batch); });
+  return b;
+}
+
+DataBlend parse_data_path(const std::string& path) {
+  std::stringstream ss(path);
+  std::vector<std::string> words;
+  std::string w;
+  while (ss >> w) words.push_back(w);
+  TESSEL_CHECK(!words.empty(), "data.path is empty (a dataset prefix, or 'W1 PREFIX1 W2 PREFIX2 ...')");
+  DataBlend b;
+  if (words.size() == 1) {
+    b.weights = {1.0};
+    b.prefixes = {words[0]};
+    return b;
+  }
+  TESSEL_CHECK(words.size() % 2 == 0, "data.path '{}': a blend is pairs of weight and prefix", path);
+  for (size_t i = 0; i < words.size(); i += 2) {
+    double weight;
+    try {
+      weight = std::stod(words[i]);
+    } catch (const std::exception&) {
+      TESSEL_FAIL("data.path '{}': '{}' should be a weight (a blend is pairs of weight and prefix)", path, words[i]);
+    }
+    TESSEL_CHECK(weight > 0, "data.path '{}': weight {} must be > 0", path, weight);
+    b.weights.push_back(weight);
+    b.prefixes.push_back(words[i + 1]);
+  }
+  return b;
+}
+
+std::shared_ptr<SampleSource> build_split(const DataBlend& blend, const std::string& split, int split_index,
+                                          int64_t seq_length, int64_t num_samples, uint64_t seed) {
+  std::vector<std::shared_ptr<SampleSource>> parts;
+  const double total = std::accumulate(blend.weights.begin(), blend.weights.end(), 0.0);
+  for (size_t k = 0; k < blend.prefixes.size(); ++k) {
+    auto ds = std::make_shared<const IndexedDataset>(blend.prefixes[k]);
+    const auto range = split_ranges(split, ds->num_documents())[size_t(split_index)];
+    // Each part is sized for its share plus a margin, as Megatron does (0.5%).
+    const int64_t need = int64_t(std::ceil(double(num_samples) * blend.weights[k] / total * 1.005)) + 1;
+    parts.push_back(std::make_shared<GptDataset>(ds, range, seq_length, need, seed + k));
+  }
+  if (parts.size() == 1) return parts[0];
+  return std::make_shared<BlendedDataset>(parts, blend.weights, num_samples);
+}
+
+}  // namespace tessel::data

@@ -1,0 +1,69 @@
+// From text to a trained model through the CLI: train-tokenizer, preprocess, train with evaluation,
+// and the data errors a user can make.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/cli_support.h"
+
+using namespace tessel::testing;
+
+namespace {
+
+void write_corpus(const std::string& path) {
+  std::ofstream out(path);
+  const char* words[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"};
+  for (int d = 0; d < 400; ++d) {
+    for (int l = 0; l < 3; ++l) out << words[(d + l) % 8] << " " << words[(d * 3 + l) % 8] << " " << d << "\n";
+    out << "%\n";
+  }
+}
+
+const std::string kModel =
+    " --set model.num_layers=1 --set model.hidden_size=32 --set model.num_attention_heads=2"
+    " --set model.num_query_groups=2 --set model.ffn_hidden_size=64 --set model.seq_length=32"
+    " --set train.micro_batch_size=4 --set train.global_batch_size=4 --set train.train_iters=6"
+    " --set train.lr_warmup_iters=1 --set train.eval_interval=3 --set train.eval_iters=2 --set log.dir=run"
+    " --set data.split=90,10,0";
+
+TEST(DataPipelineCli, TokenizerPreprocessTrainEval) {
+  TempDir d;
+  write_corpus(d / "corpus.txt");
+  auto r = run_tessel("train-tokenizer --input corpus.txt --doc-boundary percent --model-prefix tok --vocab-size 300",
+                      d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_tessel("preprocess --input corpus.txt --doc-boundary percent --tokenizer tok.model --output-prefix data/c",
+                 d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("400 documents"), std::string::npos) << r.output;
+  r = run_tessel("train " + config("demo.yaml") + kModel +
+                     " --set model.vocab_size=300 --set data.path=data/c --set data.tokenizer=tok.model",
+                 d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(metric_values(d / "run/metrics.jsonl", "loss").size(), 6u);
+  const auto evals = metric_values(d / "run/metrics.jsonl", "eval_loss");
+  ASSERT_EQ(evals.size(), 2u);  // at steps 3 and 6
+  for (double e : evals) EXPECT_TRUE(e > 0 && e < 10);
+
+  // A tokenizer whose vocabulary disagrees with model.vocab_size.
+  r = run_tessel("train " + config("demo.yaml") + kModel +
+                     " --set model.vocab_size=1000 --set data.path=data/c --set data.tokenizer=tok.model",
+                 d.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("disagrees with the tokenizer"), std::string::npos) << r.output;
+  // A dataset whose .idx is missing, and one whose .bin disagrees with its index.
+  r = run_tessel("train " + config("demo.yaml") + kModel + " --set model.vocab_size=300 --set data.path=data/none",
+                 d.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("data/none.idx is missing"), std::string::npos) << r.output;
+  std::filesystem::copy_file(d / "data/c.idx", d / "data/t.idx");
+  std::filesystem::copy_file(d / "data/c.bin", d / "data/t.bin");
+  std::filesystem::resize_file(d / "data/t.bin", std::filesystem::file_size(d / "data/t.bin") - 2);
+  r = run_tessel("train " + config("demo.yaml") + kModel + " --set model.vocab_size=300 --set data.path=data/t",
+                 d.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("but its index describes"), std::string::npos) << r.output;
+}
+
+}  // namespace
