@@ -11,5 +11,7 @@ Action add_bench_command(CLI::App& app);
 Action add_train_command(CLI::App& app);
 Action add_train_tokenizer_command(CLI::App& app);
 Action add_preprocess_command(CLI::App& app);
+Action add_eval_command(CLI::App& app);
+Action add_generate_command(CLI::App& app);
 
 }  // namespace tessel::app

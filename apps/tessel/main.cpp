@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::map<CLI::App*, tessel::app::Action> actions;
   for (auto add : {tessel::app::add_train_command, tessel::app::add_bench_command,
-                   tessel::app::add_preprocess_command, tessel::app::add_train_tokenizer_command}) {
+                   tessel::app::add_preprocess_command, tessel::app::add_train_tokenizer_command,
+                   tessel::app::add_eval_command, tessel::app::add_generate_command}) {
     const size_t before = app.get_subcommands({}).size();
     auto action = add(app);
     actions[app.get_subcommands({}).at(before)] = action;

@@ -38,9 +38,25 @@ TEST(DataPipelineCli, TokenizerPreprocessTrainEval) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("400 documents"), std::string::npos) << r.output;
   r = run_tessel("train " + config("demo.yaml") + kModel +
-                     " --set model.vocab_size=300 --set data.path=data/c --set data.tokenizer=tok.model",
+                     " --set model.vocab_size=300 --set data.path=data/c --set data.tokenizer=tok.model"
+                     " --set checkpoint.dir=ck",
                  d.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // eval: one JSON line; generate: the prompt continued, and a prompt longer than the context refused.
+  r = run_tessel("eval --ckpt ck --data data/c --max-samples 8", d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto ev = nlohmann::json::parse(r.output);
+  EXPECT_GT(ev.at("loss").get<double>(), 0.0);
+  EXPECT_EQ(ev.at("tokens").get<int64_t>(), 8 * 32);
+  EXPECT_EQ(ev.at("step").get<int64_t>(), 6);
+  r = run_tessel("generate --ckpt ck --prompt 'alpha beta' --max-new-tokens 5 --seed 1", d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("alpha beta", 0), 0u) << r.output;
+  std::string long_prompt;
+  for (int i = 0; i < 40; ++i) long_prompt += "gamma ";
+  r = run_tessel("generate --ckpt ck --prompt '" + long_prompt + "'", d.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("longer than the context"), std::string::npos) << r.output;
   EXPECT_EQ(metric_values(d / "run/metrics.jsonl", "loss").size(), 6u);
   const auto evals = metric_values(d / "run/metrics.jsonl", "eval_loss");
   ASSERT_EQ(evals.size(), 2u);  // at steps 3 and 6

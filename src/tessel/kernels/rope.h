@@ -15,6 +15,9 @@ struct RopeTable {
   std::vector<float> cos, sin;  // [T, Dh/2]
 };
 
-void rope_apply(const RopeTable& tab, int64_t rows, int64_t heads, float* x, int64_t ld, bool inverse);
+// pos0 < 0: row r has position r % T (a [B, T] batch). pos0 >= 0: rows are consecutive positions
+// pos0, pos0 + 1, ... of one sequence (incremental decoding).
+void rope_apply(const RopeTable& tab, int64_t rows, int64_t heads, float* x, int64_t ld, bool inverse,
+                int64_t pos0 = -1);
 
 }  // namespace tessel::kernels

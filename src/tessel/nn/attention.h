@@ -21,6 +21,12 @@ class SelfAttention {
   Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dy [N, d] f32
   void backward_weight(Activations& saved) const;
 
+  // Inference: y [n, d] holds positions pos0 .. pos0 + n - 1 of one sequence; their keys and values
+  // are appended to the layer's cache (k_cache, v_cache [capacity, G * Dh]) and each position
+  // attends to the cache up to itself. Returns [n, d] f32. Nothing is saved for backward.
+  Tensor forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const;
+  int64_t kv_width() const { return G_ * Dh_; }
+
  private:
   ParamStore& ps_;
   int64_t H_, G_, Dh_, T_;

@@ -24,6 +24,17 @@ Tensor Embedding::forward(const Tensor& tokens, Activations& saved) const {
   return out;
 }
 
+Tensor Embedding::forward_at(const Tensor& tokens, int64_t pos0) const {
+  const int64_t n = tokens.numel();
+  TESSEL_CHECK(pos0 >= 0 && pos0 + n <= T_, "positions {}..{} exceed the context of {} tokens (model.seq_length)", pos0,
+               pos0 + n - 1, T_);
+  Tensor out = Tensor::empty({n, D_}, DType::f32);
+  // Row i gets position (pos0 + i) % T_ = pos0 + i: pass the position table shifted by pos0.
+  const float* pos = pos_offset_ >= 0 ? ps_.params_data() + pos_offset_ + pos0 * D_ : nullptr;
+  kernels::embedding_fwd(n, D_, V_, tokens.data<int64_t>(), ps_.params_data() + w_offset_, pos, T_, out.data<float>());
+  return out;
+}
+
 void Embedding::backward(const Tensor& dout, Activations& saved) const {
   ProfileScope prof("embedding");
   const Tensor& tokens = saved.get(key_tokens_);

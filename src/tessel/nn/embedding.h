@@ -13,6 +13,8 @@ class Embedding {
   Embedding(ParamStore& ps, const ModelConfig& cfg);
   Tensor forward(const Tensor& tokens, Activations& saved) const;  // tokens [B, T] i64 -> [B*T, d] f32
   void backward(const Tensor& dout, Activations& saved) const;     // accumulates dW (and dpos)
+  // Inference: tokens [n] i64 at positions pos0 .. pos0 + n - 1 of one sequence -> [n, d] f32.
+  Tensor forward_at(const Tensor& tokens, int64_t pos0) const;
   int64_t weight_offset() const { return w_offset_; }
 
  private:

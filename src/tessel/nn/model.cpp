@@ -71,6 +71,31 @@ Tensor Model::logits(const Tensor& tokens) {
   return head_->logits(hidden(tokens, scratch));
 }
 
+KVCache Model::make_kv_cache() const {
+  KVCache c;
+  for (const auto& l : layers_) {
+    c.k.push_back(Tensor::zeros({cfg_.seq_length, l->kv_width()}, DType::f32));
+    c.v.push_back(Tensor::zeros({cfg_.seq_length, l->kv_width()}, DType::f32));
+  }
+  return c;
+}
+
+Tensor Model::decode(const Tensor& tokens, KVCache& cache) {
+  const int64_t n = tokens.numel();
+  TESSEL_CHECK(n > 0, "decode: no tokens");
+  TESSEL_CHECK(cache.length + n <= cfg_.seq_length,
+               "{} tokens do not fit the context: {} already decoded, model.seq_length is {}", n, cache.length,
+               cfg_.seq_length);
+  Tensor x = embed_->forward_at(tokens, cache.length);
+  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->forward_decode(x, cache.length, cache.k[i], cache.v[i]);
+  cache.length += n;
+  Activations scratch;
+  Tensor xf;
+  Tensor last = x.slice(0, n - 1, n).clone();
+  Tensor y = final_norm_->forward(last, Tensor(), xf, scratch);
+  return head_->logits(y).reshape({cfg_.vocab_size});
+}
+
 double Model::loss_sum(const Tensor& tokens, const Tensor& targets) {
   Tensor lg = logits(tokens);
   TESSEL_CHECK(targets.numel() == lg.size(0), "loss: targets {} do not match {} rows", targets.str(), lg.size(0));

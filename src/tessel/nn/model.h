@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tessel/nn/embedding.h"
+#include "tessel/nn/kv_cache.h"
 #include "tessel/nn/lm_head.h"
 #include "tessel/nn/norm.h"
 #include "tessel/nn/transformer_layer.h"
@@ -27,6 +28,11 @@ class Model {
   void backward(Activations& saved);
 
   Tensor logits(const Tensor& tokens);                         // [B*T, V] f32, no state kept
+
+  // Incremental decoding of one sequence: appends tokens [n] i64 at positions cache.length ... and
+  // returns the logits of the last one [V] f32. The context is at most model.seq_length tokens.
+  KVCache make_kv_cache() const;
+  Tensor decode(const Tensor& tokens, KVCache& cache);
   double loss_sum(const Tensor& tokens, const Tensor& targets);  // evaluation, no gradients
 
  private:

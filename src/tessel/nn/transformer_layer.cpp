@@ -37,6 +37,18 @@ Tensor TransformerLayer::backward_input(const Tensor& dout, Activations& saved) 
   return norm1_.backward(dy, dr1, saved);
 }
 
+Tensor TransformerLayer::forward_decode(const Tensor& r, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const {
+  Activations scratch;
+  Tensor r0, r1;
+  Tensor y = norm1_.forward(r, Tensor(), r0, scratch);
+  Tensor a = attn_.forward_decode(y, pos0, k_cache, v_cache);
+  Tensor y2 = norm2_.forward(r, a, r1, scratch);
+  Tensor m = mlp_.forward(y2, scratch);
+  Tensor out = Tensor::empty(r.shape(), DType::f32);
+  kernels::add(out.numel(), r1.data<float>(), m.data<float>(), out.data<float>());
+  return out;
+}
+
 void TransformerLayer::backward_weight(Activations& saved) const {
   mlp_.backward_weight(saved);
   attn_.backward_weight(saved);

@@ -17,6 +17,9 @@ class TransformerLayer {
   Tensor forward(const Tensor& r, int64_t batch, Activations& saved) const;  // r [N, d] f32
   Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dr [N, d] f32
   void backward_weight(Activations& saved) const;
+  // Inference over positions pos0 .. pos0 + n - 1 with this layer's KV cache (see SelfAttention).
+  Tensor forward_decode(const Tensor& r, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const;
+  int64_t kv_width() const { return attn_.kv_width(); }
 
  private:
   Norm norm1_;

@@ -18,12 +18,14 @@ RopeTable::RopeTable(int64_t T_, int64_t Dh, double base) : T(T_), half(Dh / 2) 
     }
 }
 
-void rope_apply(const RopeTable& tab, int64_t rows, int64_t heads, float* x, int64_t ld, bool inverse) {
+void rope_apply(const RopeTable& tab, int64_t rows, int64_t heads, float* x, int64_t ld, bool inverse,
+                int64_t pos0) {
+  TESSEL_CHECK(pos0 < 0 || pos0 + rows <= tab.T, "RoPE: positions up to {} exceed the table's {}", pos0 + rows, tab.T);
   const int64_t half = tab.half;
   const float sgn = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r % tab.T;
+    const int64_t t = pos0 >= 0 ? pos0 + r : r % tab.T;
     const float* c = tab.cos.data() + t * half;
     const float* s = tab.sin.data() + t * half;
     for (int64_t h = 0; h < heads; ++h) {

@@ -1,0 +1,65 @@
+// tessel eval --ckpt DIR --data PREFIX: the loss of a checkpoint on a dataset, as one JSON line
+// {"loss": ..., "tokens": ..., "samples": ..., "step": ...}.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "model_loading.h"
+#include "tessel/data/gpt_dataset.h"
+
+namespace tessel::app {
+namespace {
+
+struct EvalOptions {
+  std::string ckpt, data;
+  int64_t max_samples = 0;
+  int64_t batch = 8;
+  std::vector<std::string> sets;
+};
+
+int run_eval(const EvalOptions& o) {
+  LoadedModel lm = load_model_from_checkpoint(o.ckpt, o.sets);
+  const auto& m = lm.config.model;
+  auto ds = std::make_shared<const data::IndexedDataset>(o.data);
+  const int64_t mx = ds->max_token();
+  TESSEL_CHECK(mx < m.vocab_size, "dataset '{}' holds token id {}, outside the checkpoint's model.vocab_size {}",
+               o.data, mx, m.vocab_size);
+  int64_t tokens_total = 0;
+  for (int64_t s = 0; s < ds->num_sequences(); ++s) tokens_total += ds->sequence_length(s);
+  int64_t samples = (tokens_total - 1) / m.seq_length;  // one pass: every token predicted once
+  TESSEL_CHECK(samples > 0, "dataset '{}' has {} tokens, fewer than one window of seq_length + 1 = {}", o.data,
+               tokens_total, m.seq_length + 1);
+  if (o.max_samples > 0) samples = std::min(samples, o.max_samples);
+  auto src = std::make_shared<const data::GptDataset>(ds, std::make_pair(int64_t(0), ds->num_documents()),
+                                                      m.seq_length, samples, uint64_t(lm.config.train.seed));
+  data::BatchLoader loader(src, m.seq_length);
+  double loss = 0;
+  int64_t tokens = 0;
+  for (int64_t first = 0; first < samples; first += o.batch) {
+    const auto b = loader.get(first, std::min(o.batch, samples - first));
+    loss += lm.model->loss_sum(b.tokens, b.targets);
+    tokens += b.targets.numel();
+  }
+  const nlohmann::json j = {{"loss", loss / double(tokens)}, {"tokens", tokens}, {"samples", samples},
+                            {"step", lm.step}, {"checkpoint", lm.checkpoint_dir}, {"data", o.data}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+Action add_eval_command(CLI::App& app) {
+  auto o = std::make_shared<EvalOptions>();
+  auto* cmd = app.add_subcommand("eval", "Loss of a checkpoint on an indexed dataset (one JSON line)");
+  cmd->add_option("--ckpt", o->ckpt, "checkpoint.dir (its latest valid checkpoint) or one step_* directory")
+      ->required();
+  cmd->add_option("--data", o->data, "dataset prefix (PREFIX.bin / PREFIX.idx)")->required();
+  cmd->add_option("--max-samples", o->max_samples, "evaluate at most this many windows (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--batch", o->batch, "windows per forward pass")->capture_default_str();
+  cmd->add_option("--set", o->sets, "override a key of the checkpoint's config, e.g. precision.compute=fp32");
+  return [o] { return run_eval(*o); };
+}
+
+}  // namespace tessel::app

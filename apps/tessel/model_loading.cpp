@@ -1,0 +1,59 @@
+#include "model_loading.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "tessel/ckpt/checkpoint.h"
+
+namespace tessel::app {
+
+namespace fs = std::filesystem;
+
+LoadedModel load_model_from_checkpoint(const std::string& ckpt, const std::vector<std::string>& overrides) {
+  TESSEL_CHECK(fs::is_directory(ckpt), "--ckpt '{}' is not a directory", ckpt);
+  // Candidates: the directory itself, or its step_* checkpoints newest first (`latest` first).
+  std::vector<std::string> dirs;
+  if (fs::exists(fs::path(ckpt) / "metadata.json")) {
+    dirs.push_back(ckpt);
+  } else {
+    auto names = ckpt::list_checkpoints(ckpt);
+    TESSEL_CHECK(!names.empty(), "--ckpt '{}' holds no checkpoint (expected step_* directories or metadata.json)",
+                 ckpt);
+    if (std::ifstream l(fs::path(ckpt) / "latest"); l.good()) {
+      std::string latest;
+      l >> latest;
+      auto it = std::find(names.begin(), names.end(), latest);
+      if (it != names.end()) std::rotate(names.begin(), it, it + 1);
+    }
+    for (const auto& n : names) dirs.push_back((fs::path(ckpt) / n).string());
+  }
+  std::string errors;
+  for (const auto& d : dirs) {
+    try {
+      std::ifstream in(fs::path(d) / "metadata.json");
+      TESSEL_CHECK(in.good(), "checkpoint '{}' has no metadata.json", d);
+      nlohmann::json md;
+      try {
+        md = nlohmann::json::parse(in);
+      } catch (const nlohmann::json::exception& e) {
+        TESSEL_FAIL("checkpoint '{}': metadata.json is damaged: {}", d, e.what());
+      }
+      LoadedModel lm;
+      lm.config = train::Config::from_yaml_text(md.at("config").get<std::string>(), overrides, d + "/metadata.json");
+      lm.model = std::make_unique<nn::Model>(lm.config.model);
+      lm.step = ckpt::load_checkpoint(d, lm.model->params(), nullptr).step;
+      lm.checkpoint_dir = d;
+      return lm;
+    } catch (const Error& e) {
+      if (dirs.size() == 1) throw;
+      std::fprintf(stderr, "warning: skipping checkpoint %s: %s\n", d.c_str(), e.what());
+      errors += std::string("\n  ") + e.what();
+    }
+  }
+  TESSEL_FAIL("no loadable checkpoint in '{}':{}", ckpt, errors);
+}
+
+}  // namespace tessel::app
