@@ -13,5 +13,7 @@ Action add_train_tokenizer_command(CLI::App& app);
 Action add_preprocess_command(CLI::App& app);
 Action add_eval_command(CLI::App& app);
 Action add_generate_command(CLI::App& app);
+Action add_export_hf_command(CLI::App& app);
+Action add_import_hf_command(CLI::App& app);
 
 }  // namespace tessel::app

@@ -1,5 +1,6 @@
 // tessel eval --ckpt DIR --data PREFIX: the loss of a checkpoint on a dataset, as one JSON line
-// {"loss": ..., "tokens": ..., "samples": ..., "step": ...}.
+// {"loss": ..., "tokens": ..., "samples": ..., "step": ...}. Windows of seq_length + 1 tokens over the
+// documents in index order (the first --max-samples of them), so the figure is reproducible anywhere.
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -25,14 +26,11 @@ int run_eval(const EvalOptions& o) {
   const int64_t mx = ds->max_token();
   TESSEL_CHECK(mx < m.vocab_size, "dataset '{}' holds token id {}, outside the checkpoint's model.vocab_size {}",
                o.data, mx, m.vocab_size);
-  int64_t tokens_total = 0;
-  for (int64_t s = 0; s < ds->num_sequences(); ++s) tokens_total += ds->sequence_length(s);
-  int64_t samples = (tokens_total - 1) / m.seq_length;  // one pass: every token predicted once
-  TESSEL_CHECK(samples > 0, "dataset '{}' has {} tokens, fewer than one window of seq_length + 1 = {}", o.data,
-               tokens_total, m.seq_length + 1);
+  auto src = std::make_shared<const data::OrderedWindows>(ds, m.seq_length);
+  int64_t samples = src->size();  // one pass in document order: every token predicted once
+  TESSEL_CHECK(samples > 0, "dataset '{}' has fewer tokens than one window of seq_length + 1 = {}", o.data,
+               m.seq_length + 1);
   if (o.max_samples > 0) samples = std::min(samples, o.max_samples);
-  auto src = std::make_shared<const data::GptDataset>(ds, std::make_pair(int64_t(0), ds->num_documents()),
-                                                      m.seq_length, samples, uint64_t(lm.config.train.seed));
   data::BatchLoader loader(src, m.seq_length);
   double loss = 0;
   int64_t tokens = 0;

@@ -112,6 +112,29 @@ void GptDataset::sample(int64_t i, int64_t* out) const {
   }
 }
 
+OrderedWindows::OrderedWindows(std::shared_ptr<const IndexedDataset> ds, int64_t seq_length)
+    : ds_(std::move(ds)), T_(seq_length) {
+  for (int64_t s = 0; s < ds_->num_sequences(); ++s) {
+    starts_.push_back(total_);
+    total_ += ds_->sequence_length(s);
+  }
+}
+
+void OrderedWindows::sample(int64_t i, int64_t* out) const {
+  TESSEL_CHECK(i >= 0 && i < size(), "window {} out of range ({} windows)", i, size());
+  int64_t pos = i * T_, need = T_ + 1;
+  int64_t seq = int64_t(std::upper_bound(starts_.begin(), starts_.end(), pos) - starts_.begin()) - 1;
+  while (need > 0) {
+    const int64_t off = pos - starts_[size_t(seq)];
+    const int64_t take = std::min(need, ds_->sequence_length(seq) - off);
+    ds_->read(seq, off, take, out);
+    out += take;
+    need -= take;
+    pos += take;
+    ++seq;
+  }
+}
+
 BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<SampleSource>> parts, std::vector<double> weights,
                                int64_t num_samples)
     : parts_(std::move(parts)) {

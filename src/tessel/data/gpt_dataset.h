@@ -45,6 +45,20 @@ class GptDataset : public SampleSource {
   std::vector<int64_t> shuffle_;
 };
 
+// Evaluation windows: all sequences in index order, concatenated; window i is tokens
+// [i * T, i * T + T + 1) of that stream (no shuffling, so any implementation can reproduce them).
+class OrderedWindows : public SampleSource {
+ public:
+  OrderedWindows(std::shared_ptr<const IndexedDataset> ds, int64_t seq_length);
+  int64_t size() const override { return (total_ - 1) / T_; }
+  void sample(int64_t i, int64_t* out) const override;
+
+ private:
+  std::shared_ptr<const IndexedDataset> ds_;
+  int64_t T_, total_ = 0;
+  std::vector<int64_t> starts_;  // stream offset of each sequence
+};
+
 class BlendedDataset : public SampleSource {
  public:
   BlendedDataset(std::vector<std::shared_ptr<SampleSource>> parts, std::vector<double> weights, int64_t num_samples);
