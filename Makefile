@@ -17,7 +17,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j2
 
 demo: build
-	$(TESSEL) train configs/demo.yaml --set log.dir=runs/demo
+	bash scripts/demo.sh
 
 bench: build
 	bash bench/compare_with_torch.sh

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "gemm_peak.h"
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/train/trainer.h"
@@ -32,46 +33,6 @@ struct BenchOptions {
   bool profile = false;
   bool remeasure_peak = false;
 };
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown-cpu";
-}
-
-std::filesystem::path cache_file() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  std::filesystem::path dir = xdg ? xdg : (home ? std::filesystem::path(home) / ".cache" : "/tmp");
-  return dir / "tessel" / "gemm_peak.json";
-}
-
-// GEMM peak in GFLOP/s for this CPU, thread count and dtype: read from the cache profile, or measured
-// (oneDNN, 2048^3, best of 5) and written there. --remeasure-peak measures again.
-std::pair<double, std::string> gemm_peak(DType dtype, bool remeasure) {
-  const std::string key = cpu_model() + " | threads " + std::to_string(omp_get_max_threads()) + " | " +
-                          std::string(dtype_name(dtype));
-  nlohmann::json cache = nlohmann::json::object();
-  const auto path = cache_file();
-  if (std::ifstream in(path); in.good()) {
-    try {
-      in >> cache;
-    } catch (const std::exception&) {
-      cache = nlohmann::json::object();  // unreadable cache: measure again
-    }
-  }
-  if (!remeasure && cache.contains(key)) return {cache[key].get<double>(), "cached in " + path.string()};
-  // A busy machine can only lower a measurement, so the cache keeps the best one seen.
-  double peak = kernels::measure_gemm_gflops(dtype, 2048, 5);
-  if (cache.contains(key)) peak = std::max(peak, cache[key].get<double>());
-  cache[key] = peak;
-  std::error_code ec;
-  std::filesystem::create_directories(path.parent_path(), ec);
-  if (std::ofstream out(path); out.good()) out << cache.dump(2) << "\n";
-  return {peak, "measured now"};
-}
 
 double peak_rss_mb() {
   rusage ru{};

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "gemm_peak.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/train/data_setup.h"
 #include "tessel/train/trainer.h"
@@ -100,6 +101,9 @@ int run_train(const TrainOptions& o) {
     std::fflush(stdout);
   };
 
+  // MFU against this machine's GEMM peak for the compute dtype (cached by `tessel bench`).
+  const double peak_gflops = gemm_peak(m.compute, false).first;
+  const double flops_per_token = m.train_flops_per_token();
   g_stop_signal = 0;
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
@@ -131,15 +135,17 @@ int run_train(const TrainOptions& o) {
     const double dt = std::chrono::duration<double>(t1 - t0).count();
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     const double tps = double(cfg.train.global_batch_size * m.seq_length) / dt;
+    const double mfu = flops_per_token * tps / 1e9 / peak_gflops;
     nlohmann::json j = {{"step", it}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                        {"tokens_per_s", tps}, {"step_s", dt}};
+                        {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt}};
     metrics << j.dump() << "\n";
     metrics.flush();
     if (it % cfg.log.interval == 0 || it == cfg.train.train_iters) {
       const double eta = elapsed / double(it - start) * double(cfg.train.train_iters - it);
-      std::printf("step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | elapsed %s | ETA %s\n",
-                  (long long)it, (long long)cfg.train.train_iters, r.loss, r.lr, r.grad_norm, tps,
-                  hms(elapsed).c_str(), hms(eta).c_str());
+      std::printf(
+          "step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | MFU %.1f%% | elapsed %s | ETA %s\n",
+          (long long)it, (long long)cfg.train.train_iters, r.loss, r.lr, r.grad_norm, tps, 100 * mfu,
+          hms(elapsed).c_str(), hms(eta).c_str());
       std::fflush(stdout);
     }
     if (cfg.train.eval_interval > 0 && (it % cfg.train.eval_interval == 0 || it == cfg.train.train_iters)) evaluate(it);
@@ -164,7 +170,7 @@ int run_train(const TrainOptions& o) {
 Action add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand("train", "Train a model from a YAML config (resumes from checkpoint.dir)");
-  cmd->add_option("config", o->config, "YAML config (e.g. configs/demo.yaml)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("config", o->config, "YAML config (e.g. configs/demo.yaml, configs/synthetic.yaml)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
   return [o] { return run_train(*o); };
 }

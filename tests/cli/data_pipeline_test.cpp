@@ -37,7 +37,7 @@ TEST(DataPipelineCli, TokenizerPreprocessTrainEval) {
                  d.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("400 documents"), std::string::npos) << r.output;
-  r = run_tessel("train " + config("demo.yaml") + kModel +
+  r = run_tessel("train " + config("synthetic.yaml") + kModel +
                      " --set model.vocab_size=300 --set data.path=data/c --set data.tokenizer=tok.model"
                      " --set checkpoint.dir=ck",
                  d.path());
@@ -63,20 +63,20 @@ TEST(DataPipelineCli, TokenizerPreprocessTrainEval) {
   for (double e : evals) EXPECT_TRUE(e > 0 && e < 10);
 
   // A tokenizer whose vocabulary disagrees with model.vocab_size.
-  r = run_tessel("train " + config("demo.yaml") + kModel +
+  r = run_tessel("train " + config("synthetic.yaml") + kModel +
                      " --set model.vocab_size=1000 --set data.path=data/c --set data.tokenizer=tok.model",
                  d.path());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("disagrees with the tokenizer"), std::string::npos) << r.output;
   // A dataset whose .idx is missing, and one whose .bin disagrees with its index.
-  r = run_tessel("train " + config("demo.yaml") + kModel + " --set model.vocab_size=300 --set data.path=data/none",
+  r = run_tessel("train " + config("synthetic.yaml") + kModel + " --set model.vocab_size=300 --set data.path=data/none",
                  d.path());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("data/none.idx is missing"), std::string::npos) << r.output;
   std::filesystem::copy_file(d / "data/c.idx", d / "data/t.idx");
   std::filesystem::copy_file(d / "data/c.bin", d / "data/t.bin");
   std::filesystem::resize_file(d / "data/t.bin", std::filesystem::file_size(d / "data/t.bin") - 2);
-  r = run_tessel("train " + config("demo.yaml") + kModel + " --set model.vocab_size=300 --set data.path=data/t",
+  r = run_tessel("train " + config("synthetic.yaml") + kModel + " --set model.vocab_size=300 --set data.path=data/t",
                  d.path());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("but its index describes"), std::string::npos) << r.output;

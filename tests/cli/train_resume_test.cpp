@@ -20,7 +20,7 @@ const std::string kSmall =
 
 TEST(TrainCli, ResumeIsBitExact) {
   TempDir d;
-  const std::string cfg = config("demo.yaml");
+  const std::string cfg = config("synthetic.yaml");
   ASSERT_EQ(run_tessel("train " + cfg + kSmall + " --set log.dir=a --set checkpoint.dir=ca", d.path()).exit_code, 0);
   const auto half = run_tessel("train " + cfg + kSmall + " --set log.dir=b --set checkpoint.dir=cb --set train.exit_interval=4",
                                d.path());
@@ -46,7 +46,7 @@ TEST(TrainCli, SigtermSavesAndExitsCleanly) {
   if (pid == 0) {
     if (chdir(d.path().c_str()) != 0) _exit(99);
     setenv("OMP_NUM_THREADS", "2", 1);
-    execl(TESSEL_BIN, TESSEL_BIN, "train", config("demo.yaml").c_str(), "--set", "train.train_iters=100000",
+    execl(TESSEL_BIN, TESSEL_BIN, "train", config("synthetic.yaml").c_str(), "--set", "train.train_iters=100000",
           "--set", "log.dir=run", "--set", "checkpoint.dir=ck", "--set", "model.num_layers=1", static_cast<char*>(nullptr));
     _exit(98);
   }
@@ -69,7 +69,7 @@ TEST(TrainCli, SigtermSavesAndExitsCleanly) {
 
 TEST(TrainCli, BadConfigKeyFailsAndKeepsTheCheckpoint) {
   TempDir d;
-  const std::string cfg = config("demo.yaml");
+  const std::string cfg = config("synthetic.yaml");
   ASSERT_EQ(run_tessel("train " + cfg + kSmall + " --set train.train_iters=2 --set log.dir=a --set checkpoint.dir=ck",
                        d.path())
                 .exit_code,

@@ -23,7 +23,7 @@ done > corpus.txt
 
 check() {  # name, extra --set flags
   local name=$1; shift
-  "$TESSEL" train "$CONFIGS/demo.yaml" --set model.num_layers=2 --set model.hidden_size=32 \
+  "$TESSEL" train "$CONFIGS/synthetic.yaml" --set model.num_layers=2 --set model.hidden_size=32 \
     --set model.num_attention_heads=4 --set model.ffn_hidden_size=48 --set model.vocab_size=300 \
     --set model.seq_length=32 --set train.train_iters=4 --set train.lr_warmup_iters=1 \
     --set train.micro_batch_size=4 --set train.global_batch_size=4 --set precision.compute=fp32 \
