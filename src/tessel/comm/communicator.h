@@ -1,0 +1,64 @@
+#pragma once
+// Communicator: the collectives and point-to-point operations parallel training needs, over one
+// group of ranks (DESIGN.md section 1). Backends: `local` (one rank, no MPI) and `mpi` (OpenMPI).
+// Buffers are raw element arrays; dtypes f32, bf16, i32, i64 (bf16 reductions accumulate in fp32 and
+// round once). Non-blocking forms return a Work handle; the buffers must stay alive until wait().
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tessel/core/dtype.h"
+
+namespace tessel::comm {
+
+enum class ReduceOp { sum, max, min };
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;  // completes the operation (idempotent)
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;
+
+  // buf [count] reduced across ranks, result on every rank.
+  virtual void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) = 0;
+  // in [count] per rank -> out [size * count], rank r's block at r * count.
+  virtual void all_gather(const void* in, void* out, int64_t count, DType t) = 0;
+  // in [size * count] -> out [count]: rank r gets the reduction of every rank's block r.
+  virtual void reduce_scatter(const void* in, void* out, int64_t count, DType t, ReduceOp op) = 0;
+  // in [size * count]: block j goes to rank j; out [size * count]: block j came from rank j.
+  virtual void all_to_all(const void* in, void* out, int64_t count, DType t) = 0;
+  // Variable block sizes (elements): send_counts[j] to rank j, recv_counts[j] from rank j, packed.
+  virtual void all_to_all_v(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                            const std::vector<int64_t>& recv_counts, DType t) = 0;
+  virtual void broadcast(void* buf, int64_t count, DType t, int root) = 0;
+  virtual void send(const void* buf, int64_t count, DType t, int dst, int tag) = 0;
+  virtual void recv(void* buf, int64_t count, DType t, int src, int tag) = 0;
+  virtual void barrier() = 0;
+
+  virtual std::unique_ptr<Work> all_reduce_async(void* buf, int64_t count, DType t, ReduceOp op) = 0;
+  virtual std::unique_ptr<Work> all_gather_async(const void* in, void* out, int64_t count, DType t) = 0;
+  virtual std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, int64_t count, DType t,
+                                                     ReduceOp op) = 0;
+  virtual std::unique_ptr<Work> send_async(const void* buf, int64_t count, DType t, int dst, int tag) = 0;
+  virtual std::unique_ptr<Work> recv_async(void* buf, int64_t count, DType t, int src, int tag) = 0;
+
+  // Ranks with the same color form a new communicator, ordered by key. A negative color returns
+  // null (the rank joins no group). Collective over this communicator.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+};
+
+// One rank, no MPI: collectives are copies, point-to-point is an error.
+std::unique_ptr<Communicator> make_local_communicator();
+
+// MPI_COMM_WORLD (initialises MPI on first use, finalises at exit).
+std::unique_ptr<Communicator> make_mpi_world();
+bool mpi_launched();  // true when started by mpirun / srun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set)
+
+}  // namespace tessel::comm

@@ -1,0 +1,65 @@
+// The one-rank backend: every collective over a single rank is the identity (or a copy).
+#include <cstring>
+
+#include "tessel/comm/communicator.h"
+#include "tessel/core/check.h"
+
+namespace tessel::comm {
+namespace {
+
+class NoWork : public Work {
+ public:
+  void wait() override {}
+};
+
+class LocalCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const char* backend() const override { return "local"; }
+  void all_reduce(void*, int64_t, DType, ReduceOp) override {}
+  void all_gather(const void* in, void* out, int64_t count, DType t) override { copy(in, out, count, t); }
+  void reduce_scatter(const void* in, void* out, int64_t count, DType t, ReduceOp) override { copy(in, out, count, t); }
+  void all_to_all(const void* in, void* out, int64_t count, DType t) override { copy(in, out, count, t); }
+  void all_to_all_v(const void* in, const std::vector<int64_t>& sc, void* out, const std::vector<int64_t>& rc,
+                    DType t) override {
+    TESSEL_CHECK(sc.size() == 1 && rc.size() == 1 && sc[0] == rc[0], "all_to_all_v on one rank: counts must match");
+    copy(in, out, sc[0], t);
+  }
+  void broadcast(void*, int64_t, DType, int root) override {
+    TESSEL_CHECK(root == 0, "broadcast root {} on a one-rank communicator", root);
+  }
+  void send(const void*, int64_t, DType, int dst, int) override { no_peer(dst); }
+  void recv(void*, int64_t, DType, int src, int) override { no_peer(src); }
+  void barrier() override {}
+  std::unique_ptr<Work> all_reduce_async(void*, int64_t, DType, ReduceOp) override { return std::make_unique<NoWork>(); }
+  std::unique_ptr<Work> all_gather_async(const void* in, void* out, int64_t count, DType t) override {
+    copy(in, out, count, t);
+    return std::make_unique<NoWork>();
+  }
+  std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, int64_t count, DType t, ReduceOp) override {
+    copy(in, out, count, t);
+    return std::make_unique<NoWork>();
+  }
+  std::unique_ptr<Work> send_async(const void*, int64_t, DType, int dst, int) override { no_peer(dst); }
+  std::unique_ptr<Work> recv_async(void*, int64_t, DType, int src, int) override { no_peer(src); }
+  std::unique_ptr<Communicator> split(int color, int) override {
+    if (color < 0) return nullptr;
+    return std::make_unique<LocalCommunicator>();
+  }
+
+ private:
+  static void copy(const void* in, void* out, int64_t count, DType t) {
+    if (in != out) std::memmove(out, in, size_t(count) * dtype_size(t));
+  }
+  [[noreturn]] static void no_peer(int peer) {
+    TESSEL_FAIL("point-to-point with rank {} on the one-rank local communicator (launch with mpirun for more ranks)",
+                peer);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }
+
+}  // namespace tessel::comm

@@ -1,0 +1,228 @@
+// The MPI backend (OpenMPI). bf16 has no MPI type: data movement sends it as 16-bit words, and
+// reductions widen to fp32, reduce, and round back once (RNE).
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "tessel/comm/communicator.h"
+#include "tessel/core/check.h"
+#include "tessel/kernels/cast.h"
+
+namespace tessel::comm {
+namespace {
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  TESSEL_FAIL("MPI {} failed: {}", what, std::string(msg, size_t(len)));
+}
+
+int as_int(int64_t n, const char* what) {
+  TESSEL_CHECK(n >= 0 && n <= INT_MAX, "{}: {} elements exceed MPI's int count", what, n);
+  return int(n);
+}
+
+MPI_Datatype move_type(DType t) {  // for data movement: any dtype, by width
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::bf16: case DType::f16: return MPI_UINT16_T;
+    case DType::e4m3: case DType::e5m2: return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return MPI_SUM;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+void check_reducible(DType t) {
+  TESSEL_CHECK(t == DType::f32 || t == DType::bf16 || t == DType::i32 || t == DType::i64,
+               "reductions support f32, bf16, i32 and i64, not {}", dtype_name(t));
+}
+
+// A request plus what to do after it completes (e.g. round an fp32 staging buffer back to bf16).
+class MpiWork : public Work {
+ public:
+  MpiWork(MPI_Request r, std::function<void()> finish) : req_(r), finish_(std::move(finish)) {}
+  ~MpiWork() override {
+    if (!done_) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "wait");
+    done_ = true;
+    if (finish_) finish_();
+  }
+
+ private:
+  MPI_Request req_;
+  std::function<void()> finish_;
+  bool done_ = false;
+};
+
+std::vector<float> widen(const void* bf, int64_t n) {
+  std::vector<float> f(static_cast<size_t>(n));
+  kernels::cast_bf16_to_f32(n, static_cast<const bf16*>(bf), f.data());
+  return f;
+}
+
+class MpiCommunicator : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned_ && !finalized) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "mpi"; }
+
+  void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override { all_reduce_async(buf, count, t, op)->wait(); }
+  void all_gather(const void* in, void* out, int64_t count, DType t) override {
+    all_gather_async(in, out, count, t)->wait();
+  }
+  void reduce_scatter(const void* in, void* out, int64_t count, DType t, ReduceOp op) override {
+    reduce_scatter_async(in, out, count, t, op)->wait();
+  }
+  void all_to_all(const void* in, void* out, int64_t count, DType t) override {
+    check_mpi(MPI_Alltoall(in, as_int(count, "all_to_all"), move_type(t), out, as_int(count, "all_to_all"),
+                           move_type(t), comm_),
+              "all_to_all");
+  }
+  void all_to_all_v(const void* in, const std::vector<int64_t>& sc, void* out, const std::vector<int64_t>& rc,
+                    DType t) override {
+    TESSEL_CHECK(int(sc.size()) == size_ && int(rc.size()) == size_, "all_to_all_v: {} / {} counts for {} ranks",
+                 sc.size(), rc.size(), size_);
+    const size_t n = static_cast<size_t>(size_);
+    std::vector<int> s(n), sd(n), r(n), rd(n);
+    int64_t so = 0, ro = 0;
+    for (int j = 0; j < size_; ++j) {
+      s[size_t(j)] = as_int(sc[size_t(j)], "all_to_all_v");
+      r[size_t(j)] = as_int(rc[size_t(j)], "all_to_all_v");
+      sd[size_t(j)] = as_int(so, "all_to_all_v");
+      rd[size_t(j)] = as_int(ro, "all_to_all_v");
+      so += sc[size_t(j)];
+      ro += rc[size_t(j)];
+    }
+    check_mpi(MPI_Alltoallv(in, s.data(), sd.data(), move_type(t), out, r.data(), rd.data(), move_type(t), comm_),
+              "all_to_all_v");
+  }
+  void broadcast(void* buf, int64_t count, DType t, int root) override {
+    check_mpi(MPI_Bcast(buf, as_int(count, "broadcast"), move_type(t), root, comm_), "broadcast");
+  }
+  void send(const void* buf, int64_t count, DType t, int dst, int tag) override {
+    check_mpi(MPI_Send(buf, as_int(count, "send"), move_type(t), dst, tag, comm_), "send");
+  }
+  void recv(void* buf, int64_t count, DType t, int src, int tag) override {
+    check_mpi(MPI_Recv(buf, as_int(count, "recv"), move_type(t), src, tag, comm_, MPI_STATUS_IGNORE), "recv");
+  }
+  void barrier() override { check_mpi(MPI_Barrier(comm_), "barrier"); }
+
+  std::unique_ptr<Work> all_reduce_async(void* buf, int64_t count, DType t, ReduceOp op) override {
+    check_reducible(t);
+    MPI_Request req;
+    if (t == DType::bf16) {
+      auto f = std::make_shared<std::vector<float>>(widen(buf, count));
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, f->data(), as_int(count, "all_reduce"), MPI_FLOAT, mpi_op(op), comm_, &req),
+                "all_reduce");
+      return std::make_unique<MpiWork>(req, [f, buf, count] {
+        kernels::cast_f32_to_bf16(count, f->data(), static_cast<bf16*>(buf));
+      });
+    }
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, as_int(count, "all_reduce"), move_type(t), mpi_op(op), comm_, &req),
+              "all_reduce");
+    return std::make_unique<MpiWork>(req, nullptr);
+  }
+  std::unique_ptr<Work> all_gather_async(const void* in, void* out, int64_t count, DType t) override {
+    MPI_Request req;
+    check_mpi(MPI_Iallgather(in, as_int(count, "all_gather"), move_type(t), out, as_int(count, "all_gather"),
+                             move_type(t), comm_, &req),
+              "all_gather");
+    return std::make_unique<MpiWork>(req, nullptr);
+  }
+  std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, int64_t count, DType t,
+                                             ReduceOp op) override {
+    check_reducible(t);
+    MPI_Request req;
+    if (t == DType::bf16) {
+      auto fin = std::make_shared<std::vector<float>>(widen(in, count * size_));
+      auto fout = std::make_shared<std::vector<float>>(static_cast<size_t>(count));
+      check_mpi(MPI_Ireduce_scatter_block(fin->data(), fout->data(), as_int(count, "reduce_scatter"), MPI_FLOAT,
+                                          mpi_op(op), comm_, &req),
+                "reduce_scatter");
+      return std::make_unique<MpiWork>(req, [fin, fout, out, count] {
+        kernels::cast_f32_to_bf16(count, fout->data(), static_cast<bf16*>(out));
+      });
+    }
+    check_mpi(MPI_Ireduce_scatter_block(in, out, as_int(count, "reduce_scatter"), move_type(t), mpi_op(op), comm_,
+                                        &req),
+              "reduce_scatter");
+    return std::make_unique<MpiWork>(req, nullptr);
+  }
+  std::unique_ptr<Work> send_async(const void* buf, int64_t count, DType t, int dst, int tag) override {
+    MPI_Request req;
+    check_mpi(MPI_Isend(buf, as_int(count, "send"), move_type(t), dst, tag, comm_, &req), "send");
+    return std::make_unique<MpiWork>(req, nullptr);
+  }
+  std::unique_ptr<Work> recv_async(void* buf, int64_t count, DType t, int src, int tag) override {
+    MPI_Request req;
+    check_mpi(MPI_Irecv(buf, as_int(count, "recv"), move_type(t), src, tag, comm_, &req), "recv");
+    return std::make_unique<MpiWork>(req, nullptr);
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm c;
+    check_mpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &c), "split");
+    if (c == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiCommunicator>(c, true);
+  }
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+};
+
+void finalize_mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace
+
+bool mpi_launched() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"); }
+
+std::unique_ptr<Communicator> make_mpi_world() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
+    std::atexit(finalize_mpi);
+  }
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
+}
+
+}  // namespace tessel::comm
