@@ -3,6 +3,7 @@
 #include <map>
 
 #include "commands.h"
+#include "tessel/comm/communicator.h"
 #include "tessel/core/check.h"
 
 int main(int argc, char** argv) {
@@ -25,11 +26,10 @@ int main(int argc, char** argv) {
   try {
     for (auto& [cmd, action] : actions)
       if (cmd->parsed()) return action();
-  } catch (const tessel::Error& e) {
-    std::fprintf(stderr, "tessel: error: %s\n", e.what());
-    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tessel: error: %s\n", e.what());
+    std::fflush(stderr);
+    tessel::comm::abort_distributed(2);
     return 2;
   }
   return 0;

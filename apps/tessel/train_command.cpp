@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "gemm_peak.h"
 #include "tessel/ckpt/checkpoint.h"
+#include "tessel/comm/parallel_state.h"
 #include "tessel/train/data_setup.h"
 #include "tessel/train/trainer.h"
 
@@ -58,21 +59,35 @@ void truncate_metrics(const fs::path& path, int64_t step) {
 
 int run_train(const TrainOptions& o) {
   const train::Config cfg = train::Config::load(o.config, o.sets);
+  // Under mpirun every rank runs this; data parallelism is what the world leaves after the other sizes.
+  auto world = comm::mpi_launched() ? comm::make_mpi_world() : comm::make_local_communicator();
+  comm::ParallelState pstate(*world, {int(cfg.parallel.tensor_model_parallel_size),
+                                      int(cfg.parallel.context_parallel_size),
+                                      int(cfg.parallel.pipeline_model_parallel_size),
+                                      int(cfg.parallel.expert_model_parallel_size)});
+  const int64_t dp = pstate.dp_size(), dp_rank = pstate.coords().dp;
+  const bool lead = world->rank() == 0;  // logs, metrics and checkpoints come from rank 0
+  TESSEL_CHECK(cfg.train.global_batch_size % (cfg.train.micro_batch_size * dp) == 0,
+               "train.global_batch_size {} must be a multiple of train.micro_batch_size {} x data-parallel size {}",
+               cfg.train.global_batch_size, cfg.train.micro_batch_size, dp);
   const train::RunData run_data = train::make_run_data(cfg);  // data errors before anything is written
-  fs::create_directories(cfg.log.dir);
-  {
+  if (lead) {
+    fs::create_directories(cfg.log.dir);
     std::ofstream out(fs::path(cfg.log.dir) / "config.yaml");
     out << cfg.to_yaml();
   }
-  train::Trainer trainer(cfg);
+  train::Trainer trainer(cfg, &pstate.dp());
   const auto& m = cfg.model;
   const int64_t mbs = cfg.train.micro_batch_size, accum = cfg.grad_accumulation_steps();
-  std::printf("tessel train: %s | %s %lld layers, hidden %lld, %.2fM params, %s, global batch %lld, %d threads\n",
+  if (lead) std::printf("tessel train: %s | %s %lld layers, hidden %lld, %.2fM params, %s, global batch %lld, %d threads\n",
               o.config.c_str(), m.arch.c_str(), (long long)m.num_layers, (long long)m.hidden_size,
               double(trainer.model().params().numel()) / 1e6, cfg.precision.compute.c_str(),
               (long long)cfg.train.global_batch_size, omp_get_max_threads());
-  std::printf("run directory: %s (config.yaml, metrics.jsonl) | data: %s\n", cfg.log.dir.c_str(),
-              run_data.description.c_str());
+  if (lead) {
+    std::printf("run directory: %s (config.yaml, metrics.jsonl) | data: %s\n", cfg.log.dir.c_str(),
+                run_data.description.c_str());
+    if (world->size() > 1) std::printf("%s (%s backend)\n", pstate.describe().c_str(), world->backend());
+  }
 
   int64_t start = 0;
   if (!cfg.checkpoint.dir.empty()) {
@@ -83,26 +98,35 @@ int run_train(const TrainOptions& o) {
                    "checkpoint in '{}' was trained with train.seed {}, the config says {}", cfg.checkpoint.dir,
                    st->seed, cfg.train.seed);
       start = st->step;
-      std::printf("resumed from checkpoint.dir %s at step %lld (%lld samples consumed)\n",
+      if (lead) std::printf("resumed from checkpoint.dir %s at step %lld (%lld samples consumed)\n",
                   cfg.checkpoint.dir.c_str(), (long long)start, (long long)st->consumed_samples);
     }
   }
   const fs::path metrics_path = fs::path(cfg.log.dir) / "metrics.jsonl";
-  truncate_metrics(metrics_path, start);
-  std::ofstream metrics(metrics_path, std::ios::app);
-  TESSEL_CHECK(metrics.good(), "cannot write {}", metrics_path.string());
+  std::ofstream metrics;
+  if (lead) {
+    truncate_metrics(metrics_path, start);
+    metrics.open(metrics_path, std::ios::app);
+    TESSEL_CHECK(metrics.good(), "cannot write {}", metrics_path.string());
+  }
 
   auto save = [&](int64_t step) {
     if (cfg.checkpoint.dir.empty()) return;
+    // Data-parallel replicas hold identical weights and moments: rank 0 writes, the others wait.
+    if (!lead) {
+      world->barrier();
+      return;
+    }
     const ckpt::TrainState st{step, step * cfg.train.global_batch_size, uint64_t(cfg.train.seed)};
     const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), trainer.optimizer(),
                                                     st, cfg.to_yaml(), cfg.checkpoint.keep);
     std::printf("saved checkpoint %s\n", where.c_str());
     std::fflush(stdout);
+    world->barrier();
   };
 
   // MFU against this machine's GEMM peak for the compute dtype (cached by `tessel bench`).
-  const double peak_gflops = gemm_peak(m.compute, false).first;
+  const double peak_gflops = (lead ? gemm_peak(m.compute, false).first : 1.0) * world->size();  // all devices
   const double flops_per_token = m.train_flops_per_token();
   g_stop_signal = 0;
   std::signal(SIGINT, on_stop_signal);
@@ -116,6 +140,7 @@ int run_train(const TrainOptions& o) {
       loss += trainer.model().loss_sum(batch.tokens, batch.targets);
       tokens += batch.targets.numel();
     }
+    if (!lead) return;  // every replica computes the same evaluation; rank 0 reports it
     const nlohmann::json j = {{"step", step}, {"eval_loss", loss / double(tokens)}, {"eval_tokens", tokens}};
     metrics << j.dump() << "\n";
     metrics.flush();
@@ -127,7 +152,8 @@ int run_train(const TrainOptions& o) {
   int64_t it = start;
   while (it < cfg.train.train_iters) {
     std::vector<data::Batch> mb;
-    for (int64_t a = 0; a < accum; ++a) mb.push_back(run_data.train((it * accum + a) * mbs, mbs));
+    // This rank's micro-batches of the global batch: the union over ranks is what one process would see.
+    for (int64_t a = 0; a < accum / dp; ++a) mb.push_back(run_data.train((it * accum + a * dp + dp_rank) * mbs, mbs));
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = trainer.step(mb, it);
     const auto t1 = std::chrono::steady_clock::now();
@@ -138,9 +164,11 @@ int run_train(const TrainOptions& o) {
     const double mfu = flops_per_token * tps / 1e9 / peak_gflops;
     nlohmann::json j = {{"step", it}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                         {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt}};
-    metrics << j.dump() << "\n";
-    metrics.flush();
-    if (it % cfg.log.interval == 0 || it == cfg.train.train_iters) {
+    if (lead) {
+      metrics << j.dump() << "\n";
+      metrics.flush();
+    }
+    if (lead && (it % cfg.log.interval == 0 || it == cfg.train.train_iters)) {
       const double eta = elapsed / double(it - start) * double(cfg.train.train_iters - it);
       std::printf(
           "step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | MFU %.1f%% | elapsed %s | ETA %s\n",
@@ -149,13 +177,15 @@ int run_train(const TrainOptions& o) {
       std::fflush(stdout);
     }
     if (cfg.train.eval_interval > 0 && (it % cfg.train.eval_interval == 0 || it == cfg.train.train_iters)) evaluate(it);
-    if (g_stop_signal) {
-      std::printf("received signal %d: saving and exiting\n", int(g_stop_signal));
+    int stop = g_stop_signal;  // agreed by all ranks, so they stop at the same step
+    world->all_reduce(&stop, 1, DType::i32, comm::ReduceOp::max);
+    if (stop) {
+      if (lead) std::printf("received signal %d: saving and exiting\n", stop);
       save(it);
       return 0;
     }
     if (cfg.train.exit_interval > 0 && it % cfg.train.exit_interval == 0 && it < cfg.train.train_iters) {
-      std::printf("train.exit_interval reached at step %lld: saving and exiting\n", (long long)it);
+      if (lead) std::printf("train.exit_interval reached at step %lld: saving and exiting\n", (long long)it);
       save(it);
       return 0;
     }

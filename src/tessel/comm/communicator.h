@@ -61,4 +61,8 @@ std::unique_ptr<Communicator> make_local_communicator();
 std::unique_ptr<Communicator> make_mpi_world();
 bool mpi_launched();  // true when started by mpirun / srun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set)
 
+// After an error on one rank: ends every rank of a multi-rank MPI job (the others may be waiting in a
+// collective and would hang). Does nothing in a single-process run.
+void abort_distributed(int code);
+
 }  // namespace tessel::comm

@@ -214,6 +214,15 @@ void finalize_mpi() {
 
 bool mpi_launched() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"); }
 
+void abort_distributed(int code) {
+  int initialized = 0, finalized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 std::unique_ptr<Communicator> make_mpi_world() {
   int initialized = 0;
   MPI_Initialized(&initialized);

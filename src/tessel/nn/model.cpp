@@ -12,11 +12,17 @@ Model::Model(const ModelConfig& cfg) : cfg_(cfg), ps_(std::make_unique<ParamStor
   cfg_.validate();
   if (cfg_.is_llama())
     rope_ = std::make_shared<kernels::RopeTable>(cfg_.seq_length, cfg_.head_dim(), cfg_.rotary_base);
+  // Each part's parameters are registered contiguously; the boundaries tell backward which range of
+  // the flat gradient buffer is final after each part (for overlapping data-parallel reduction).
   embed_ = std::make_unique<Embedding>(*ps_, cfg_);
-  for (int64_t i = 0; i < cfg_.num_layers; ++i)
+  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    layer_begin_.push_back(ps_->numel());
     layers_.push_back(std::make_unique<TransformerLayer>(*ps_, cfg_, i, rope_));
+  }
+  norm_begin_ = ps_->numel();
   final_norm_ = std::make_unique<Norm>(*ps_, "model.norm", cfg_.hidden_size,
                                        cfg_.is_llama() ? Norm::Kind::rms : Norm::Kind::layer, float(cfg_.norm_epsilon));
+  head_begin_ = ps_->numel();
   head_ = std::make_unique<LmHead>(*ps_, cfg_, embed_->weight_offset());
   ps_->finalize();
 }
@@ -43,10 +49,16 @@ double Model::forward(const Tensor& tokens, const Tensor& targets, float grad_sc
   return head_->forward_loss(y, targets, grad_scale, saved);
 }
 
-void Model::backward(Activations& saved) {
+void Model::backward(Activations& saved, const GradsReady& ready) {
+  auto report = [&](int64_t begin, int64_t end) {
+    if (ready && end > begin) ready(begin, end);
+  };
+  const int64_t total = ps_->numel();
   Tensor dy = head_->backward_input(saved);
   head_->backward_weight(saved);
+  report(head_begin_, total);  // empty when tied: the embedding's gradient is final only at the end
   Tensor dx = final_norm_->backward(dy, Tensor(), saved);
+  report(norm_begin_, head_begin_);
   for (size_t i = layers_.size(); i-- > 0;) {
     if (cfg_.recompute) {
       const Tensor input = saved.get(recompute_key(i));
@@ -55,14 +67,17 @@ void Model::backward(Activations& saved) {
     }
     dx = layers_[i]->backward_input(dx, saved);
     layers_[i]->backward_weight(saved);
+    report(layer_begin_[i], i + 1 < layers_.size() ? layer_begin_[i + 1] : norm_begin_);
   }
   embed_->backward(dx, saved);
+  report(0, layers_.empty() ? norm_begin_ : layer_begin_[0]);
 }
 
-double Model::forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale) {
+double Model::forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
+                               const GradsReady& ready) {
   Activations saved;
   const double loss = forward(tokens, targets, grad_scale, saved);
-  backward(saved);
+  backward(saved, ready);
   return loss;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Model: a decoder (embedding, layers, final norm, LM head + loss) assembled from a ModelConfig.
 // The caller owns one Activations per micro-batch in flight (DESIGN.md section 2).
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -21,11 +22,15 @@ class Model {
 
   // One micro-batch: tokens, targets [B, T] i64. Gradients of (summed loss * grad_scale) are
   // accumulated into the fp32 grads. Returns the summed (unscaled) loss over the B*T tokens.
-  double forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale);
+  // ready(begin, end), when given, is called during backward as soon as the gradients of the flat
+  // range [begin, end) are complete for this micro-batch (last layer first, embedding last).
+  using GradsReady = std::function<void(int64_t begin, int64_t end)>;
+  double forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
+                          const GradsReady& ready = nullptr);
 
   // The same split into its parts, for schedules that interleave micro-batches.
   double forward(const Tensor& tokens, const Tensor& targets, float grad_scale, Activations& saved);
-  void backward(Activations& saved);
+  void backward(Activations& saved, const GradsReady& ready = nullptr);
 
   Tensor logits(const Tensor& tokens);                         // [B*T, V] f32, no state kept
 
@@ -45,6 +50,8 @@ class Model {
   std::unique_ptr<Norm> final_norm_;
   std::unique_ptr<LmHead> head_;
   int64_t batch_ = 0;
+  std::vector<int64_t> layer_begin_;  // flat offset of each layer's first parameter
+  int64_t norm_begin_ = 0, head_begin_ = 0;
 };
 
 }  // namespace tessel::nn

@@ -86,6 +86,7 @@ struct Schema {
     p["expert_model_parallel_size"] = bind_field(c.parallel.expert_model_parallel_size, "parallel.expert_model_parallel_size");
     p["use_distributed_optimizer"] = bind_field(c.parallel.use_distributed_optimizer, "parallel.use_distributed_optimizer");
     p["pipeline_schedule"] = bind_field(c.parallel.pipeline_schedule, "parallel.pipeline_schedule");
+    p["ddp_bucket_size"] = bind_field(c.parallel.ddp_bucket_size, "parallel.ddp_bucket_size");
 
     auto& pr = sections["precision"];
     pr["compute"] = bind_field(c.precision.compute, "precision.compute");
@@ -221,6 +222,7 @@ void Config::validate() const {
   TESSEL_CHECK(!parallel.sequence_parallel, "parallel.sequence_parallel: not supported yet (needs tensor parallelism)");
   TESSEL_CHECK(!parallel.use_distributed_optimizer,
                "parallel.use_distributed_optimizer: not supported yet (needs data parallelism)");
+  TESSEL_CHECK(parallel.ddp_bucket_size > 0, "parallel.ddp_bucket_size must be > 0, got {}", parallel.ddp_bucket_size);
   TESSEL_CHECK(train.train_iters >= 0, "train.train_iters must be >= 0, got {}", train.train_iters);
   TESSEL_CHECK(train.micro_batch_size > 0, "train.micro_batch_size must be > 0, got {}", train.micro_batch_size);
   TESSEL_CHECK(train.global_batch_size > 0 && train.global_batch_size % train.micro_batch_size == 0,

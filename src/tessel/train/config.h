@@ -40,6 +40,7 @@ struct ParallelConfig {
   int64_t expert_model_parallel_size = 1;
   bool use_distributed_optimizer = false;
   std::string pipeline_schedule = "1f1b";
+  int64_t ddp_bucket_size = 4000000;  // elements per data-parallel gradient all-reduce bucket
 };
 
 struct PrecisionConfig {

@@ -1,8 +1,12 @@
 #include "tessel/train/trainer.h"
 
+#include <vector>
+
+#include "tessel/optim/grad_reducer.h"
+
 namespace tessel::train {
 
-Trainer::Trainer(const Config& cfg) : cfg_(cfg) {
+Trainer::Trainer(const Config& cfg, comm::Communicator* dp) : cfg_(cfg), dp_(dp && dp->size() > 1 ? dp : nullptr) {
   model_ = std::make_unique<nn::Model>(cfg_.model);
   model_->params().initialize(uint64_t(cfg_.train.seed));
   optim::AdamWConfig oc;
@@ -22,15 +26,34 @@ Trainer::Trainer(const Config& cfg) : cfg_(cfg) {
 }
 
 StepResult Trainer::step(const std::vector<data::Batch>& micro_batches, int64_t iter) {
-  TESSEL_CHECK(int64_t(micro_batches.size()) == cfg_.grad_accumulation_steps(),
-               "step: {} micro-batches given, the config needs {}", micro_batches.size(),
-               cfg_.grad_accumulation_steps());
+  const int64_t dp = dp_ ? dp_->size() : 1;
+  TESSEL_CHECK(int64_t(micro_batches.size()) * dp == cfg_.grad_accumulation_steps(),
+               "step: {} micro-batches on each of {} data-parallel ranks, the config needs {} in all",
+               micro_batches.size(), dp, cfg_.grad_accumulation_steps());
   int64_t tokens = 0;
   for (const auto& mb : micro_batches) tokens += mb.targets.numel();
-  model_->params().zero_grads();
+  if (dp_) dp_->all_reduce(&tokens, 1, DType::i64, comm::ReduceOp::sum);
+  auto& ps = model_->params();
+  ps.zero_grads();
   const float scale = 1.0f / float(tokens);  // loss = mean over all tokens of the global batch
   double loss = 0;
-  for (const auto& mb : micro_batches) loss += model_->forward_backward(mb.tokens, mb.targets, scale);
+  std::unique_ptr<optim::GradReducer> reducer;
+  if (dp_) reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_data(), cfg_.parallel.ddp_bucket_size);
+  for (size_t k = 0; k < micro_batches.size(); ++k) {
+    // Gradients are final during the last micro-batch's backward: reduce them as they complete.
+    nn::Model::GradsReady ready;
+    if (reducer && k + 1 == micro_batches.size())
+      ready = [&](int64_t b, int64_t e) { reducer->ready(b, e); };
+    loss += model_->forward_backward(micro_batches[k].tokens, micro_batches[k].targets, scale, ready);
+  }
+  if (dp_) {
+    reducer->finish();
+    // The loss sums travel as 8-byte words and are added in rank order: exact doubles, same on every rank.
+    std::vector<double> all(static_cast<size_t>(dp));
+    dp_->all_gather(&loss, all.data(), 1, DType::i64);
+    loss = 0;
+    for (double l : all) loss += l;
+  }
   const double lr = schedule_.at(iter);
   const double norm = opt_->step(lr);
   return {loss / double(tokens), norm, lr};

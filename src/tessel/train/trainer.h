@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "tessel/comm/communicator.h"
 #include "tessel/data/synthetic.h"
 #include "tessel/nn/model.h"
 #include "tessel/optim/adamw.h"
@@ -20,7 +21,10 @@ struct StepResult {
 
 class Trainer {
  public:
-  explicit Trainer(const Config& cfg);
+  // dp: the data-parallel group (null or size 1: one replica). Each rank passes its own micro-batches;
+  // gradients are summed across dp in buckets overlapping backward, so every replica takes the step
+  // a single process would take on the whole global batch.
+  explicit Trainer(const Config& cfg, comm::Communicator* dp = nullptr);
   nn::Model& model() { return *model_; }
   optim::AdamW& optimizer() { return *opt_; }
   // micro_batches.size() must be the configured accumulation count.
@@ -28,6 +32,7 @@ class Trainer {
 
  private:
   Config cfg_;
+  comm::Communicator* dp_ = nullptr;
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<optim::AdamW> opt_;
   optim::LrSchedule schedule_;

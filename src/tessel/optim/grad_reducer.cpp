@@ -1,0 +1,33 @@
+#include "tessel/optim/grad_reducer.h"
+
+#include "tessel/core/profiler.h"
+
+namespace tessel::optim {
+
+GradReducer::GradReducer(comm::Communicator& dp, float* grads, int64_t bucket_elems)
+    : dp_(dp), grads_(grads), bucket_elems_(bucket_elems) {}
+
+void GradReducer::launch() {
+  if (hi_ > lo_) {
+    inflight_.push_back(dp_.all_reduce_async(grads_ + lo_, hi_ - lo_, DType::f32, comm::ReduceOp::sum));
+    ++launched_;
+  }
+  lo_ = hi_ = -1;
+}
+
+void GradReducer::ready(int64_t begin, int64_t end) {
+  if (end <= begin) return;
+  if (lo_ >= 0 && end != lo_) launch();  // not adjacent to the bucket being filled
+  if (lo_ < 0) hi_ = end;
+  lo_ = begin;
+  if (hi_ - lo_ >= bucket_elems_) launch();
+}
+
+void GradReducer::finish() {
+  launch();
+  ProfileScope prof("dp_grad_wait");
+  for (auto& w : inflight_) w->wait();
+  inflight_.clear();
+}
+
+}  // namespace tessel::optim

@@ -1,0 +1,30 @@
+#pragma once
+// Data-parallel gradient reduction in buckets, overlapped with backward: backward reports each flat
+// range of the gradient buffer as soon as it is final (last layer first); ranges are gathered into
+// buckets of at least `bucket_elems` elements and each full bucket's all-reduce (sum) starts at
+// once, non-blocking, while backward continues. finish() starts the rest and waits for all.
+#include <memory>
+#include <vector>
+
+#include "tessel/comm/communicator.h"
+
+namespace tessel::optim {
+
+class GradReducer {
+ public:
+  GradReducer(comm::Communicator& dp, float* grads, int64_t bucket_elems);
+  void ready(int64_t begin, int64_t end);
+  void finish();
+  int64_t buckets_launched() const { return launched_; }
+
+ private:
+  void launch();
+  comm::Communicator& dp_;
+  float* grads_;
+  int64_t bucket_elems_;
+  int64_t lo_ = -1, hi_ = -1;  // the bucket being filled: [lo_, hi_)
+  std::vector<std::unique_ptr<comm::Work>> inflight_;
+  int64_t launched_ = 0;
+};
+
+}  // namespace tessel::optim

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Data parallelism end to end: `mpirun -np N tessel train` gives the single-process run's losses
+# (5 steps) and final parameters on the same global batch, for N = 2 and 4, with gradient
+# accumulation and small buckets (many overlapping all-reduces), fp32. Tolerances: 1e-5 relative on
+# losses (measured ~3e-9); 5e-4 relative to each tensor's largest value on parameters after 5 AdamW
+# steps (measured ~7e-5): the gradients differ only in summation order (~1e-7), but Adam's update
+# m / sqrt(v) is ~lr whatever a near-zero gradient's size, so such elements carry the difference up.
+# Usage: data_parallel_train_test.sh TESSEL_BINARY CONFIG_DIR MPIRUN
+set -euo pipefail
+TESSEL=$1
+CONFIGS=$2
+MPIRUN=$3
+WORK=$(mktemp -d /tmp/tessel-dp-XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive
+COMMON=(--set train.train_iters=5 --set train.lr_warmup_iters=1 --set model.num_layers=2 --set model.tie_embeddings=true
+        --set train.micro_batch_size=2 --set train.global_batch_size=16 --set precision.compute=fp32
+        --set parallel.ddp_bucket_size=20000)
+
+OMP_NUM_THREADS=2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir=single --set checkpoint.dir=ck-single > /dev/null
+for np in 2 4; do
+  OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np $np "$TESSEL" train "$CONFIGS/synthetic.yaml" \
+    "${COMMON[@]}" --set log.dir=dp$np --set checkpoint.dir=ck-dp$np > dp$np.log
+  grep -q "dp $np" dp$np.log
+  /usr/bin/python3 - single dp$np ck-single/step_00000005/model.safetensors ck-dp$np/step_00000005/model.safetensors <<'PY'
+import json, struct, sys
+import numpy as np
+def losses(d):
+    return [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
+def tensors(p):
+    with open(p, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); data = f.read()
+    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], dtype=np.float32)
+            for k, v in h.items() if k != "__metadata__"}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 5, (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+ta, tb = tensors(sys.argv[3]), tensors(sys.argv[4])
+assert ta.keys() == tb.keys()
+worst_p = max(float(np.max(np.abs(ta[k] - tb[k])) / max(np.max(np.abs(ta[k])), 1e-30)) for k in ta)
+print(f"{sys.argv[2]}: worst loss difference {worst:.2e}, worst parameter difference {worst_p:.2e} (relative)")
+sys.exit(0 if worst < 1e-5 and worst_p < 5e-4 else 1)
+PY
+done
+
+# A batch that does not split over the ranks fails fast on every rank, with the reason.
+if OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe -np 2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" \
+    --set train.global_batch_size=6 --set log.dir=bad > bad.log 2>&1; then
+  echo "expected the misconfigured run to fail"; exit 1
+fi
+grep -q "must be a multiple of train.micro_batch_size 2 x data-parallel size 2" bad.log
+echo "misconfigured data parallelism: refused with the reason"
