@@ -112,14 +112,15 @@ int run_train(const TrainOptions& o) {
 
   auto save = [&](int64_t step) {
     if (cfg.checkpoint.dir.empty()) return;
+    const ckpt::FullMoments moments = trainer.full_moments();  // collective with the distributed optimizer
     // Data-parallel replicas hold identical weights and moments: rank 0 writes, the others wait.
     if (!lead) {
       world->barrier();
       return;
     }
     const ckpt::TrainState st{step, step * cfg.train.global_batch_size, uint64_t(cfg.train.seed)};
-    const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), trainer.optimizer(),
-                                                    st, cfg.to_yaml(), cfg.checkpoint.keep);
+    const std::string where =
+        ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), moments, st, cfg.to_yaml(), cfg.checkpoint.keep);
     std::printf("saved checkpoint %s\n", where.c_str());
     std::fflush(stdout);
     world->barrier();

@@ -98,6 +98,38 @@ TEST(Mpi, AllToAllVWithUnevenCounts) {
     for (int64_t k = 0; k < rc[size_t(j)]; ++k) ASSERT_EQ(recv[p++], 100 * j + me);
 }
 
+TEST(Mpi, UnevenReduceScatterAndAllGather) {
+  auto& w = world();
+  const int W = w.size(), me = w.rank();
+  std::vector<int64_t> counts;
+  int64_t total = 0;
+  for (int j = 0; j < W; ++j) {
+    counts.push_back(j % 3 + 1);  // 1, 2, 3, 1, ...
+    total += counts.back();
+  }
+  auto in = input<float>(me, total);
+  std::vector<float> mine(static_cast<size_t>(counts[size_t(me)]));
+  w.reduce_scatter_v(in.data(), mine.data(), counts, DType::f32, ReduceOp::sum);
+  int64_t off = 0;
+  for (int j = 0; j < me; ++j) off += counts[size_t(j)];
+  for (int64_t i = 0; i < counts[size_t(me)]; ++i) {
+    double want = 0;
+    for (int r = 0; r < W; ++r) want += value(r, off + i);
+    ASSERT_EQ(mine[size_t(i)], float(want));
+  }
+  // all_gather_v in place: each rank's block already sits at its offset of the full buffer.
+  std::vector<float> full(static_cast<size_t>(total), -1.0f);
+  std::copy(mine.begin(), mine.end(), full.begin() + off);
+  w.all_gather_v(full.data() + off, full.data(), counts, DType::f32);
+  int64_t o = 0;
+  for (int j = 0; j < W; ++j)
+    for (int64_t i = 0; i < counts[size_t(j)]; ++i, ++o) {
+      double want = 0;
+      for (int r = 0; r < W; ++r) want += value(r, o);
+      ASSERT_EQ(full[size_t(o)], float(want)) << "block " << j;
+    }
+}
+
 TEST(Mpi, BroadcastSendRecvBarrierAndAsync) {
   auto& w = world();
   const int W = w.size(), me = w.rank();

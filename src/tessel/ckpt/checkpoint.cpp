@@ -81,6 +81,13 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep) {
+  TESSEL_CHECK(opt.owns_all(), "save_checkpoint: the optimizer owns a shard; gather its moments (FullMoments) first");
+  return save_checkpoint(dir, params, FullMoments{opt.exp_avg_data(), opt.exp_avg_sq_data(), opt.steps_taken()}, state,
+                         config_yaml, keep);
+}
+
+std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& opt,
+                            const TrainState& state, const std::string& config_yaml, int64_t keep) {
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
   fs::create_directories(dir);
   const std::string name = step_name(state.step);
@@ -95,9 +102,9 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
     model_tensors.emplace_back(s.name, params.param_at(s.offset, s.shape));
     // Moments are views into the optimizer's flat buffers (same layout as the parameters).
     optim_tensors.emplace_back("exp_avg." + s.name,
-                               Tensor::from_blob(const_cast<float*>(opt.exp_avg_data()) + s.offset, s.shape, DType::f32));
-    optim_tensors.emplace_back("exp_avg_sq." + s.name, Tensor::from_blob(const_cast<float*>(opt.exp_avg_sq_data()) + s.offset,
-                                                                       s.shape, DType::f32));
+                               Tensor::from_blob(const_cast<float*>(opt.exp_avg) + s.offset, s.shape, DType::f32));
+    optim_tensors.emplace_back("exp_avg_sq." + s.name,
+                               Tensor::from_blob(const_cast<float*>(opt.exp_avg_sq) + s.offset, s.shape, DType::f32));
     nlohmann::json slice = nlohmann::json::array();
     for (int64_t d : s.shape) slice.push_back({0, d});
     tensors[s.name] = {{"global_shape", s.shape}, {"slice", slice}, {"file", kModelFile}};
@@ -115,7 +122,7 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
   const nlohmann::json md = {{"format", kFormat},
                              {"step", state.step},
                              {"consumed_samples", state.consumed_samples},
-                             {"optimizer_steps", opt.steps_taken()},
+                             {"optimizer_steps", opt.optimizer_steps},
                              {"seed", state.seed},
                              {"parallel", {{"tensor", 1}, {"pipeline", 1}, {"data", 1}, {"rank", 0}}},
                              {"files", files},
@@ -180,10 +187,14 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
   params.refresh_compute_copy();
   if (opt) {
     const SafetensorsFile o = read_safetensors((d / kOptimFile).string());
+    // Each tensor's part inside the optimizer's owned range [own_begin, own_end).
     for (const auto& s : params.specs()) {
-      Tensor::from_blob(opt->exp_avg_data() + s.offset, s.shape, DType::f32).copy_from(o.get("exp_avg." + s.name));
-      Tensor::from_blob(opt->exp_avg_sq_data() + s.offset, s.shape, DType::f32)
-          .copy_from(o.get("exp_avg_sq." + s.name));
+      const int64_t b = std::max(opt->own_begin(), s.offset), e = std::min(opt->own_end(), s.offset + s.numel);
+      if (b >= e) continue;
+      const float* m = o.get("exp_avg." + s.name).data<float>();
+      const float* v = o.get("exp_avg_sq." + s.name).data<float>();
+      std::copy(m + (b - s.offset), m + (e - s.offset), opt->exp_avg_data() + (b - opt->own_begin()));
+      std::copy(v + (b - s.offset), v + (e - s.offset), opt->exp_avg_sq_data() + (b - opt->own_begin()));
     }
     opt->set_steps_taken(md["optimizer_steps"].get<int64_t>());
   }

@@ -25,7 +25,18 @@ struct TrainState {
   uint64_t seed = 0;
 };
 
+// AdamW moments laid out like the whole flat parameter buffer (a distributed optimizer gathers its
+// shards into this form first, so checkpoints do not depend on the layout).
+struct FullMoments {
+  const float* exp_avg;
+  const float* exp_avg_sq;
+  int64_t optimizer_steps;
+};
+
 // Saves and prunes to the newest `keep` checkpoints. Returns the checkpoint's directory.
+std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& moments,
+                            const TrainState& state, const std::string& config_yaml, int64_t keep);
+// The same for an optimizer that owns every parameter.
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep);
 
@@ -35,7 +46,7 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
 std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
                                                  const std::function<void(const std::string&)>& warn);
 
-// Loads one checkpoint directory (no fallback).
+// Loads one checkpoint directory (no fallback). opt receives the moments of the range it owns.
 TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt);
 
 // Step directories present in dir, newest first.

@@ -37,6 +37,12 @@ class Communicator {
   // Variable block sizes (elements): send_counts[j] to rank j, recv_counts[j] from rank j, packed.
   virtual void all_to_all_v(const void* in, const std::vector<int64_t>& send_counts, void* out,
                             const std::vector<int64_t>& recv_counts, DType t) = 0;
+  // Uneven blocks (elements per rank in counts, packed in rank order): reduce_scatter_v gives rank r
+  // the reduction of every rank's block r; all_gather_v packs every rank's block into out. `in` may
+  // be rank r's own block inside `out` (in place). f32, i32, i64.
+  virtual void reduce_scatter_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t,
+                                ReduceOp op) = 0;
+  virtual void all_gather_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t) = 0;
   virtual void broadcast(void* buf, int64_t count, DType t, int root) = 0;
   virtual void send(const void* buf, int64_t count, DType t, int dst, int tag) = 0;
   virtual void recv(void* buf, int64_t count, DType t, int src, int tag) = 0;
@@ -53,6 +59,10 @@ class Communicator {
   // null (the rank joins no group). Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 };
+
+// The sum of one double per rank, added in rank order: exact to the last bit and identical on every
+// rank (gathered as 8-byte words; MPI's reductions may add in any order).
+double sum_in_rank_order(Communicator& c, double x);
 
 // One rank, no MPI: collectives are copies, point-to-point is an error.
 std::unique_ptr<Communicator> make_local_communicator();

@@ -1,5 +1,6 @@
 // The one-rank backend: every collective over a single rank is the identity (or a copy).
 #include <cstring>
+#include <vector>
 
 #include "tessel/comm/communicator.h"
 #include "tessel/core/check.h"
@@ -25,6 +26,14 @@ class LocalCommunicator : public Communicator {
                     DType t) override {
     TESSEL_CHECK(sc.size() == 1 && rc.size() == 1 && sc[0] == rc[0], "all_to_all_v on one rank: counts must match");
     copy(in, out, sc[0], t);
+  }
+  void reduce_scatter_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t, ReduceOp) override {
+    TESSEL_CHECK(counts.size() == 1, "reduce_scatter_v on one rank needs one count");
+    copy(in, out, counts[0], t);
+  }
+  void all_gather_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
+    TESSEL_CHECK(counts.size() == 1, "all_gather_v on one rank needs one count");
+    copy(in, out, counts[0], t);
   }
   void broadcast(void*, int64_t, DType, int root) override {
     TESSEL_CHECK(root == 0, "broadcast root {} on a one-rank communicator", root);
@@ -61,5 +70,13 @@ class LocalCommunicator : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }
+
+double sum_in_rank_order(Communicator& c, double x) {
+  std::vector<double> all(static_cast<size_t>(c.size()));
+  c.all_gather(&x, all.data(), 1, DType::i64);
+  double sum = 0;
+  for (double v : all) sum += v;
+  return sum;
+}
 
 }  // namespace tessel::comm

@@ -129,6 +129,26 @@ class MpiCommunicator : public Communicator {
     check_mpi(MPI_Alltoallv(in, s.data(), sd.data(), move_type(t), out, r.data(), rd.data(), move_type(t), comm_),
               "all_to_all_v");
   }
+  void reduce_scatter_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t,
+                        ReduceOp op) override {
+    TESSEL_CHECK(t == DType::f32 || t == DType::i32 || t == DType::i64,
+                 "reduce_scatter_v supports f32, i32 and i64, not {}", dtype_name(t));
+    std::vector<int> c = int_counts(counts, "reduce_scatter_v");
+    check_mpi(MPI_Reduce_scatter(in, out, c.data(), move_type(t), mpi_op(op), comm_), "reduce_scatter_v");
+  }
+  void all_gather_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
+    std::vector<int> c = int_counts(counts, "all_gather_v"), displ(c.size());
+    int64_t off = 0;
+    for (size_t j = 0; j < c.size(); ++j) {
+      displ[j] = as_int(off, "all_gather_v");
+      off += counts[j];
+    }
+    // This rank's block already in place inside `out`: MPI requires MPI_IN_PLACE for that.
+    const bool in_place = in == static_cast<const char*>(out) + size_t(displ[size_t(rank_)]) * dtype_size(t);
+    check_mpi(MPI_Allgatherv(in_place ? MPI_IN_PLACE : in, c[size_t(rank_)], move_type(t), out, c.data(),
+                             displ.data(), move_type(t), comm_),
+              "all_gather_v");
+  }
   void broadcast(void* buf, int64_t count, DType t, int root) override {
     check_mpi(MPI_Bcast(buf, as_int(count, "broadcast"), move_type(t), root, comm_), "broadcast");
   }
@@ -199,6 +219,12 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
+  std::vector<int> int_counts(const std::vector<int64_t>& counts, const char* what) const {
+    TESSEL_CHECK(int(counts.size()) == size_, "{}: {} counts for {} ranks", what, counts.size(), size_);
+    std::vector<int> c;
+    for (int64_t n : counts) c.push_back(as_int(n, what));
+    return c;
+  }
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;

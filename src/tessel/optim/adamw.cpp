@@ -1,5 +1,6 @@
 #include "tessel/optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tessel/core/profiler.h"
@@ -7,14 +8,21 @@
 
 namespace tessel::optim {
 
-AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg)
-    : ps_(ps), cfg_(cfg), m_(Tensor::zeros({ps.numel()}, DType::f32)), v_(Tensor::zeros({ps.numel()}, DType::f32)) {}
+AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin, int64_t own_end, comm::Communicator* norm_group)
+    : ps_(ps), cfg_(cfg), begin_(own_begin), end_(own_end < 0 ? ps.numel() : own_end), norm_group_(norm_group) {
+  TESSEL_CHECK(0 <= begin_ && begin_ <= end_ && end_ <= ps.numel(), "AdamW: owned range [{}, {}) outside [0, {})",
+               begin_, end_, ps.numel());
+  m_ = Tensor::zeros({end_ - begin_}, DType::f32);
+  v_ = Tensor::zeros({end_ - begin_}, DType::f32);
+}
 
 double grad_norm(const nn::ParamStore& ps) { return std::sqrt(kernels::sum_squares(ps.numel(), ps.grads_data())); }
 
 double AdamW::step(double lr) {
   ProfileScope prof("optimizer");
-  const double norm = grad_norm(ps_);
+  double sq = kernels::sum_squares(end_ - begin_, ps_.grads_data() + begin_);
+  if (norm_group_) sq = comm::sum_in_rank_order(*norm_group_, sq);
+  const double norm = std::sqrt(sq);
   float grad_scale = 1.0f;  // clipping, applied inside the update (the stored gradients keep their values)
   if (cfg_.clip_grad > 0) {
     const double coef = cfg_.clip_grad / (norm + 1e-6);
@@ -23,11 +31,13 @@ double AdamW::step(double lr) {
   ++step_;
   bf16* copy = ps_.compute_dtype() == DType::bf16 ? ps_.compute_at(0, {ps_.numel()}).data<bf16>() : nullptr;
   for (const auto& s : ps_.specs()) {
+    // The part of this parameter inside the owned range.
+    const int64_t b = std::max(begin_, s.offset), e = std::min(end_, s.offset + s.numel);
+    if (b >= e) continue;
     const kernels::AdamWHyper h{float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps),
                                 s.weight_decay ? float(cfg_.weight_decay) : 0.0f, step_};
-    kernels::adamw_update(s.numel, ps_.params_data() + s.offset, ps_.grads_data() + s.offset,
-                          m_.data<float>() + s.offset, v_.data<float>() + s.offset, h, grad_scale,
-                          copy ? copy + s.offset : nullptr);
+    kernels::adamw_update(e - b, ps_.params_data() + b, ps_.grads_data() + b, m_.data<float>() + (b - begin_),
+                          v_.data<float>() + (b - begin_), h, grad_scale, copy ? copy + b : nullptr);
   }
   return norm;
 }

@@ -4,6 +4,7 @@
 // parameters registered without it (norms, biases).
 #include <vector>
 
+#include "tessel/comm/communicator.h"
 #include "tessel/nn/params.h"
 
 namespace tessel::optim {
@@ -17,22 +18,31 @@ struct AdamWConfig {
   double clip_grad = 1.0;  // <= 0: no clipping
 };
 
+// The optimizer owns the flat range [own_begin, own_end) of the parameters: all of them, or one
+// data-parallel rank's shard (ZeRO-1: the distributed optimizer), with the gradient norm's sum of
+// squares all-reduced over norm_group so every shard clips by the global norm.
 class AdamW {
  public:
-  AdamW(nn::ParamStore& ps, AdamWConfig cfg);
-  // Clips (inside the update), updates the fp32 master weights at learning rate lr and their bf16
-  // compute copy.
-  // Returns the global gradient norm before clipping.
+  AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin = 0, int64_t own_end = -1,
+        comm::Communicator* norm_group = nullptr);
+  // Clips (inside the update), updates the owned fp32 master weights at learning rate lr (and their
+  // bf16 compute copy). Reads the owned range of the gradients. Returns the global gradient norm
+  // before clipping.
   double step(double lr);
   int64_t steps_taken() const { return step_; }
-  // Moments, laid out like the parameters' flat buffer.
+  void set_steps_taken(int64_t s) { step_ = s; }
+  int64_t own_begin() const { return begin_; }
+  int64_t own_end() const { return end_; }
+  bool owns_all() const { return begin_ == 0 && end_ == ps_.numel(); }
+  // Moments of the owned range (element 0 is parameter element own_begin).
   float* exp_avg_data() const { return m_.data<float>(); }
   float* exp_avg_sq_data() const { return v_.data<float>(); }
-  void set_steps_taken(int64_t s) { step_ = s; }
 
  private:
   nn::ParamStore& ps_;
   AdamWConfig cfg_;
+  int64_t begin_, end_;
+  comm::Communicator* norm_group_;
   Tensor m_, v_;
   int64_t step_ = 0;
 };

@@ -220,8 +220,6 @@ void Config::validate() const {
   single("context_parallel_size", parallel.context_parallel_size);
   single("expert_model_parallel_size", parallel.expert_model_parallel_size);
   TESSEL_CHECK(!parallel.sequence_parallel, "parallel.sequence_parallel: not supported yet (needs tensor parallelism)");
-  TESSEL_CHECK(!parallel.use_distributed_optimizer,
-               "parallel.use_distributed_optimizer: not supported yet (needs data parallelism)");
   TESSEL_CHECK(parallel.ddp_bucket_size > 0, "parallel.ddp_bucket_size must be > 0, got {}", parallel.ddp_bucket_size);
   TESSEL_CHECK(train.train_iters >= 0, "train.train_iters must be >= 0, got {}", train.train_iters);
   TESSEL_CHECK(train.micro_batch_size > 0, "train.micro_batch_size must be > 0, got {}", train.micro_batch_size);

@@ -15,7 +15,15 @@ Trainer::Trainer(const Config& cfg, comm::Communicator* dp) : cfg_(cfg), dp_(dp 
   oc.eps = cfg_.train.adam_eps;
   oc.weight_decay = cfg_.train.weight_decay;
   oc.clip_grad = cfg_.train.clip_grad;
-  opt_ = std::make_unique<optim::AdamW>(model_->params(), oc);
+  if (dp_ && cfg_.parallel.use_distributed_optimizer) {
+    // ZeRO-1: rank r keeps master-weight updates and Adam moments for its contiguous shard only.
+    const auto counts = shard_counts();
+    int64_t begin = 0;
+    for (int r = 0; r < dp_->rank(); ++r) begin += counts[size_t(r)];
+    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, begin, begin + counts[size_t(dp_->rank())], dp_);
+  } else {
+    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc);
+  }
   schedule_.lr = cfg_.train.lr;
   schedule_.min_lr = cfg_.train.min_lr;
   schedule_.warmup_iters = cfg_.train.lr_warmup_iters;
@@ -37,8 +45,9 @@ StepResult Trainer::step(const std::vector<data::Batch>& micro_batches, int64_t 
   ps.zero_grads();
   const float scale = 1.0f / float(tokens);  // loss = mean over all tokens of the global batch
   double loss = 0;
+  const bool sharded = !opt_->owns_all();
   std::unique_ptr<optim::GradReducer> reducer;
-  if (dp_) reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_data(), cfg_.parallel.ddp_bucket_size);
+  if (dp_ && !sharded) reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_data(), cfg_.parallel.ddp_bucket_size);
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     // Gradients are final during the last micro-batch's backward: reduce them as they complete.
     nn::Model::GradsReady ready;
@@ -46,17 +55,40 @@ StepResult Trainer::step(const std::vector<data::Batch>& micro_batches, int64_t 
       ready = [&](int64_t b, int64_t e) { reducer->ready(b, e); };
     loss += model_->forward_backward(micro_batches[k].tokens, micro_batches[k].targets, scale, ready);
   }
-  if (dp_) {
-    reducer->finish();
-    // The loss sums travel as 8-byte words and are added in rank order: exact doubles, same on every rank.
-    std::vector<double> all(static_cast<size_t>(dp));
-    dp_->all_gather(&loss, all.data(), 1, DType::i64);
-    loss = 0;
-    for (double l : all) loss += l;
+  if (reducer) reducer->finish();
+  if (dp_) loss = comm::sum_in_rank_order(*dp_, loss);
+  if (sharded) {
+    // Reduce-scatter: each rank receives the summed gradients of its own shard only.
+    const int64_t b = opt_->own_begin(), n = opt_->own_end() - opt_->own_begin();
+    std::vector<float> mine(static_cast<size_t>(n));
+    dp_->reduce_scatter_v(ps.grads_data(), mine.data(), shard_counts(), DType::f32, comm::ReduceOp::sum);
+    std::copy(mine.begin(), mine.end(), ps.grads_data() + b);
   }
   const double lr = schedule_.at(iter);
   const double norm = opt_->step(lr);
+  if (sharded) {
+    // All-gather the updated shards so every replica holds the whole model again.
+    dp_->all_gather_v(ps.params_data() + opt_->own_begin(), ps.params_data(), shard_counts(), DType::f32);
+    ps.refresh_compute_copy();
+  }
   return {loss / double(tokens), norm, lr};
+}
+
+std::vector<int64_t> Trainer::shard_counts() const {
+  const int64_t total = model_->params().numel(), d = dp_->size(), per = (total + d - 1) / d;
+  std::vector<int64_t> c;
+  for (int64_t r = 0; r < d; ++r) c.push_back(std::max<int64_t>(0, std::min(total, (r + 1) * per) - r * per));
+  return c;
+}
+
+ckpt::FullMoments Trainer::full_moments() {
+  if (opt_->owns_all()) return {opt_->exp_avg_data(), opt_->exp_avg_sq_data(), opt_->steps_taken()};
+  const int64_t total = model_->params().numel();
+  gathered_m_.resize(static_cast<size_t>(total));
+  gathered_v_.resize(static_cast<size_t>(total));
+  dp_->all_gather_v(opt_->exp_avg_data(), gathered_m_.data(), shard_counts(), DType::f32);
+  dp_->all_gather_v(opt_->exp_avg_sq_data(), gathered_v_.data(), shard_counts(), DType::f32);
+  return {gathered_m_.data(), gathered_v_.data(), opt_->steps_taken()};
 }
 
 }  // namespace tessel::train

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "tessel/ckpt/checkpoint.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/data/synthetic.h"
 #include "tessel/nn/model.h"
@@ -27,15 +28,22 @@ class Trainer {
   explicit Trainer(const Config& cfg, comm::Communicator* dp = nullptr);
   nn::Model& model() { return *model_; }
   optim::AdamW& optimizer() { return *opt_; }
-  // micro_batches.size() must be the configured accumulation count.
+  // With parallel.use_distributed_optimizer (ZeRO-1) each rank keeps Adam state for a 1/dp shard:
+  // gradients are reduce-scattered, the shard updated, and parameters all-gathered.
+  // micro_batches.size() x dp must be the configured accumulation count.
   StepResult step(const std::vector<data::Batch>& micro_batches, int64_t iter);
+  // The optimizer state laid out over all parameters (collective over dp with the distributed
+  // optimizer, which gathers every rank's shard).
+  ckpt::FullMoments full_moments();
 
  private:
+  std::vector<int64_t> shard_counts() const;  // elements owned by each dp rank (distributed optimizer)
   Config cfg_;
   comm::Communicator* dp_ = nullptr;
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<optim::AdamW> opt_;
   optim::LrSchedule schedule_;
+  std::vector<float> gathered_m_, gathered_v_;  // full_moments() of a sharded optimizer
 };
 
 }  // namespace tessel::train
