@@ -15,5 +15,6 @@ Action add_eval_command(CLI::App& app);
 Action add_generate_command(CLI::App& app);
 Action add_export_hf_command(CLI::App& app);
 Action add_import_hf_command(CLI::App& app);
+Action add_schedule_command(CLI::App& app);
 
 }  // namespace tessel::app

@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
   for (auto add : {tessel::app::add_train_command, tessel::app::add_bench_command,
                    tessel::app::add_preprocess_command, tessel::app::add_train_tokenizer_command,
                    tessel::app::add_eval_command, tessel::app::add_generate_command,
-                   tessel::app::add_export_hf_command, tessel::app::add_import_hf_command}) {
+                   tessel::app::add_export_hf_command, tessel::app::add_import_hf_command,
+                   tessel::app::add_schedule_command}) {
     const size_t before = app.get_subcommands({}).size();
     auto action = add(app);
     actions[app.get_subcommands({}).at(before)] = action;

@@ -1,0 +1,119 @@
+#include "tessel/pipeline/simulate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "tessel/core/check.h"
+
+namespace tessel::pipeline {
+
+Timeline simulate(const Schedule& s, const Costs& c) {
+  const int P = s.pp, last = s.stages() - 1;
+  const double scale = 1.0 / s.vpp;
+  std::map<std::tuple<int, int, int>, double> done;  // (kind, mb, virtual stage) -> end time
+  auto finished = [&](OpKind k, int mb, int v, double* at) {
+    auto it = done.find({int(k), mb, v});
+    if (it == done.end()) return false;
+    *at = it->second;
+    return true;
+  };
+  Timeline t;
+  t.ranks.resize(size_t(P));
+  t.peak_activations.assign(size_t(P), 0);
+  std::vector<size_t> next(size_t(P), 0);
+  std::vector<double> free_at(size_t(P), 0.0);
+  std::vector<int> in_flight(size_t(P), 0);
+  size_t remaining = 0;
+  for (const auto& ops : s.ranks) remaining += ops.size();
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int r = 0; r < P; ++r) {
+      const auto& ops = s.ranks[size_t(r)];
+      while (next[size_t(r)] < ops.size()) {
+        const Op& op = ops[size_t(next[size_t(r)])];
+        const int v = s.virtual_stage(r, op.chunk);
+        double ready = 0, dep = 0;
+        bool ok = true;
+        double dur = 0;
+        switch (op.kind) {
+          case OpKind::F:
+            if (v > 0) {
+              ok = finished(OpKind::F, op.mb, v - 1, &dep);
+              ready = dep + c.comm;
+            }
+            dur = c.f * scale;
+            break;
+          case OpKind::B:
+            if (v < last) {
+              ok = finished(OpKind::B, op.mb, v + 1, &dep);
+              ready = dep + c.comm;
+            } else {
+              ok = finished(OpKind::F, op.mb, v, &dep);
+              ready = dep;
+            }
+            dur = c.b * scale;
+            break;
+          case OpKind::W:
+            ok = finished(OpKind::B, op.mb, v, &dep);
+            ready = dep;
+            dur = c.w * scale;
+            break;
+          default:  // send / recv: the dependency rules above carry their cost
+            ++next[size_t(r)];
+            --remaining;
+            progressed = true;
+            continue;
+        }
+        if (!ok) break;
+        const double start = std::max(free_at[size_t(r)], ready);
+        free_at[size_t(r)] = start + dur;
+        done[{int(op.kind), op.mb, v}] = start + dur;
+        t.ranks[size_t(r)].push_back({op, start, start + dur});
+        if (op.kind == OpKind::F) t.peak_activations[size_t(r)] = std::max(t.peak_activations[size_t(r)], ++in_flight[size_t(r)]);
+        if (op.kind == OpKind::B) --in_flight[size_t(r)];
+        ++next[size_t(r)];
+        --remaining;
+        progressed = true;
+      }
+    }
+    if (!progressed) {
+      std::string blocked;
+      for (int r = 0; r < P; ++r)
+        if (next[size_t(r)] < s.ranks[size_t(r)].size()) {
+          const Op& op = s.ranks[size_t(r)][next[size_t(r)]];
+          blocked += fmt::format(" rank {}: {}({}, {});", r, op_name(op.kind), op.mb, op.chunk);
+        }
+      TESSEL_FAIL("pipeline schedule '{}' deadlocks; waiting:{}", s.kind, blocked);
+    }
+  }
+  double busy = 0;
+  for (int r = 0; r < P; ++r) {
+    t.makespan = std::max(t.makespan, free_at[size_t(r)]);
+    for (const auto& e : t.ranks[size_t(r)]) busy += e.end - e.start;
+  }
+  t.bubble_fraction = t.makespan > 0 ? 1.0 - busy / (double(P) * t.makespan) : 0.0;
+  return t;
+}
+
+std::string render(const Schedule& s, const Timeline& t, double unit) {
+  const int width = int(std::ceil(t.makespan / unit));
+  std::string out;
+  for (int r = 0; r < s.pp; ++r) {
+    std::string row(size_t(width), '.');
+    for (const auto& e : t.ranks[size_t(r)]) {
+      char ch = op_name(e.op.kind)[0];
+      if (e.op.chunk % 2 == 1) ch = char(ch - 'A' + 'a');
+      for (int x = int(std::floor(e.start / unit + 1e-9)); x < int(std::ceil(e.end / unit - 1e-9)) && x < width; ++x)
+        row[size_t(x)] = ch;
+    }
+    out += fmt::format("rank {:>2} |{}|\n", r, row);
+  }
+  out += fmt::format("makespan {:.3f}, bubble fraction {:.4f}\n", t.makespan, t.bubble_fraction);
+  return out;
+}
+
+}  // namespace tessel::pipeline
