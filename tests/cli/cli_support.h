@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/scratch_dir.h"
+
 namespace tessel::testing {
 
 struct RunResult {
@@ -17,18 +19,10 @@ struct RunResult {
 };
 
 // A scratch directory removed at scope exit.
-class TempDir {
+class TempDir : public ScratchDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/tessel-test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-
- private:
-  std::string path_;
+  TempDir() : ScratchDir("tessel-test") {}
+  const std::string& path() const { return dir; }
 };
 
 inline RunResult run_tessel(const std::string& args, const std::string& cwd) {

@@ -1,6 +1,8 @@
 // Document boundaries for text and JSONL inputs, and the tokenizer round trip.
 #include <gtest/gtest.h>
 
+#include "support/scratch_dir.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -13,17 +15,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  Scratch() {
-    char t[] = "/tmp/tessel-docs-XXXXXX";
-    dir = mkdtemp(t);
-  }
-  ~Scratch() { fs::remove_all(dir); }
+struct Scratch : tessel::testing::ScratchDir {
+  Scratch() : ScratchDir("tessel-docs") {}
   std::string file(const std::string& name, const std::string& text) const {
     std::ofstream(dir + "/" + name) << text;
     return dir + "/" + name;
   }
-  std::string dir;
 };
 
 std::vector<std::string> read_all(const std::vector<std::string>& files, DocumentReaderOptions o) {

@@ -2,6 +2,8 @@
 // epochs, splits and blends.
 #include <gtest/gtest.h>
 
+#include "support/scratch_dir.h"
+
 #include <filesystem>
 #include <map>
 #include <set>
@@ -13,13 +15,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  Scratch() {
-    char t[] = "/tmp/tessel-gpt-XXXXXX";
-    dir = mkdtemp(t);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  std::string dir;
+struct Scratch : tessel::testing::ScratchDir {
+  Scratch() : ScratchDir("tessel-gpt") {}
 };
 
 // Document d of length len_d holds tokens d * 1000 + j: every token names its document and position.

@@ -3,6 +3,8 @@
 // sequences per document, other dtypes) load unchanged, and damaged pairs are refused by name.
 #include <gtest/gtest.h>
 
+#include "support/scratch_dir.h"
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,13 +17,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  Scratch() {
-    char t[] = "/tmp/tessel-data-XXXXXX";
-    dir = mkdtemp(t);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  std::string dir;
+struct Scratch : tessel::testing::ScratchDir {
+  Scratch() : ScratchDir("tessel-data") {}
 };
 
 template <class T>

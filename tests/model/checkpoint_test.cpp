@@ -1,6 +1,8 @@
 // Checkpoint save/load: round trip, damaged checkpoints named and skipped, another model refused.
 #include <gtest/gtest.h>
 
+#include "support/scratch_dir.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -24,13 +26,8 @@ nn::ModelConfig cfg(int64_t hidden = 32) {
   return c;
 }
 
-struct Scratch {
-  Scratch() {
-    char t[] = "/tmp/tessel-ckpt-XXXXXX";
-    dir = mkdtemp(t);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  std::string dir;
+struct Scratch : tessel::testing::ScratchDir {
+  Scratch() : ScratchDir("tessel-ckpt") {}
 };
 
 // Moves the model and optimizer state one (deterministic) update away.
