@@ -126,6 +126,9 @@ int run_train(const TrainOptions& o) {
     world->barrier();
   };
 
+  if (lead && start >= cfg.train.train_iters)
+    std::printf("nothing to train: the checkpoint is at step %lld and train.train_iters is %lld\n", (long long)start,
+                (long long)cfg.train.train_iters);
   // MFU against this machine's GEMM peak for the compute dtype (cached by `tessel bench`).
   const double peak_gflops = (lead ? gemm_peak(m.compute, false).first : 1.0) * world->size();  // all devices
   const double flops_per_token = m.train_flops_per_token();
