@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "gemm_peak.h"
+#include "run_context.h"
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/train/trainer.h"
@@ -43,13 +44,16 @@ double peak_rss_mb() {
 int run_bench(const BenchOptions& o) {
   train::Config cfg = train::Config::load(o.config, o.sets);
   TESSEL_CHECK(o.steps > 0, "--steps must be > 0, got {}", o.steps);
+  RunContext ctx = make_run_context(cfg);  // data-parallel under mpirun
+  const bool lead = ctx.lead;
+  if (!lead && !std::freopen("/dev/null", "w", stdout)) return 2;  // rank 0 reports for everyone
   const auto& m = cfg.model;
   std::printf("tessel bench: %s | arch %s, %lld layers, hidden %lld, heads %lld/%lld, ffn %lld, vocab %lld, seq %lld\n",
               o.config.c_str(), m.arch.c_str(), (long long)m.num_layers, (long long)m.hidden_size,
               (long long)m.num_attention_heads, (long long)m.num_query_groups, (long long)m.ffn_hidden_size,
               (long long)m.vocab_size, (long long)m.seq_length);
-  const auto [peak, peak_src] = gemm_peak(m.compute, o.remeasure_peak);
-  train::Trainer trainer(cfg);
+  const auto [peak, peak_src] = lead ? gemm_peak(m.compute, o.remeasure_peak) : std::make_pair(1.0, std::string());
+  train::Trainer trainer(cfg, &ctx.groups->dp());
   const int64_t mbs = cfg.train.micro_batch_size, accum = cfg.grad_accumulation_steps();
   std::printf("compute %s, micro batch %lld x %lld accumulation, %d threads, %.1fM parameters, recompute %s\n",
               cfg.precision.compute.c_str(), (long long)mbs, (long long)accum, omp_get_max_threads(),
@@ -59,8 +63,10 @@ int run_bench(const BenchOptions& o) {
   std::vector<double> times;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     std::vector<data::Batch> mbs_list;
-    for (int64_t a = 0; a < accum; ++a) mbs_list.push_back(data.batch((s * accum + a) * mbs, mbs));
+    for (int64_t a = 0; a < accum / ctx.dp; ++a)
+      mbs_list.push_back(data.batch(ctx.micro_batch_index(s, accum, a) * mbs, mbs));
     const bool measured = s >= o.warmup;
+    if (s == o.warmup) ctx.groups->dp().reset_stats();  // count the measured steps only
     Profiler::get().enabled = o.profile && measured;
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = trainer.step(mbs_list, s);
@@ -76,7 +82,7 @@ int run_bench(const BenchOptions& o) {
   const double tps = tokens / step_s;
   const double flops_tok = m.train_flops_per_token();
   const double gflops = flops_tok * tps / 1e9;
-  const double mfu = gflops / peak;
+  const double mfu = gflops / (peak * double(ctx.world->size()));  // per device
   const double rss = peak_rss_mb();
   std::printf("median step %.4f s | %.1f tokens/s | %.3g model FLOPs/token | %.1f GFLOP/s | GEMM peak %.1f GFLOP/s "
               "(%s, %s) | MFU %.1f%% | peak RSS %.0f MB\n",
@@ -99,7 +105,28 @@ int run_bench(const BenchOptions& o) {
     std::printf("%-16s %8s %10.4f %7.1f%%\n\n", "(other)", "", (total - accounted) / double(times.size()),
                 100 * (total - accounted) / total);
   }
+  // Communication of the data-parallel group per step: the payload this rank handed to each kind of
+  // collective, and the bytes a ring algorithm moves per rank for it (REFERENCE.md: all-reduce
+  // 2(n-1)/n x size, reduce-scatter (n-1)/n x input, all-gather (n-1) x own block).
+  double moved = 0;
+  if (ctx.dp > 1) {
+    const double n = double(ctx.dp), steps = double(times.size());
+    std::printf("data-parallel group of %lld ranks, per step:", (long long)ctx.dp);
+    for (const auto& [kind, st] : ctx.groups->dp().stats()) {
+      const double payload = double(st.bytes) / steps;
+      const double factor = kind == "all_reduce" ? 2 * (n - 1) / n
+                            : kind == "reduce_scatter" ? (n - 1) / n
+                            : kind == "all_gather" ? n - 1
+                                                     : 1.0;
+      moved += payload * factor;
+      std::printf(" %s %.1f MB payload (%lld calls);", kind.c_str(), payload / 1e6, (long long)(st.calls / int64_t(steps)));
+    }
+    std::printf(" ring estimate %.1f MB moved per rank\n", moved / 1e6);
+  }
   nlohmann::json j = {{"config", o.config},
+                      {"world_size", ctx.world->size()},
+                      {"data_parallel", ctx.dp},
+                      {"dp_comm_mb_per_step", moved / 1e6},
                       {"compute", cfg.precision.compute},
                       {"threads", omp_get_max_threads()},
                       {"steps", o.steps},

@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "gemm_peak.h"
+#include "run_context.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/train/data_setup.h"
@@ -60,16 +61,11 @@ void truncate_metrics(const fs::path& path, int64_t step) {
 int run_train(const TrainOptions& o) {
   const train::Config cfg = train::Config::load(o.config, o.sets);
   // Under mpirun every rank runs this; data parallelism is what the world leaves after the other sizes.
-  auto world = comm::mpi_launched() ? comm::make_mpi_world() : comm::make_local_communicator();
-  comm::ParallelState pstate(*world, {int(cfg.parallel.tensor_model_parallel_size),
-                                      int(cfg.parallel.context_parallel_size),
-                                      int(cfg.parallel.pipeline_model_parallel_size),
-                                      int(cfg.parallel.expert_model_parallel_size)});
-  const int64_t dp = pstate.dp_size(), dp_rank = pstate.coords().dp;
-  const bool lead = world->rank() == 0;  // logs, metrics and checkpoints come from rank 0
-  TESSEL_CHECK(cfg.train.global_batch_size % (cfg.train.micro_batch_size * dp) == 0,
-               "train.global_batch_size {} must be a multiple of train.micro_batch_size {} x data-parallel size {}",
-               cfg.train.global_batch_size, cfg.train.micro_batch_size, dp);
+  RunContext ctx = make_run_context(cfg);
+  auto& world = ctx.world;
+  auto& pstate = *ctx.groups;
+  const int64_t dp = ctx.dp;
+  const bool lead = ctx.lead;
   const train::RunData run_data = train::make_run_data(cfg);  // data errors before anything is written
   if (lead) {
     fs::create_directories(cfg.log.dir);
@@ -157,7 +153,7 @@ int run_train(const TrainOptions& o) {
   while (it < cfg.train.train_iters) {
     std::vector<data::Batch> mb;
     // This rank's micro-batches of the global batch: the union over ranks is what one process would see.
-    for (int64_t a = 0; a < accum / dp; ++a) mb.push_back(run_data.train((it * accum + a * dp + dp_rank) * mbs, mbs));
+    for (int64_t a = 0; a < accum / dp; ++a) mb.push_back(run_data.train(ctx.micro_batch_index(it, accum, a) * mbs, mbs));
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = trainer.step(mb, it);
     const auto t1 = std::chrono::steady_clock::now();

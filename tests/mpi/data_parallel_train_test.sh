@@ -60,6 +60,18 @@ l = lambda d: [json.loads(x)['loss'] for x in open(d + '/metrics.jsonl') if '\"l
 assert l('zr') == l('zero2'), (l('zr'), l('zero2'))
 print('zero2: resume at step 3 reproduces the uninterrupted losses bit for bit')"
 
+# tessel bench under mpirun reports the data-parallel traffic: one all-reduce of every fp32 gradient
+# per step, i.e. 2(n-1)/n x 4 bytes x parameters moved per rank by a ring.
+OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe -np 2 "$TESSEL" bench "$CONFIGS/synthetic.yaml" --steps 2 --warmup 1 \
+  --set model.num_layers=2 --set train.micro_batch_size=2 --set train.global_batch_size=8 > bench.log
+/usr/bin/python3 -c "
+import json
+j = json.loads(open('bench.log').read().strip().splitlines()[-1])
+assert j['data_parallel'] == 2 and j['world_size'] == 2, j
+want = 2 * (2 - 1) / 2 * 4 * j['params'] / 1e6
+assert abs(j['dp_comm_mb_per_step'] - want) / want < 1e-3, (j['dp_comm_mb_per_step'], want)
+print(f'bench dp2: {j[\"dp_comm_mb_per_step\"]:.3f} MB moved per rank per step (expected {want:.3f})')"
+
 # A batch that does not split over the ranks fails fast on every rank, with the reason.
 if OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe -np 2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" \
     --set train.global_batch_size=6 --set log.dir=bad > bad.log 2>&1; then

@@ -4,7 +4,9 @@
 // Buffers are raw element arrays; dtypes f32, bf16, i32, i64 (bf16 reductions accumulate in fp32 and
 // round once). Non-blocking forms return a Work handle; the buffers must stay alive until wait().
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tessel/core/dtype.h"
@@ -19,9 +21,18 @@ class Work {
   virtual void wait() = 0;  // completes the operation (idempotent)
 };
 
+// Payload bytes this rank handed to each kind of operation (for `tessel bench`'s communication
+// figures): all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send.
+struct CommStats {
+  int64_t calls = 0;
+  int64_t bytes = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
+  const std::map<std::string, CommStats>& stats() const { return stats_; }
+  void reset_stats() { stats_.clear(); }
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend() const = 0;
@@ -58,6 +69,16 @@ class Communicator {
   // Ranks with the same color form a new communicator, ordered by key. A negative color returns
   // null (the rank joins no group). Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+ protected:
+  void count(const char* kind, int64_t elements, DType t) {
+    CommStats& st = stats_[kind];
+    ++st.calls;
+    st.bytes += elements * int64_t(dtype_size(t));
+  }
+
+ private:
+  std::map<std::string, CommStats> stats_;
 };
 
 // The sum of one double per rank, added in rank order: exact to the last bit and identical on every

@@ -107,6 +107,7 @@ class MpiCommunicator : public Communicator {
     reduce_scatter_async(in, out, count, t, op)->wait();
   }
   void all_to_all(const void* in, void* out, int64_t count, DType t) override {
+    count_op("all_to_all", count * size_, t);
     check_mpi(MPI_Alltoall(in, as_int(count, "all_to_all"), move_type(t), out, as_int(count, "all_to_all"),
                            move_type(t), comm_),
               "all_to_all");
@@ -115,6 +116,9 @@ class MpiCommunicator : public Communicator {
                     DType t) override {
     TESSEL_CHECK(int(sc.size()) == size_ && int(rc.size()) == size_, "all_to_all_v: {} / {} counts for {} ranks",
                  sc.size(), rc.size(), size_);
+    int64_t sent = 0;
+    for (int64_t n : sc) sent += n;
+    count_op("all_to_all", sent, t);
     const size_t n = static_cast<size_t>(size_);
     std::vector<int> s(n), sd(n), r(n), rd(n);
     int64_t so = 0, ro = 0;
@@ -134,10 +138,14 @@ class MpiCommunicator : public Communicator {
     TESSEL_CHECK(t == DType::f32 || t == DType::i32 || t == DType::i64,
                  "reduce_scatter_v supports f32, i32 and i64, not {}", dtype_name(t));
     std::vector<int> c = int_counts(counts, "reduce_scatter_v");
+    int64_t total = 0;
+    for (int64_t n : counts) total += n;
+    count_op("reduce_scatter", total, t);
     check_mpi(MPI_Reduce_scatter(in, out, c.data(), move_type(t), mpi_op(op), comm_), "reduce_scatter_v");
   }
   void all_gather_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
     std::vector<int> c = int_counts(counts, "all_gather_v"), displ(c.size());
+    count_op("all_gather", counts[size_t(rank_)], t);
     int64_t off = 0;
     for (size_t j = 0; j < c.size(); ++j) {
       displ[j] = as_int(off, "all_gather_v");
@@ -150,9 +158,11 @@ class MpiCommunicator : public Communicator {
               "all_gather_v");
   }
   void broadcast(void* buf, int64_t count, DType t, int root) override {
+    count_op("broadcast", count, t);
     check_mpi(MPI_Bcast(buf, as_int(count, "broadcast"), move_type(t), root, comm_), "broadcast");
   }
   void send(const void* buf, int64_t count, DType t, int dst, int tag) override {
+    count_op("send", count, t);
     check_mpi(MPI_Send(buf, as_int(count, "send"), move_type(t), dst, tag, comm_), "send");
   }
   void recv(void* buf, int64_t count, DType t, int src, int tag) override {
@@ -162,6 +172,7 @@ class MpiCommunicator : public Communicator {
 
   std::unique_ptr<Work> all_reduce_async(void* buf, int64_t count, DType t, ReduceOp op) override {
     check_reducible(t);
+    count_op("all_reduce", count, t);
     MPI_Request req;
     if (t == DType::bf16) {
       auto f = std::make_shared<std::vector<float>>(widen(buf, count));
@@ -176,6 +187,7 @@ class MpiCommunicator : public Communicator {
     return std::make_unique<MpiWork>(req, nullptr);
   }
   std::unique_ptr<Work> all_gather_async(const void* in, void* out, int64_t count, DType t) override {
+    count_op("all_gather", count, t);
     MPI_Request req;
     check_mpi(MPI_Iallgather(in, as_int(count, "all_gather"), move_type(t), out, as_int(count, "all_gather"),
                              move_type(t), comm_, &req),
@@ -185,6 +197,7 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, int64_t count, DType t,
                                              ReduceOp op) override {
     check_reducible(t);
+    count_op("reduce_scatter", count * size_, t);
     MPI_Request req;
     if (t == DType::bf16) {
       auto fin = std::make_shared<std::vector<float>>(widen(in, count * size_));
@@ -202,6 +215,7 @@ class MpiCommunicator : public Communicator {
     return std::make_unique<MpiWork>(req, nullptr);
   }
   std::unique_ptr<Work> send_async(const void* buf, int64_t count, DType t, int dst, int tag) override {
+    count_op("send", count, t);
     MPI_Request req;
     check_mpi(MPI_Isend(buf, as_int(count, "send"), move_type(t), dst, tag, comm_, &req), "send");
     return std::make_unique<MpiWork>(req, nullptr);
@@ -219,6 +233,7 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
+  void count_op(const char* kind, int64_t elements, DType t) { count(kind, elements, t); }
   std::vector<int> int_counts(const std::vector<int64_t>& counts, const char* what) const {
     TESSEL_CHECK(int(counts.size()) == size_, "{}: {} counts for {} ranks", what, counts.size(), size_);
     std::vector<int> c;
