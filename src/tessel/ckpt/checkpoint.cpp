@@ -106,8 +106,8 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
     optim_tensors.emplace_back("exp_avg_sq." + s.name,
                                Tensor::from_blob(const_cast<float*>(opt.exp_avg_sq) + s.offset, s.shape, DType::f32));
     nlohmann::json slice = nlohmann::json::array();
-    for (int64_t d : s.shape) slice.push_back({0, d});
-    tensors[s.name] = {{"global_shape", s.shape}, {"slice", slice}, {"file", kModelFile}};
+    for (size_t d = 0; d < s.shape.size(); ++d) slice.push_back({s.slice_begin[d], s.slice_begin[d] + s.shape[d]});
+    tensors[s.name] = {{"global_shape", s.global_shape}, {"slice", slice}, {"file", kModelFile}};
   }
   const std::map<std::string, std::string> meta{{"format", kFormat}};
   write_safetensors((tmp / kModelFile).string(), meta, model_tensors);

@@ -6,16 +6,28 @@
 
 namespace tessel::nn {
 
-Linear::Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, float init_std) : ps_(ps), in_(in) {
+Linear::Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, float init_std, TensorParallel tp)
+    : ps_(ps), tp_(tp), in_(in) {
   TESSEL_CHECK(!parts.empty(), "Linear needs at least one part");
+  const bool column = sharded() && tp.mode == TensorParallel::Mode::column;
+  const bool row = sharded() && tp.mode == TensorParallel::Mode::row;
+  const int r = sharded() ? tp.group->rank() : 0, n = sharded() ? tp.group->size() : 1;
+  if (row) {
+    TESSEL_CHECK(in % n == 0, "row-parallel '{}': {} input features do not split over {} ranks", parts[0].name, in, n);
+    in_ = in / n;
+  }
   for (const auto& p : parts) {
-    const int64_t off = ps.add(p.name + ".weight", {p.out, in}, Init::normal, init_std, true);
+    // Shards of adjacent parts stay adjacent: the local fused weight is [part0 rows; part1 rows; ...].
+    const int64_t off = column ? ps.add_shard(p.name + ".weight", {p.out, in}, 0, r, n, Init::normal, init_std, true)
+                        : row  ? ps.add_shard(p.name + ".weight", {p.out, in}, 1, r, n, Init::normal, init_std, true)
+                               : ps.add(p.name + ".weight", {p.out, in}, Init::normal, init_std, true);
     if (w_offset_ < 0) w_offset_ = off;
-    out_ += p.out;
+    out_ += column ? p.out / n : p.out;
   }
   if (bias)
     for (const auto& p : parts) {
-      const int64_t off = ps.add(p.name + ".bias", {p.out}, Init::zeros, 0.0f, false);
+      const int64_t off = column ? ps.add_shard(p.name + ".bias", {p.out}, 0, r, n, Init::zeros, 0.0f, false)
+                                 : ps.add(p.name + ".bias", {p.out}, Init::zeros, 0.0f, false);
       if (b_offset_ < 0) b_offset_ = off;
     }
   key_x_ = parts[0].name + ".x";
@@ -28,10 +40,20 @@ Tensor Linear::forward(const Tensor& x, Activations& saved) const {
   const DType cd = ps_.compute_dtype();
   const Tensor xc = x.dtype() == cd ? x : x.to(cd);
   Tensor y = Tensor::empty({x.size(0), out_}, DType::f32);
+  const bool row = sharded() && tp_.mode == TensorParallel::Mode::row;
+  const float* bias = b_offset_ >= 0 ? ps_.params_data() + b_offset_ : nullptr;
   {
     ProfileScope ps("gemm_fwd", 2.0 * double(x.size(0)) * double(in_) * double(out_));
-    kernels::matmul(xc, false, ps_.compute_at(w_offset_, {out_, in_}), true, y, false,
-                    b_offset_ >= 0 ? ps_.params_data() + b_offset_ : nullptr);
+    kernels::matmul(xc, false, ps_.compute_at(w_offset_, {out_, in_}), true, y, false, row ? nullptr : bias);
+  }
+  if (row) {  // partial sums over this rank's input columns; the replicated bias once, after
+    ProfileScope ps("tp_all_reduce");
+    tp_.group->all_reduce(y.raw(), y.numel(), DType::f32, comm::ReduceOp::sum);
+    if (bias) {
+      float* yp = y.data<float>();
+      for (int64_t i = 0; i < y.size(0); ++i)
+        for (int64_t j = 0; j < out_; ++j) yp[i * out_ + j] += bias[j];
+    }
   }
   saved.put(key_x_, xc);
   return y;
@@ -49,6 +71,10 @@ Tensor Linear::backward_input(const Tensor& dy, Activations& saved) const {
   {
     ProfileScope ps("gemm_dgrad", 2.0 * double(dy.size(0)) * double(in_) * double(out_));
     kernels::matmul(dyc, false, ps_.compute_at(w_offset_, {out_, in_}), false, dx, false);
+  }
+  if (sharded() && tp_.mode == TensorParallel::Mode::column) {  // each rank's output columns contribute to dx
+    ProfileScope ps("tp_all_reduce");
+    tp_.group->all_reduce(dx.raw(), dx.numel(), DType::f32, comm::ReduceOp::sum);
   }
   saved.put(key_dy_, dyc);
   return dx;

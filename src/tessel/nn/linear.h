@@ -8,28 +8,44 @@
 #include <string>
 #include <vector>
 
+#include "tessel/comm/communicator.h"
 #include "tessel/nn/activations.h"
 #include "tessel/nn/params.h"
 
 namespace tessel::nn {
 
+// Tensor parallelism (Megatron-LM, Shoeybi et al. 2019) over a group of `size` ranks:
+//   column: each rank holds rows [r*out/size, (r+1)*out/size) of every part's weight (and bias);
+//           forward gives this rank's output columns; backward_input all-reduces dx.
+//   row:    each rank holds columns [r*in/size, ...) of the weight; forward takes this rank's input
+//           columns and all-reduces y (the replicated bias is added once, after); backward_input
+//           gives this rank's dx columns.
+struct TensorParallel {
+  enum class Mode { none, column, row };
+  Mode mode = Mode::none;
+  comm::Communicator* group = nullptr;  // size 1 or null: no parallelism
+};
+
 class Linear {
  public:
   struct Part {
     std::string name;  // full parameter prefix, e.g. "model.layers.0.self_attn.q_proj"
-    int64_t out;
+    int64_t out;       // global output features of this part
   };
-  Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, float init_std);
+  // in: global input features.
+  Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, float init_std, TensorParallel tp = {});
 
   Tensor forward(const Tensor& x, Activations& saved) const;
   Tensor backward_input(const Tensor& dy, Activations& saved) const;
   void backward_weight(Activations& saved) const;
 
-  int64_t in_features() const { return in_; }
-  int64_t out_features() const { return out_; }
+  int64_t in_features() const { return in_; }    // local (this rank's)
+  int64_t out_features() const { return out_; }  // local (this rank's)
 
  private:
+  bool sharded() const { return tp_.group && tp_.group->size() > 1 && tp_.mode != TensorParallel::Mode::none; }
   ParamStore& ps_;
+  TensorParallel tp_;
   int64_t in_, out_ = 0;
   int64_t w_offset_ = -1, b_offset_ = -1;
   std::string key_x_, key_dy_;

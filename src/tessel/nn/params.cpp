@@ -11,9 +11,24 @@ int64_t ParamStore::add(const std::string& name, const Shape& shape, Init init, 
   TESSEL_CHECK(!finalized_, "parameter '{}' registered after the store was finalized", name);
   for (const auto& s : specs_) TESSEL_CHECK(s.name != name, "parameter '{}' registered twice", name);
   const int64_t n = shape_numel(shape);
-  specs_.push_back({name, shape, init, std, weight_decay, total_, n});
+  specs_.push_back({name, shape, init, std, weight_decay, total_, n, shape, Shape(shape.size(), 0)});
   total_ += n;
   return total_ - n;
+}
+
+int64_t ParamStore::add_shard(const std::string& name, const Shape& global_shape, int dim, int part, int parts,
+                              Init init, float std, bool weight_decay) {
+  TESSEL_CHECK(dim >= 0 && dim < int(global_shape.size()) && parts > 0 && part >= 0 && part < parts,
+               "parameter '{}': shard {} of {} along dimension {} of {}", name, part, parts, dim, shape_str(global_shape));
+  TESSEL_CHECK(global_shape[size_t(dim)] % parts == 0,
+               "parameter '{}': dimension {} of {} is not divisible by the tensor-parallel size {}", name, dim,
+               shape_str(global_shape), parts);
+  Shape local = global_shape;
+  local[size_t(dim)] /= parts;
+  const int64_t off = add(name, local, init, std, weight_decay);
+  specs_.back().global_shape = global_shape;
+  specs_.back().slice_begin[size_t(dim)] = local[size_t(dim)] * part;
+  return off;
 }
 
 void ParamStore::finalize() {
@@ -32,7 +47,7 @@ const ParamSpec& ParamStore::spec(const std::string& name) const {
 
 void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, int64_t rows, int64_t col_begin,
                       int64_t cols, float* out) {
-  const int64_t global_cols = spec.shape.empty() ? 1 : spec.shape.back();
+  const int64_t global_cols = spec.global_shape.empty() ? 1 : spec.global_shape.back();
   switch (spec.init) {
     case Init::ones: std::fill_n(out, rows * cols, 1.0f); break;
     case Init::zeros: std::fill_n(out, rows * cols, 0.0f); break;
@@ -46,8 +61,12 @@ void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, i
 void ParamStore::initialize(uint64_t seed) {
   TESSEL_CHECK(finalized_, "ParamStore::initialize before finalize");
   for (const auto& s : specs_) {
+    // Rows and columns of this (possibly sharded) tensor inside the global [R, C] (1-D: [1, C]).
+    const bool two_d = s.shape.size() == 2;
     const int64_t cols = s.shape.empty() ? 1 : s.shape.back();
-    init_param_slice(s, seed, 0, s.numel / cols, 0, cols, params_data() + s.offset);
+    const int64_t row0 = two_d ? s.slice_begin[0] : 0;
+    const int64_t col0 = s.slice_begin.empty() ? 0 : s.slice_begin.back();
+    init_param_slice(s, seed, row0, s.numel / cols, col0, cols, params_data() + s.offset);
   }
   refresh_compute_copy();
 }

@@ -22,6 +22,8 @@ struct ParamSpec {
   bool weight_decay;  // false for norms and biases
   int64_t offset;     // elements into the flat buffers
   int64_t numel;
+  Shape global_shape;  // the unsharded tensor (= shape unless tensor-parallel)
+  Shape slice_begin;   // where this shard starts in the global tensor, per dimension
 };
 
 class ParamStore {
@@ -32,6 +34,11 @@ class ParamStore {
 
   // Registers a parameter; returns its offset. Only before finalize().
   int64_t add(const std::string& name, const Shape& shape, Init init, float std, bool weight_decay);
+  // Registers shard `part` of `parts` equal slices along dimension `dim` of a tensor whose global
+  // shape is `global_shape` (tensor parallelism). Its values are drawn exactly as the unsharded
+  // tensor holds them at the same global indices.
+  int64_t add_shard(const std::string& name, const Shape& global_shape, int dim, int part, int parts, Init init,
+                    float std, bool weight_decay);
   void finalize();
   void initialize(uint64_t seed);
 
@@ -61,7 +68,8 @@ class ParamStore {
 };
 
 // Draws the initial values of parameter `spec` for the slice rows [row_begin, row_begin + rows) and
-// columns [col_begin, col_begin + cols) of its global [R, C] shape (1-D tensors are [1, C]).
+// columns [col_begin, col_begin + cols) of its global [R, C] shape (1-D tensors are [1, C]); the
+// indices are global (spec.global_shape).
 void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, int64_t rows, int64_t col_begin,
                       int64_t cols, float* out);
 
