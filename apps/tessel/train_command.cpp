@@ -72,7 +72,7 @@ int run_train(const TrainOptions& o) {
     std::ofstream out(fs::path(cfg.log.dir) / "config.yaml");
     out << cfg.to_yaml();
   }
-  train::Trainer trainer(cfg, &pstate.dp());
+  train::Trainer trainer(cfg, &pstate.dp(), &pstate.tp());
   const auto& m = cfg.model;
   const int64_t mbs = cfg.train.micro_batch_size, accum = cfg.grad_accumulation_steps();
   if (lead) std::printf("tessel train: %s | %s %lld layers, hidden %lld, %.2fM params, %s, global batch %lld, %d threads\n",

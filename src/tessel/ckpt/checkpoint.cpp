@@ -89,6 +89,9 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep) {
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
+  for (const auto& s : params.specs())
+    TESSEL_CHECK(s.shape == s.global_shape, "checkpoint: '{}' is a tensor-parallel shard; checkpoints of tensor-parallel "
+                 "runs are not supported yet", s.name);
   fs::create_directories(dir);
   const std::string name = step_name(state.step);
   const fs::path final_dir = fs::path(dir) / name;

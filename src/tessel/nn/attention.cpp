@@ -9,20 +9,31 @@
 
 namespace tessel::nn {
 
+namespace {
+int64_t heads_per_rank(int64_t heads, comm::Communicator* tp, const char* what) {
+  const int64_t n = tp ? tp->size() : 1;
+  TESSEL_CHECK(heads % n == 0, "tensor_model_parallel_size {} must divide {} ({}); replicated key/value heads are not "
+               "supported yet", n, what, heads);
+  return heads / n;
+}
+}  // namespace
+
 SelfAttention::SelfAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-                             std::shared_ptr<const kernels::RopeTable> rope)
+                             std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp)
     : ps_(ps),
-      H_(cfg.num_attention_heads),
-      G_(cfg.num_query_groups),
+      H_(heads_per_rank(cfg.num_attention_heads, tp, "model.num_attention_heads")),
+      G_(heads_per_rank(cfg.num_query_groups, tp, "model.num_query_groups")),
       Dh_(cfg.head_dim()),
       T_(cfg.seq_length),
       rope_(std::move(rope)),
       qkv_(ps,
-           {{prefix + ".q_proj", H_ * Dh_}, {prefix + ".k_proj", G_ * Dh_}, {prefix + ".v_proj", G_ * Dh_}},
-           cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std)),
+           {{prefix + ".q_proj", cfg.num_attention_heads * Dh_},
+            {prefix + ".k_proj", cfg.num_query_groups * Dh_},
+            {prefix + ".v_proj", cfg.num_query_groups * Dh_}},
+           cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std), {TensorParallel::Mode::column, tp}),
       // Output projection scaled by 1/sqrt(2 L) (GPT-2 / Megatron "scaled init").
-      o_(ps, {{prefix + ".o_proj", cfg.hidden_size}}, H_ * Dh_, !cfg.is_llama(),
-         float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count)))) {
+      o_(ps, {{prefix + ".o_proj", cfg.hidden_size}}, cfg.num_attention_heads * Dh_, !cfg.is_llama(),
+         float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count))), {TensorParallel::Mode::row, tp}) {
   key_qkv_ = prefix + ".qkv";
   key_out_ = prefix + ".attn_out";
   key_lse_ = prefix + ".lse";

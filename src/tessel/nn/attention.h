@@ -14,8 +14,10 @@ namespace tessel::nn {
 
 class SelfAttention {
  public:
+  // tp (optional): heads split over the tensor-parallel group (query and key/value heads must both
+  // divide); QKV is column-parallel, the output projection row-parallel.
   SelfAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-                std::shared_ptr<const kernels::RopeTable> rope);
+                std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr);
 
   Tensor forward(const Tensor& y, int64_t batch, Activations& saved) const;  // y [N, d] -> [N, d] f32
   Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dy [N, d] f32
@@ -29,7 +31,7 @@ class SelfAttention {
 
  private:
   ParamStore& ps_;
-  int64_t H_, G_, Dh_, T_;
+  int64_t H_, G_, Dh_, T_;  // H_, G_: this rank's heads
   std::shared_ptr<const kernels::RopeTable> rope_;  // null for GPT-2
   Linear qkv_, o_;
   std::string key_qkv_, key_out_, key_lse_;

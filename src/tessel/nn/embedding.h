@@ -2,6 +2,7 @@
 // Token embedding (+ learned absolute positions for GPT-2). Output is the fp32 residual stream.
 #include <string>
 
+#include "tessel/comm/communicator.h"
 #include "tessel/nn/activations.h"
 #include "tessel/nn/model_config.h"
 #include "tessel/nn/params.h"
@@ -10,16 +11,21 @@ namespace tessel::nn {
 
 class Embedding {
  public:
-  Embedding(ParamStore& ps, const ModelConfig& cfg);
+  // tp (optional): vocabulary-parallel, each rank holds rows [r V/n, (r+1) V/n) (positions replicated).
+  Embedding(ParamStore& ps, const ModelConfig& cfg, comm::Communicator* tp = nullptr);
   Tensor forward(const Tensor& tokens, Activations& saved) const;  // tokens [B, T] i64 -> [B*T, d] f32
   void backward(const Tensor& dout, Activations& saved) const;     // accumulates dW (and dpos)
   // Inference: tokens [n] i64 at positions pos0 .. pos0 + n - 1 of one sequence -> [n, d] f32.
   Tensor forward_at(const Tensor& tokens, int64_t pos0) const;
   int64_t weight_offset() const { return w_offset_; }
+  int64_t vocab_begin() const { return vocab_begin_; }  // first row this rank holds
+  int64_t local_vocab() const { return V_local_; }
 
  private:
   ParamStore& ps_;
   int64_t V_, D_, T_;
+  comm::Communicator* tp_ = nullptr;  // set when the vocabulary is split
+  int64_t vocab_begin_ = 0, V_local_;
   int64_t w_offset_, pos_offset_ = -1;
   std::string key_tokens_ = "model.embed_tokens.tokens";
 };

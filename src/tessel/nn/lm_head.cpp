@@ -3,14 +3,29 @@
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/kernels/xent.h"
+#include "tessel/nn/vocab_parallel.h"
 
 namespace tessel::nn {
 
-LmHead::LmHead(ParamStore& ps, const ModelConfig& cfg, int64_t embedding_offset)
+LmHead::LmHead(ParamStore& ps, const ModelConfig& cfg, int64_t embedding_offset, comm::Communicator* tp)
     : ps_(ps), V_(cfg.vocab_size), D_(cfg.hidden_size) {
-  w_offset_ = cfg.tie_embeddings
-                  ? embedding_offset
-                  : ps.add("lm_head.weight", {V_, D_}, Init::normal, float(cfg.init_method_std), true);
+  const bool split = tp && tp->size() > 1;
+  if (split) {
+    tp_ = tp;
+    V_ = cfg.vocab_size / tp->size();
+    vocab_begin_ = V_ * tp->rank();
+  }
+  w_offset_ = cfg.tie_embeddings ? embedding_offset
+              : split ? ps.add_shard("lm_head.weight", {cfg.vocab_size, D_}, 0, tp->rank(), tp->size(), Init::normal,
+                                     float(cfg.init_method_std), true)
+                      : ps.add("lm_head.weight", {V_, D_}, Init::normal, float(cfg.init_method_std), true);
+}
+
+double LmHead::loss_sum(const Tensor& x, const Tensor& targets) const {
+  Tensor lg = logits(x);
+  if (tp_) return vocab_parallel_cross_entropy(lg, targets, vocab_begin_, 0.0f, nullptr, *tp_);
+  TESSEL_CHECK(targets.numel() == lg.size(0), "loss: targets {} do not match {} rows", targets.str(), lg.size(0));
+  return kernels::softmax_xent<float>(lg.size(0), lg.size(1), lg.data<float>(), targets.data<int64_t>(), 0.0f, nullptr);
 }
 
 Tensor LmHead::logits(const Tensor& x) const {
@@ -30,7 +45,10 @@ double LmHead::forward_loss(const Tensor& x, const Tensor& targets, float grad_s
   ProfileScope prof("cross_entropy");
   double loss;
   Tensor dlogits;
-  if (ps_.compute_dtype() == DType::bf16) {
+  if (tp_) {
+    loss = vocab_parallel_cross_entropy(lg, targets, vocab_begin_, grad_scale, lg.data<float>(), *tp_);
+    dlogits = ps_.compute_dtype() == DType::bf16 ? lg.to(DType::bf16) : lg;
+  } else if (ps_.compute_dtype() == DType::bf16) {
     dlogits = Tensor::empty({N, V_}, DType::bf16);
     loss = kernels::softmax_xent(N, V_, lg.data<float>(), targets.data<int64_t>(), grad_scale, dlogits.data<bf16>());
   } else {
@@ -47,6 +65,7 @@ Tensor LmHead::backward_input(Activations& saved) const {
   Tensor dx = Tensor::empty({dl.size(0), D_}, DType::f32);
   ProfileScope prof("gemm_dgrad", 2.0 * double(dl.size(0)) * double(D_) * double(V_));
   kernels::matmul(dl, false, ps_.compute_at(w_offset_, {V_, D_}), false, dx, false);
+  if (tp_) tp_->all_reduce(dx.raw(), dx.numel(), DType::f32, comm::ReduceOp::sum);  // every vocab slice adds
   return dx;
 }
 

@@ -3,6 +3,7 @@
 // embedding when tied), then softmax cross-entropy that writes dlogits in the same sweep.
 #include <string>
 
+#include "tessel/comm/communicator.h"
 #include "tessel/nn/activations.h"
 #include "tessel/nn/model_config.h"
 #include "tessel/nn/params.h"
@@ -11,8 +12,11 @@ namespace tessel::nn {
 
 class LmHead {
  public:
-  LmHead(ParamStore& ps, const ModelConfig& cfg, int64_t embedding_offset);
-  Tensor logits(const Tensor& x) const;  // [N, V] f32, nothing saved
+  // tp (optional): vocabulary-parallel head (rows [vocab_begin, vocab_begin + V/n) of the weight,
+  // tied or not) with vocabulary-parallel cross-entropy.
+  LmHead(ParamStore& ps, const ModelConfig& cfg, int64_t embedding_offset, comm::Communicator* tp = nullptr);
+  Tensor logits(const Tensor& x) const;  // [N, V] f32 (this rank's vocabulary slice under tp), nothing saved
+  double loss_sum(const Tensor& x, const Tensor& targets) const;  // evaluation
   // Returns the summed loss over rows; saves x and dlogits = d(loss * grad_scale)/dlogits.
   double forward_loss(const Tensor& x, const Tensor& targets, float grad_scale, Activations& saved) const;
   Tensor backward_input(Activations& saved) const;  // dx [N, d] f32
@@ -20,8 +24,10 @@ class LmHead {
 
  private:
   ParamStore& ps_;
-  int64_t V_, D_;
+  int64_t V_, D_;  // V_: this rank's vocabulary rows
   int64_t w_offset_;
+  comm::Communicator* tp_ = nullptr;
+  int64_t vocab_begin_ = 0;
   std::string key_x_ = "lm_head.x", key_dlogits_ = "lm_head.dlogits";
 };
 

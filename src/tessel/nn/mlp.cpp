@@ -14,13 +14,15 @@ std::vector<Linear::Part> up_parts(const std::string& prefix, const ModelConfig&
 }
 }  // namespace
 
-Mlp::Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count)
+Mlp::Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
+         comm::Communicator* tp)
     : ps_(ps),
       swiglu_(cfg.is_llama()),
-      F_(cfg.ffn_hidden_size),
-      up_(ps, up_parts(prefix, cfg), cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std)),
+      F_(cfg.ffn_hidden_size / (tp ? tp->size() : 1)),
+      up_(ps, up_parts(prefix, cfg), cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std),
+          {TensorParallel::Mode::column, tp}),
       down_(ps, {{prefix + ".down_proj", cfg.hidden_size}}, cfg.ffn_hidden_size, !cfg.is_llama(),
-            float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count)))),
+            float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count))), {TensorParallel::Mode::row, tp}),
       key_h_(prefix + ".pre_act") {}
 
 Tensor Mlp::forward(const Tensor& y, Activations& saved) const {

@@ -10,7 +10,9 @@ namespace tessel::nn {
 
 class Mlp {
  public:
-  Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count);
+  // tp (optional): up/gate column-parallel, down row-parallel; ffn_hidden_size must divide.
+  Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
+      comm::Communicator* tp = nullptr);
   Tensor forward(const Tensor& y, Activations& saved) const;  // [N, d] -> [N, d] f32
   Tensor backward_input(const Tensor& dout, Activations& saved) const;
   void backward_weight(Activations& saved) const;
@@ -18,7 +20,7 @@ class Mlp {
  private:
   ParamStore& ps_;
   bool swiglu_;
-  int64_t F_;
+  int64_t F_;  // this rank's share of ffn_hidden_size
   Linear up_, down_;
   std::string key_h_;
 };

@@ -8,22 +8,27 @@ namespace {
 std::string recompute_key(size_t layer) { return "model.layers." + std::to_string(layer) + ".recompute_input"; }
 }  // namespace
 
-Model::Model(const ModelConfig& cfg) : cfg_(cfg), ps_(std::make_unique<ParamStore>(cfg.compute)) {
+Model::Model(const ModelConfig& cfg, comm::Communicator* tp)
+    : cfg_(cfg), tp_(tp && tp->size() > 1 ? tp : nullptr), ps_(std::make_unique<ParamStore>(cfg.compute)) {
   cfg_.validate();
   if (cfg_.is_llama())
     rope_ = std::make_shared<kernels::RopeTable>(cfg_.seq_length, cfg_.head_dim(), cfg_.rotary_base);
   // Each part's parameters are registered contiguously; the boundaries tell backward which range of
   // the flat gradient buffer is final after each part (for overlapping data-parallel reduction).
-  embed_ = std::make_unique<Embedding>(*ps_, cfg_);
+  if (tp_)
+    TESSEL_CHECK(cfg_.vocab_size % tp_->size() == 0,
+                 "tensor_model_parallel_size {} must divide model.vocab_size {} (the vocabulary is split)", tp_->size(),
+                 cfg_.vocab_size);
+  embed_ = std::make_unique<Embedding>(*ps_, cfg_, tp_);
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     layer_begin_.push_back(ps_->numel());
-    layers_.push_back(std::make_unique<TransformerLayer>(*ps_, cfg_, i, rope_));
+    layers_.push_back(std::make_unique<TransformerLayer>(*ps_, cfg_, i, rope_, tp_));
   }
   norm_begin_ = ps_->numel();
   final_norm_ = std::make_unique<Norm>(*ps_, "model.norm", cfg_.hidden_size,
                                        cfg_.is_llama() ? Norm::Kind::rms : Norm::Kind::layer, float(cfg_.norm_epsilon));
   head_begin_ = ps_->numel();
-  head_ = std::make_unique<LmHead>(*ps_, cfg_, embed_->weight_offset());
+  head_ = std::make_unique<LmHead>(*ps_, cfg_, embed_->weight_offset(), tp_);
   ps_->finalize();
 }
 
@@ -82,11 +87,13 @@ double Model::forward_backward(const Tensor& tokens, const Tensor& targets, floa
 }
 
 Tensor Model::logits(const Tensor& tokens) {
+  TESSEL_CHECK(!tp_, "full-vocabulary logits under tensor parallelism are not supported yet (the vocabulary is split)");
   Activations scratch;
   return head_->logits(hidden(tokens, scratch));
 }
 
 KVCache Model::make_kv_cache() const {
+  TESSEL_CHECK(!tp_, "generation under tensor parallelism is not supported yet");
   KVCache c;
   for (const auto& l : layers_) {
     c.k.push_back(Tensor::zeros({cfg_.seq_length, l->kv_width()}, DType::f32));
@@ -112,10 +119,8 @@ Tensor Model::decode(const Tensor& tokens, KVCache& cache) {
 }
 
 double Model::loss_sum(const Tensor& tokens, const Tensor& targets) {
-  Tensor lg = logits(tokens);
-  TESSEL_CHECK(targets.numel() == lg.size(0), "loss: targets {} do not match {} rows", targets.str(), lg.size(0));
-  return kernels::softmax_xent<float>(lg.size(0), lg.size(1), lg.data<float>(), targets.data<int64_t>(), 0.0f,
-                                      nullptr);
+  Activations scratch;
+  return head_->loss_sum(hidden(tokens, scratch), targets);
 }
 
 }  // namespace tessel::nn

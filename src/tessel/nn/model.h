@@ -15,7 +15,9 @@ namespace tessel::nn {
 
 class Model {
  public:
-  explicit Model(const ModelConfig& cfg);
+  // tp (optional): tensor parallelism over this group (heads, MLP and vocabulary split; norms replicated).
+  explicit Model(const ModelConfig& cfg, comm::Communicator* tp = nullptr);
+  bool tensor_parallel() const { return tp_ != nullptr; }
   const ModelConfig& config() const { return cfg_; }
   ParamStore& params() { return *ps_; }
   const ParamStore& params() const { return *ps_; }
@@ -43,6 +45,7 @@ class Model {
  private:
   Tensor hidden(const Tensor& tokens, Activations& saved);  // final-norm output, compute dtype
   ModelConfig cfg_;
+  comm::Communicator* tp_ = nullptr;
   std::unique_ptr<ParamStore> ps_;
   std::shared_ptr<const kernels::RopeTable> rope_;
   std::unique_ptr<Embedding> embed_;

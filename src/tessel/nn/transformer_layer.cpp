@@ -11,12 +11,12 @@ Norm::Kind norm_kind(const ModelConfig& c) { return c.is_llama() ? Norm::Kind::r
 }  // namespace
 
 TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64_t index,
-                                   std::shared_ptr<const kernels::RopeTable> rope)
+                                   std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp)
     : norm1_(ps, layer_prefix(index) + ".input_layernorm", cfg.hidden_size, norm_kind(cfg), float(cfg.norm_epsilon)),
-      attn_(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers, std::move(rope)),
+      attn_(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers, std::move(rope), tp),
       norm2_(ps, layer_prefix(index) + ".post_attention_layernorm", cfg.hidden_size, norm_kind(cfg),
              float(cfg.norm_epsilon)),
-      mlp_(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers) {}
+      mlp_(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, tp) {}
 
 Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& saved) const {
   Tensor r0, r1;

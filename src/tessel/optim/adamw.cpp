@@ -8,8 +8,15 @@
 
 namespace tessel::optim {
 
-AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin, int64_t own_end, comm::Communicator* norm_group)
-    : ps_(ps), cfg_(cfg), begin_(own_begin), end_(own_end < 0 ? ps.numel() : own_end), norm_group_(norm_group) {
+AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin, int64_t own_end, comm::Communicator* norm_group,
+             comm::Communicator* tp_group)
+    : ps_(ps),
+      cfg_(cfg),
+      begin_(own_begin),
+      end_(own_end < 0 ? ps.numel() : own_end),
+      norm_group_(norm_group),
+      tp_group_(tp_group && tp_group->size() > 1 ? tp_group : nullptr) {
+  TESSEL_CHECK(!(tp_group_ && norm_group_), "the distributed optimizer with tensor parallelism is not supported yet");
   TESSEL_CHECK(0 <= begin_ && begin_ <= end_ && end_ <= ps.numel(), "AdamW: owned range [{}, {}) outside [0, {})",
                begin_, end_, ps.numel());
   m_ = Tensor::zeros({end_ - begin_}, DType::f32);
@@ -20,8 +27,17 @@ double grad_norm(const nn::ParamStore& ps) { return std::sqrt(kernels::sum_squar
 
 double AdamW::step(double lr) {
   ProfileScope prof("optimizer");
-  double sq = kernels::sum_squares(end_ - begin_, ps_.grads_data() + begin_);
-  if (norm_group_) sq = comm::sum_in_rank_order(*norm_group_, sq);
+  double sq;
+  if (tp_group_) {
+    // Shards of tensor-parallel parameters add up across the group; replicated ones count once.
+    double sharded = 0, replicated = 0;
+    for (const auto& s : ps_.specs())
+      (s.shape == s.global_shape ? replicated : sharded) += kernels::sum_squares(s.numel, ps_.grads_data() + s.offset);
+    sq = comm::sum_in_rank_order(*tp_group_, sharded) + replicated;
+  } else {
+    sq = kernels::sum_squares(end_ - begin_, ps_.grads_data() + begin_);
+    if (norm_group_) sq = comm::sum_in_rank_order(*norm_group_, sq);
+  }
   const double norm = std::sqrt(sq);
   float grad_scale = 1.0f;  // clipping, applied inside the update (the stored gradients keep their values)
   if (cfg_.clip_grad > 0) {

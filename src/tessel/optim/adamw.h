@@ -23,8 +23,10 @@ struct AdamWConfig {
 // squares all-reduced over norm_group so every shard clips by the global norm.
 class AdamW {
  public:
+  // tp_group: tensor-parallel ranks holding the other shards of sharded parameters (replicated
+  // parameters, identical on every tensor-parallel rank, count once in the norm).
   AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin = 0, int64_t own_end = -1,
-        comm::Communicator* norm_group = nullptr);
+        comm::Communicator* norm_group = nullptr, comm::Communicator* tp_group = nullptr);
   // Clips (inside the update), updates the owned fp32 master weights at learning rate lr (and their
   // bf16 compute copy). Reads the owned range of the gradients. Returns the global gradient norm
   // before clipping.
@@ -43,6 +45,7 @@ class AdamW {
   AdamWConfig cfg_;
   int64_t begin_, end_;
   comm::Communicator* norm_group_;
+  comm::Communicator* tp_group_;
   Tensor m_, v_;
   int64_t step_ = 0;
 };

@@ -6,8 +6,9 @@
 
 namespace tessel::train {
 
-Trainer::Trainer(const Config& cfg, comm::Communicator* dp) : cfg_(cfg), dp_(dp && dp->size() > 1 ? dp : nullptr) {
-  model_ = std::make_unique<nn::Model>(cfg_.model);
+Trainer::Trainer(const Config& cfg, comm::Communicator* dp, comm::Communicator* tp)
+    : cfg_(cfg), dp_(dp && dp->size() > 1 ? dp : nullptr) {
+  model_ = std::make_unique<nn::Model>(cfg_.model, tp);
   model_->params().initialize(uint64_t(cfg_.train.seed));
   optim::AdamWConfig oc;
   oc.beta1 = cfg_.train.adam_beta1;
@@ -22,7 +23,7 @@ Trainer::Trainer(const Config& cfg, comm::Communicator* dp) : cfg_(cfg), dp_(dp 
     for (int r = 0; r < dp_->rank(); ++r) begin += counts[size_t(r)];
     opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, begin, begin + counts[size_t(dp_->rank())], dp_);
   } else {
-    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc);
+    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, 0, -1, nullptr, tp);
   }
   schedule_.lr = cfg_.train.lr;
   schedule_.min_lr = cfg_.train.min_lr;

@@ -25,7 +25,8 @@ class Trainer {
   // dp: the data-parallel group (null or size 1: one replica). Each rank passes its own micro-batches;
   // gradients are summed across dp in buckets overlapping backward, so every replica takes the step
   // a single process would take on the whole global batch.
-  explicit Trainer(const Config& cfg, comm::Communicator* dp = nullptr);
+  // tp: the tensor-parallel group (null or size 1: none); the model is split over it.
+  explicit Trainer(const Config& cfg, comm::Communicator* dp = nullptr, comm::Communicator* tp = nullptr);
   nn::Model& model() { return *model_; }
   optim::AdamW& optimizer() { return *opt_; }
   // With parallel.use_distributed_optimizer (ZeRO-1) each rank keeps Adam state for a 1/dp shard:
