@@ -6,14 +6,7 @@
 # steps (measured ~7e-5): the gradients differ only in summation order (~1e-7), but Adam's update
 # m / sqrt(v) is ~lr whatever a near-zero gradient's size, so such elements carry the difference up.
 # Usage: data_parallel_train_test.sh TESSEL_BINARY CONFIG_DIR MPIRUN
-set -euo pipefail
-TESSEL=$1
-CONFIGS=$2
-MPIRUN=$3
-WORK=$(mktemp -d /tmp/tessel-dp-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive
+source "$(dirname "$0")/prelude.sh"
 COMMON=(--set train.train_iters=5 --set train.lr_warmup_iters=1 --set model.num_layers=2 --set model.tie_embeddings=true
         --set train.micro_batch_size=2 --set train.global_batch_size=16 --set precision.compute=fp32
         --set parallel.ddp_bucket_size=20000)

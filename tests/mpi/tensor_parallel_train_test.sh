@@ -8,14 +8,7 @@
 # ~1e-5: Adam's m / sqrt(v) turns summation-order noise on near-zero gradients into ~lr-sized
 # parameter differences, as in the single-process fixture test).
 # Usage: tensor_parallel_train_test.sh TESSEL_BINARY CONFIG_DIR MPIRUN
-set -euo pipefail
-TESSEL=$1
-CONFIGS=$2
-MPIRUN=$3
-WORK=$(mktemp -d /tmp/tessel-tp-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive
+source "$(dirname "$0")/prelude.sh"
 COMMON=(--set train.train_iters=5 --set train.lr_warmup_iters=1 --set model.num_layers=2
         --set train.micro_batch_size=2 --set train.global_batch_size=8 --set precision.compute=fp32)
 GPT2=(--set model.arch=gpt2 --set model.num_query_groups=4 --set model.tie_embeddings=true)
