@@ -108,17 +108,16 @@ int run_train(const TrainOptions& o) {
 
   auto save = [&](int64_t step) {
     if (cfg.checkpoint.dir.empty()) return;
-    const ckpt::FullMoments moments = trainer.full_moments();  // collective with the distributed optimizer
-    // Data-parallel replicas hold identical weights and moments: rank 0 writes, the others wait.
-    if (!lead) {
-      world->barrier();
-      return;
-    }
+    // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
+    // gathered over tp; data-parallel replicas are identical, so rank 0 alone writes.
+    const ckpt::FullMoments moments = trainer.full_moments();
     const ckpt::TrainState st{step, step * cfg.train.global_batch_size, uint64_t(cfg.train.seed)};
-    const std::string where =
-        ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), moments, st, cfg.to_yaml(), cfg.checkpoint.keep);
-    std::printf("saved checkpoint %s\n", where.c_str());
-    std::fflush(stdout);
+    const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), moments, st,
+                                                    cfg.to_yaml(), cfg.checkpoint.keep, &pstate.tp(), lead);
+    if (lead) {
+      std::printf("saved checkpoint %s\n", where.c_str());
+      std::fflush(stdout);
+    }
     world->barrier();
   };
 

@@ -52,8 +52,6 @@ TEST(Config, UnknownSectionAndBadValues) {
   EXPECT_NE(error_of("", {"parallel.tensor_model_parallel_size=2", "parallel.use_distributed_optimizer=true"})
                 .find("not supported yet"),
             std::string::npos);
-  EXPECT_NE(error_of("", {"parallel.tensor_model_parallel_size=2", "checkpoint.dir=ck"}).find("not supported yet"),
-            std::string::npos);
   EXPECT_EQ(error_of("", {"parallel.tensor_model_parallel_size=2"}), "");
   EXPECT_NE(error_of("", {"precision.fp8.recipe=delayed"}).find("not supported yet"), std::string::npos);
   EXPECT_NE(error_of("model: [1, 2]\n").find("mapping"), std::string::npos);

@@ -86,12 +86,51 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
                          config_yaml, keep);
 }
 
+namespace {
+
+// The whole tensor of a (possibly) tensor-parallel parameter: shards are equal slices along one
+// dimension, rank k's at k x its size, gathered over tp. Unsharded tensors are returned as views.
+Tensor whole(const nn::ParamSpec& s, const float* local, comm::Communicator* tp) {
+  const Tensor mine = Tensor::from_blob(const_cast<float*>(local), s.shape, DType::f32);
+  if (s.shape == s.global_shape) return mine;
+  TESSEL_CHECK(tp && tp->size() > 1, "checkpoint: '{}' is a tensor-parallel shard but no group was given", s.name);
+  size_t dim = 0;
+  while (s.shape[dim] == s.global_shape[dim]) ++dim;
+  const int n = tp->size();
+  std::vector<float> all(size_t(s.numel) * size_t(n));
+  tp->all_gather(local, all.data(), s.numel, DType::f32);
+  Tensor full = Tensor::empty(s.global_shape, DType::f32);
+  for (int k = 0; k < n; ++k)
+    full.slice(int64_t(dim), k * s.shape[dim], (k + 1) * s.shape[dim])
+        .copy_from(Tensor::from_blob(all.data() + size_t(k) * size_t(s.numel), s.shape, DType::f32));
+  return full;
+}
+
+// This rank's slice of a saved whole tensor.
+Tensor shard_of(const nn::ParamSpec& s, const Tensor& full) {
+  Tensor v = full;
+  for (size_t d = 0; d < s.shape.size(); ++d) v = v.slice(int64_t(d), s.slice_begin[d], s.slice_begin[d] + s.shape[d]);
+  return v;
+}
+
+}  // namespace
+
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& opt,
-                            const TrainState& state, const std::string& config_yaml, int64_t keep) {
+                            const TrainState& state, const std::string& config_yaml, int64_t keep,
+                            comm::Communicator* tp, bool write) {
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
-  for (const auto& s : params.specs())
-    TESSEL_CHECK(s.shape == s.global_shape, "checkpoint: '{}' is a tensor-parallel shard; checkpoints of tensor-parallel "
-                 "runs are not supported yet", s.name);
+  // Whole tensors first (collective over tp), then only the writer touches the disk.
+  std::vector<std::pair<std::string, Tensor>> model_tensors, optim_tensors;
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const auto& s : params.specs()) {
+    model_tensors.emplace_back(s.name, whole(s, params.params_data() + s.offset, tp));
+    optim_tensors.emplace_back("exp_avg." + s.name, whole(s, opt.exp_avg + s.offset, tp));
+    optim_tensors.emplace_back("exp_avg_sq." + s.name, whole(s, opt.exp_avg_sq + s.offset, tp));
+    nlohmann::json slice = nlohmann::json::array();
+    for (int64_t d : s.global_shape) slice.push_back({0, d});
+    tensors[s.name] = {{"global_shape", s.global_shape}, {"slice", slice}, {"file", kModelFile}};
+  }
+  if (!write) return "";
   fs::create_directories(dir);
   const std::string name = step_name(state.step);
   const fs::path final_dir = fs::path(dir) / name;
@@ -99,19 +138,6 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
   fs::remove_all(tmp);
   fs::create_directories(tmp);
 
-  std::vector<std::pair<std::string, Tensor>> model_tensors, optim_tensors;
-  nlohmann::json tensors = nlohmann::json::object();
-  for (const auto& s : params.specs()) {
-    model_tensors.emplace_back(s.name, params.param_at(s.offset, s.shape));
-    // Moments are views into the optimizer's flat buffers (same layout as the parameters).
-    optim_tensors.emplace_back("exp_avg." + s.name,
-                               Tensor::from_blob(const_cast<float*>(opt.exp_avg) + s.offset, s.shape, DType::f32));
-    optim_tensors.emplace_back("exp_avg_sq." + s.name,
-                               Tensor::from_blob(const_cast<float*>(opt.exp_avg_sq) + s.offset, s.shape, DType::f32));
-    nlohmann::json slice = nlohmann::json::array();
-    for (size_t d = 0; d < s.shape.size(); ++d) slice.push_back({s.slice_begin[d], s.slice_begin[d] + s.shape[d]});
-    tensors[s.name] = {{"global_shape", s.global_shape}, {"slice", slice}, {"file", kModelFile}};
-  }
   const std::map<std::string, std::string> meta{{"format", kFormat}};
   write_safetensors((tmp / kModelFile).string(), meta, model_tensors);
   write_safetensors((tmp / kOptimFile).string(), meta, optim_tensors);
@@ -179,14 +205,14 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
     TESSEL_CHECK(model.has(s.name), "checkpoint '{}' has no tensor '{}': it was saved from another model", ckpt_dir,
                  s.name);
     const Tensor& t = model.get(s.name);
-    TESSEL_CHECK(t.shape() == s.shape && t.dtype() == DType::f32,
+    TESSEL_CHECK(t.shape() == s.global_shape && t.dtype() == DType::f32,
                  "checkpoint '{}' holds '{}' as {}, but the model has f32{}: the checkpoint is of another model shape",
-                 ckpt_dir, s.name, t.str(), shape_str(s.shape));
+                 ckpt_dir, s.name, t.str(), shape_str(s.global_shape));
   }
   TESSEL_CHECK(model.tensors.size() == params.specs().size(),
                "checkpoint '{}' holds {} tensors, the model has {}: it was saved from another model", ckpt_dir,
                model.tensors.size(), params.specs().size());
-  for (const auto& s : params.specs()) params.param_at(s.offset, s.shape).copy_from(model.get(s.name));
+  for (const auto& s : params.specs()) params.param_at(s.offset, s.shape).copy_from(shard_of(s, model.get(s.name)));
   params.refresh_compute_copy();
   if (opt) {
     const SafetensorsFile o = read_safetensors((d / kOptimFile).string());
@@ -194,8 +220,11 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
     for (const auto& s : params.specs()) {
       const int64_t b = std::max(opt->own_begin(), s.offset), e = std::min(opt->own_end(), s.offset + s.numel);
       if (b >= e) continue;
-      const float* m = o.get("exp_avg." + s.name).data<float>();
-      const float* v = o.get("exp_avg_sq." + s.name).data<float>();
+      // This rank's slice of the whole moments (a tensor-parallel shard's slice is strided).
+      const Tensor mt = shard_of(s, o.get("exp_avg." + s.name)).clone();
+      const Tensor vt = shard_of(s, o.get("exp_avg_sq." + s.name)).clone();
+      const float* m = mt.data<float>();
+      const float* v = vt.data<float>();
       std::copy(m + (b - s.offset), m + (e - s.offset), opt->exp_avg_data() + (b - opt->own_begin()));
       std::copy(v + (b - s.offset), v + (e - s.offset), opt->exp_avg_sq_data() + (b - opt->own_begin()));
     }

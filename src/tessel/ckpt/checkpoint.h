@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/comm/communicator.h"
 #include "tessel/nn/params.h"
 #include "tessel/optim/adamw.h"
 
@@ -34,8 +35,11 @@ struct FullMoments {
 };
 
 // Saves and prunes to the newest `keep` checkpoints. Returns the checkpoint's directory.
+// Tensor-parallel shards are gathered over `tp` into whole tensors first (collective: every rank of
+// the group calls it), so a checkpoint loads under any layout; only ranks with write = true write.
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& moments,
-                            const TrainState& state, const std::string& config_yaml, int64_t keep);
+                            const TrainState& state, const std::string& config_yaml, int64_t keep,
+                            comm::Communicator* tp = nullptr, bool write = true);
 // The same for an optimizer that owns every parameter.
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep);
@@ -46,7 +50,8 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
 std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
                                                  const std::function<void(const std::string&)>& warn);
 
-// Loads one checkpoint directory (no fallback). opt receives the moments of the range it owns.
+// Loads one checkpoint directory (no fallback). A tensor-parallel shard takes its slice of the saved
+// whole tensor. opt receives the moments of the range it owns.
 TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt);
 
 // Step directories present in dir, newest first.

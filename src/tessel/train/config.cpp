@@ -219,9 +219,6 @@ void Config::validate() const {
   TESSEL_CHECK(parallel.tensor_model_parallel_size == 1 || !parallel.use_distributed_optimizer,
                "parallel.use_distributed_optimizer with tensor_model_parallel_size {}: not supported yet",
                parallel.tensor_model_parallel_size);
-  TESSEL_CHECK(parallel.tensor_model_parallel_size == 1 || checkpoint.dir.empty(),
-               "checkpoint.dir with tensor_model_parallel_size {}: checkpoints of tensor-parallel runs are not supported "
-               "yet (leave checkpoint.dir empty)", parallel.tensor_model_parallel_size);
   single("pipeline_model_parallel_size", parallel.pipeline_model_parallel_size);
   single("virtual_pipeline_model_parallel_size", parallel.virtual_pipeline_model_parallel_size);
   single("context_parallel_size", parallel.context_parallel_size);
