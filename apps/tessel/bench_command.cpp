@@ -66,7 +66,10 @@ int run_bench(const BenchOptions& o) {
     for (int64_t a = 0; a < accum / ctx.dp; ++a)
       mbs_list.push_back(data.batch(ctx.micro_batch_index(s, accum, a) * mbs, mbs));
     const bool measured = s >= o.warmup;
-    if (s == o.warmup) ctx.groups->dp().reset_stats();  // count the measured steps only
+    if (s == o.warmup) {  // count the measured steps only
+      ctx.groups->dp().reset_stats();
+      ctx.groups->tp().reset_stats();
+    }
     Profiler::get().enabled = o.profile && measured;
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = trainer.step(mbs_list, s);
@@ -105,14 +108,15 @@ int run_bench(const BenchOptions& o) {
     std::printf("%-16s %8s %10.4f %7.1f%%\n\n", "(other)", "", (total - accounted) / double(times.size()),
                 100 * (total - accounted) / total);
   }
-  // Communication of the data-parallel group per step: the payload this rank handed to each kind of
+  // Communication per step of each parallel group: the payload this rank handed to each kind of
   // collective, and the bytes a ring algorithm moves per rank for it (REFERENCE.md: all-reduce
   // 2(n-1)/n x size, reduce-scatter (n-1)/n x input, all-gather (n-1) x own block).
-  double moved = 0;
-  if (ctx.dp > 1) {
-    const double n = double(ctx.dp), steps = double(times.size());
-    std::printf("data-parallel group of %lld ranks, per step:", (long long)ctx.dp);
-    for (const auto& [kind, st] : ctx.groups->dp().stats()) {
+  auto traffic = [&](const char* label, comm::Communicator& g) {
+    double moved = 0;
+    if (g.size() <= 1) return moved;
+    const double n = double(g.size()), steps = double(times.size());
+    std::printf("%s group of %d ranks, per step:", label, g.size());
+    for (const auto& [kind, st] : g.stats()) {
       const double payload = double(st.bytes) / steps;
       const double factor = kind == "all_reduce" ? 2 * (n - 1) / n
                             : kind == "reduce_scatter" ? (n - 1) / n
@@ -122,11 +126,16 @@ int run_bench(const BenchOptions& o) {
       std::printf(" %s %.1f MB payload (%lld calls);", kind.c_str(), payload / 1e6, (long long)(st.calls / int64_t(steps)));
     }
     std::printf(" ring estimate %.1f MB moved per rank\n", moved / 1e6);
-  }
+    return moved;
+  };
+  const double moved = traffic("data-parallel", ctx.groups->dp());
+  const double tp_moved = traffic("tensor-parallel", ctx.groups->tp());
   nlohmann::json j = {{"config", o.config},
                       {"world_size", ctx.world->size()},
                       {"data_parallel", ctx.dp},
                       {"dp_comm_mb_per_step", moved / 1e6},
+                      {"tensor_parallel", ctx.groups->tp_size()},
+                      {"tp_comm_mb_per_step", tp_moved / 1e6},
                       {"compute", cfg.precision.compute},
                       {"threads", omp_get_max_threads()},
                       {"steps", o.steps},
