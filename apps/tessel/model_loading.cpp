@@ -19,15 +19,9 @@ LoadedModel load_model_from_checkpoint(const std::string& ckpt, const std::vecto
   if (fs::exists(fs::path(ckpt) / "metadata.json")) {
     dirs.push_back(ckpt);
   } else {
-    auto names = ckpt::list_checkpoints(ckpt);
+    const auto names = ckpt::checkpoint_candidates(ckpt);
     TESSEL_CHECK(!names.empty(), "--ckpt '{}' holds no checkpoint (expected step_* directories or metadata.json)",
                  ckpt);
-    if (std::ifstream l(fs::path(ckpt) / "latest"); l.good()) {
-      std::string latest;
-      l >> latest;
-      auto it = std::find(names.begin(), names.end(), latest);
-      if (it != names.end()) std::rotate(names.begin(), it, it + 1);
-    }
     for (const auto& n : names) dirs.push_back((fs::path(ckpt) / n).string());
   }
   std::string errors;

@@ -3,7 +3,7 @@
 //   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value = 1 - beta2);
 //   step_size = lr / (1 - beta1^t); denom = exp_avg_sq.sqrt() / sqrt(1 - beta2^t) + eps;
 //   param.addcdiv_(exp_avg, denom, value = -step_size)
-// over several steps, with and without weight decay. Plus sum_squares and scale_inplace.
+// over several steps, with and without weight decay. Plus sum_squares.
 #include <gtest/gtest.h>
 
 #include <tuple>
@@ -127,16 +127,6 @@ TEST(AdamW, SumSquaresLargeValuesDoNotOverflow) {
   EXPECT_TRUE(testref::all_close({kernels::sum_squares(3000, big.data())}, {3000 * 1e36}, Tol<float>::rel, "large"));
 }
 
-TEST(AdamW, ScaleInplaceIsExactProduct) {
-  for (int64_t n : {1, 17, 1000, 100003}) {
-    Rand rng(uint64_t(n) + 1);
-    std::vector<float> x = rng.normals(sz(n));
-    const std::vector<float> x0 = x;
-    const float s = 0.3141f;
-    kernels::scale_inplace(n, x.data(), s);
-    for (size_t i = 0; i < sz(n); ++i) ASSERT_EQ(x[i], x0[i] * s) << i;
-  }
-}
 
 }  // namespace
 }  // namespace tessel

@@ -237,18 +237,22 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
   return st;
 }
 
-std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
-                                                 const std::function<void(const std::string&)>& warn) {
+std::vector<std::string> checkpoint_candidates(const std::string& dir) {
   auto candidates = list_checkpoints(dir);
-  if (candidates.empty()) return std::nullopt;
-  // `latest` first (it names the newest complete save), then the rest newest first.
   const fs::path latest = fs::path(dir) / "latest";
-  if (fs::exists(latest)) {
+  if (!candidates.empty() && fs::exists(latest)) {
     std::string name = read_text_file(latest);
     name.erase(name.find_last_not_of(" \n\r\t") + 1);
     auto it = std::find(candidates.begin(), candidates.end(), name);
     if (it != candidates.end()) std::rotate(candidates.begin(), it, it + 1);
   }
+  return candidates;
+}
+
+std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
+                                                 const std::function<void(const std::string&)>& warn) {
+  const auto candidates = checkpoint_candidates(dir);
+  if (candidates.empty()) return std::nullopt;
   std::string errors;
   for (const auto& c : candidates) {
     try {

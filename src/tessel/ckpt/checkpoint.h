@@ -56,5 +56,7 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
 
 // Step directories present in dir, newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
+// The order to try them in when loading: the one `latest` names first, then the rest newest first.
+std::vector<std::string> checkpoint_candidates(const std::string& dir);
 
 }  // namespace tessel::ckpt

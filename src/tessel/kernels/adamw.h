@@ -20,6 +20,5 @@ void adamw_update(int64_t n, float* p, const float* g, float* m, float* v, const
                   float grad_scale = 1.0f, bf16* compute_copy = nullptr);
 
 double sum_squares(int64_t n, const float* x);  // double accumulation
-void scale_inplace(int64_t n, float* x, float s);
 
 }  // namespace tessel::kernels

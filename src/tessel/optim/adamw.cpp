@@ -23,8 +23,6 @@ AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin, int64_t own
   v_ = Tensor::zeros({end_ - begin_}, DType::f32);
 }
 
-double grad_norm(const nn::ParamStore& ps) { return std::sqrt(kernels::sum_squares(ps.numel(), ps.grads_data())); }
-
 double AdamW::step(double lr) {
   ProfileScope prof("optimizer");
   double sq;

@@ -50,6 +50,5 @@ class AdamW {
   int64_t step_ = 0;
 };
 
-double grad_norm(const nn::ParamStore& ps);
 
 }  // namespace tessel::optim

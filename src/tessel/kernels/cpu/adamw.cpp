@@ -59,9 +59,5 @@ double sum_squares(int64_t n, const float* x) {
   return total;
 }
 
-void scale_inplace(int64_t n, float* x, float s) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
-}
 
 }  // namespace tessel::kernels
