@@ -1,0 +1,284 @@
+#include "tessel/nn/context_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "tessel/kernels/cpu/elementwise.h"
+
+namespace tessel::nn {
+namespace {
+
+// Tags of the ring messages (distinct, since a K/V block and a dK/dV block are in flight between
+// the same two ranks at once in the backward pass; MPI keeps messages of one tag in order).
+constexpr int kTagKv = 0x4350;   // "CP"
+constexpr int kTagDkv = 0x4351;
+
+void check_split(int64_t T, int rank, int size) {
+  TESSEL_CHECK(size >= 1 && rank >= 0 && rank < size, "context parallel: rank {} of a group of {}", rank, size);
+  TESSEL_CHECK(T > 0 && T % (2 * int64_t(size)) == 0,
+               "context parallel: sequence length {} is not divisible into 2 x {} equal chunks", T, size);
+}
+
+// The global chunk index of local chunk j (0: early, 1: late) of cp rank r of C.
+int64_t chunk_index(int r, int C, int j) { return j == 0 ? r : 2 * int64_t(C) - 1 - r; }
+
+// How query chunk a attends to key chunk c (global chunk indices, equal lengths).
+enum class PairMode { skip, causal, full };
+PairMode pair_mode(int64_t a, int64_t c, bool causal) {
+  if (!causal || c < a) return PairMode::full;  // every key precedes every query
+  return c == a ? PairMode::causal : PairMode::skip;
+}
+
+// The sizes every ring step works with. Chunk buffers are packed: [B*L rows, heads*Dh].
+struct Ring {
+  kernels::AttentionShape chunk;  // one chunk against one chunk: T = L
+  int64_t Tl, L, nq, nkv, nlse;   // local rows; chunk rows; floats of a q chunk, a k chunk, an lse chunk
+  int rank, size, next, prev;
+
+  Ring(const kernels::AttentionShape& local, const comm::Communicator& cp) : chunk(local) {
+    TESSEL_CHECK(local.G > 0 && local.H % local.G == 0,
+                 "context-parallel attention: {} query heads not divisible into {} kv groups", local.H, local.G);
+    TESSEL_CHECK(local.T > 0 && local.T % 2 == 0,
+                 "context-parallel attention: {} local rows are not two equal chunks (the global length must be "
+                 "divisible by 2 x {} ranks)",
+                 local.T, cp.size());
+    Tl = local.T;
+    L = Tl / 2;
+    chunk.T = L;
+    nq = local.B * L * local.H * local.Dh;
+    nkv = local.B * L * local.G * local.Dh;
+    nlse = local.B * local.H * L;
+    rank = cp.rank();
+    size = cp.size();
+    next = (rank + 1) % size;
+    prev = (rank + size - 1) % size;
+  }
+  int64_t qcols() const { return chunk.H * chunk.Dh; }
+  int64_t kvcols() const { return chunk.G * chunk.Dh; }
+  // A K/V (or dK/dV) block of one rank: [K chunk 0 | K chunk 1 | V chunk 0 | V chunk 1].
+  int64_t kv_block() const { return 4 * nkv; }
+};
+
+// Local chunk j of rows [B*Tl, cols] (row stride ld) <-> packed [B*L, cols].
+template <class T>
+void pack_chunk(const Ring& r, const T* src, int64_t ld, int64_t cols, int j, T* dst) {
+  for (int64_t b = 0; b < r.chunk.B; ++b)
+    for (int64_t t = 0; t < r.L; ++t)
+      std::copy_n(src + (b * r.Tl + j * r.L + t) * ld, cols, dst + (b * r.L + t) * cols);
+}
+template <class T, class U>
+void unpack_chunk(const Ring& r, const T* src, int64_t cols, int j, U* dst, int64_t ld) {
+  for (int64_t b = 0; b < r.chunk.B; ++b)
+    for (int64_t t = 0; t < r.L; ++t) {
+      const T* s = src + (b * r.L + t) * cols;
+      U* d = dst + (b * r.Tl + j * r.L + t) * ld;
+      for (int64_t c = 0; c < cols; ++c) kernels::store_as(d + c, kernels::to_f32(s[c]));
+    }
+}
+
+// lse [B, H, Tl] <-> chunk j's [B, H, L].
+void pack_lse(const Ring& r, const float* lse, int j, float* dst) {
+  for (int64_t bh = 0; bh < r.chunk.B * r.chunk.H; ++bh) std::copy_n(lse + bh * r.Tl + j * r.L, r.L, dst + bh * r.L);
+}
+void unpack_lse(const Ring& r, const float* src, int j, float* lse) {
+  for (int64_t bh = 0; bh < r.chunk.B * r.chunk.H; ++bh) std::copy_n(src + bh * r.L, r.L, lse + bh * r.Tl + j * r.L);
+}
+
+// This rank's K/V as one ring block.
+std::vector<float> pack_kv(const Ring& r, const float* k, int64_t ldk, const float* v, int64_t ldv) {
+  std::vector<float> block(static_cast<size_t>(r.kv_block()));
+  for (int j = 0; j < 2; ++j) {
+    pack_chunk(r, k, ldk, r.kvcols(), j, block.data() + j * r.nkv);
+    pack_chunk(r, v, ldv, r.kvcols(), j, block.data() + (2 + j) * r.nkv);
+  }
+  return block;
+}
+
+// Sends `out` to the next rank and receives a block of the same size from the previous one.
+struct RingTransfer {
+  std::unique_ptr<comm::Work> send, recv;
+  void start(comm::Communicator& cp, const Ring& r, const float* out, float* in, int tag) {
+    recv = cp.recv_async(in, r.kv_block(), DType::f32, r.prev, tag);
+    send = cp.send_async(out, r.kv_block(), DType::f32, r.next, tag);
+  }
+  void wait() {
+    if (recv) recv->wait();
+    if (send) send->wait();
+    recv.reset();
+    send.reset();
+  }
+};
+
+// Online-softmax merge of a partial result (out_j, lse_j) over some keys into the accumulated one
+// (both [B*L, H*Dh] fp32 and [B, H, L]): lse = log(e^lse_acc + e^lse_j),
+// out_acc = out_acc * e^(lse_acc - lse) + out_j * e^(lse_j - lse).
+void merge_partial(const Ring& r, const float* out_j, const float* lse_j, float* out_acc, float* lse_acc) {
+  const int64_t H = r.chunk.H, Dh = r.chunk.Dh;
+  for (int64_t b = 0; b < r.chunk.B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < r.L; ++t) {
+        const int64_t li = (b * H + h) * r.L + t;
+        const float la = lse_acc[li], lb = lse_j[li];
+        const float m = std::max(la, lb);  // lb is finite: every computed row sees at least one key
+        const float lse = m + std::log(std::exp(la - m) + std::exp(lb - m));
+        const float wa = std::exp(la - lse), wb = std::exp(lb - lse);
+        float* o = out_acc + (b * r.L + t) * H * Dh + h * Dh;
+        const float* p = out_j + (b * r.L + t) * H * Dh + h * Dh;
+        for (int64_t d = 0; d < Dh; ++d) o[d] = o[d] * wa + p[d] * wb;
+        lse_acc[li] = lse;
+      }
+}
+
+void add_into(float* dst, const float* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace
+
+int64_t cp_global_position(int64_t t, int64_t T, int rank, int size) {
+  check_split(T, rank, size);
+  const int64_t L = T / (2 * int64_t(size));
+  TESSEL_CHECK(t >= 0 && t < 2 * L, "context parallel: local row {} outside [0, {})", t, 2 * L);
+  return t < L ? chunk_index(rank, size, 0) * L + t : chunk_index(rank, size, 1) * L + (t - L);
+}
+
+Tensor cp_local_slice(const Tensor& batch, int rank, int size) {
+  TESSEL_CHECK(batch.dim() >= 2, "context parallel: slicing needs a [B, T, ...] batch, got {}", batch.str());
+  const Tensor src = batch.is_contiguous() ? batch : batch.clone();
+  const int64_t B = src.size(0), T = src.size(1);
+  check_split(T, rank, size);
+  const int64_t L = T / (2 * int64_t(size));
+  Shape shape = src.shape();
+  shape[1] = 2 * L;
+  Tensor out = Tensor::empty(shape, src.dtype());
+  const size_t row = src.nbytes() / static_cast<size_t>(B * T);  // bytes per position
+  const char* s = static_cast<const char*>(src.raw());
+  char* d = static_cast<char*>(out.raw());
+  for (int64_t b = 0; b < B; ++b)
+    for (int j = 0; j < 2; ++j)
+      std::memcpy(d + static_cast<size_t>(b * 2 * L + j * L) * row,
+                  s + static_cast<size_t>(b * T + chunk_index(rank, size, j) * L) * row, static_cast<size_t>(L) * row);
+  return out;
+}
+
+// Calls fn(j, kc, shape) for every (local query chunk j, held key chunk kc) pair that attends, with
+// the chunk-sized kernel shape (causal for the diagonal pair).
+template <class Fn>
+void for_each_pair(const Ring& r, int src, bool causal, Fn&& fn) {
+  for (int j = 0; j < 2; ++j)
+    for (int kc = 0; kc < 2; ++kc) {
+      const PairMode mode = pair_mode(chunk_index(r.rank, r.size, j), chunk_index(src, r.size, kc), causal);
+      if (mode == PairMode::skip) continue;
+      kernels::AttentionShape s = r.chunk;
+      s.causal = mode == PairMode::causal;
+      fn(j, kc, s);
+    }
+}
+
+template <class To>
+void cp_attention_fwd(const kernels::AttentionShape& local, const float* q, int64_t ldq, const float* k, int64_t ldk,
+                      const float* v, int64_t ldv, To* out, int64_t ldo, float* lse, comm::Communicator& cp) {
+  const Ring r(local, cp);
+  const size_t nq = static_cast<size_t>(r.nq), nlse = static_cast<size_t>(r.nlse);
+  std::vector<float> qc(2 * nq), acc(2 * nq, 0.0f), lse_acc(2 * nlse, -std::numeric_limits<float>::infinity());
+  std::vector<float> part(nq), part_lse(nlse);
+  for (int j = 0; j < 2; ++j) pack_chunk(r, q, ldq, r.qcols(), j, qc.data() + j * nq);
+  std::vector<float> kv = pack_kv(r, k, ldk, v, ldv), kv_next(kv.size());
+
+  for (int step = 0; step < r.size; ++step) {
+    // At this step we hold the K/V of rank src; the next one is already on its way.
+    const int src = (r.rank - step + r.size) % r.size;
+    RingTransfer transfer;
+    if (step + 1 < r.size) transfer.start(cp, r, kv.data(), kv_next.data(), kTagKv);
+    for_each_pair(r, src, local.causal, [&](int j, int kc, const kernels::AttentionShape& s) {
+      kernels::attention_fwd<float>(s, qc.data() + j * nq, r.qcols(), kv.data() + kc * r.nkv, r.kvcols(),
+                                    kv.data() + (2 + kc) * r.nkv, r.kvcols(), part.data(), r.qcols(), part_lse.data());
+      merge_partial(r, part.data(), part_lse.data(), acc.data() + j * nq, lse_acc.data() + j * nlse);
+    });
+    transfer.wait();
+    std::swap(kv, kv_next);
+  }
+  for (int j = 0; j < 2; ++j) {
+    unpack_chunk(r, acc.data() + j * nq, r.qcols(), j, out, ldo);
+    unpack_lse(r, lse_acc.data() + j * nlse, j, lse);
+  }
+}
+
+template <class To>
+void cp_attention_bwd(const kernels::AttentionShape& local, const float* q, int64_t ldq, const float* k, int64_t ldk,
+                      const float* v, int64_t ldv, const To* out, int64_t ldo, const float* dout, int64_t lddo,
+                      const float* lse, float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
+                      comm::Communicator& cp) {
+  const Ring r(local, cp);
+  const size_t nq = static_cast<size_t>(r.nq), nlse = static_cast<size_t>(r.nlse);
+  const size_t nkv = static_cast<size_t>(r.nkv), nblock = static_cast<size_t>(r.kv_block());
+  // This rank's query-side rows, per chunk. With the global out and lse, the kernel's backward over
+  // one key chunk gives that chunk's exact share of dq and the exact dk, dv of those keys.
+  std::vector<float> qc(2 * nq), doc(2 * nq), lsec(2 * nlse), dq_acc(2 * nq, 0.0f);
+  std::vector<To> oc(2 * nq);
+  for (int j = 0; j < 2; ++j) {
+    pack_chunk(r, q, ldq, r.qcols(), j, qc.data() + j * nq);
+    pack_chunk(r, dout, lddo, r.qcols(), j, doc.data() + j * nq);
+    pack_chunk(r, out, ldo, r.qcols(), j, oc.data() + j * nq);
+    pack_lse(r, lse, j, lsec.data() + j * nlse);
+  }
+  std::vector<float> kv = pack_kv(r, k, ldk, v, ldv), kv_next(nblock);
+  // dK/dV blocks: dkv_acc collects this step's contributions, dkv_out is being sent on, dkv_in holds
+  // the partial sum of the previous ranks for the block held now. Layout as the K/V block.
+  std::vector<float> dkv_acc(nblock), dkv_out(nblock), dkv_in(nblock);
+  std::vector<float> dq_s(nq), dk_s(nkv), dv_s(nkv);
+  RingTransfer dkv_transfer;
+
+  for (int step = 0; step < r.size; ++step) {
+    const int src = (r.rank - step + r.size) % r.size;
+    RingTransfer kv_transfer;
+    if (step + 1 < r.size) kv_transfer.start(cp, r, kv.data(), kv_next.data(), kTagKv);
+    std::fill(dkv_acc.begin(), dkv_acc.end(), 0.0f);
+    for_each_pair(r, src, local.causal, [&](int j, int kc, const kernels::AttentionShape& s) {
+      kernels::attention_bwd<To>(s, qc.data() + j * nq, r.qcols(), kv.data() + kc * nkv, r.kvcols(),
+                                 kv.data() + (2 + kc) * nkv, r.kvcols(), oc.data() + j * nq, r.qcols(),
+                                 doc.data() + j * nq, r.qcols(), lsec.data() + j * nlse, dq_s.data(), r.qcols(),
+                                 dk_s.data(), r.kvcols(), dv_s.data(), r.kvcols());
+      add_into(dq_acc.data() + j * nq, dq_s.data(), r.nq);
+      add_into(dkv_acc.data() + kc * nkv, dk_s.data(), r.nkv);
+      add_into(dkv_acc.data() + (2 + kc) * nkv, dv_s.data(), r.nkv);
+    });
+    if (step > 0) {  // the earlier ranks' share of this block's gradient has arrived meanwhile
+      dkv_transfer.wait();
+      add_into(dkv_acc.data(), dkv_in.data(), r.kv_block());
+    }
+    if (r.size > 1) {  // on to the next rank; after the last step the block goes home to its owner
+      std::swap(dkv_acc, dkv_out);
+      dkv_transfer.start(cp, r, dkv_out.data(), dkv_in.data(), kTagDkv);
+    }
+    kv_transfer.wait();
+    std::swap(kv, kv_next);
+  }
+  dkv_transfer.wait();
+  const std::vector<float>& dkv = r.size > 1 ? dkv_in : dkv_acc;  // this rank's own K/V gradient
+  for (int j = 0; j < 2; ++j) {
+    unpack_chunk(r, dq_acc.data() + j * nq, r.qcols(), j, dq, lddq);
+    unpack_chunk(r, dkv.data() + j * nkv, r.kvcols(), j, dk, lddk);
+    unpack_chunk(r, dkv.data() + (2 + j) * nkv, r.kvcols(), j, dv, lddv);
+  }
+}
+
+template void cp_attention_fwd<float>(const kernels::AttentionShape&, const float*, int64_t, const float*, int64_t,
+                                      const float*, int64_t, float*, int64_t, float*, comm::Communicator&);
+template void cp_attention_fwd<bf16>(const kernels::AttentionShape&, const float*, int64_t, const float*, int64_t,
+                                     const float*, int64_t, bf16*, int64_t, float*, comm::Communicator&);
+template void cp_attention_bwd<float>(const kernels::AttentionShape&, const float*, int64_t, const float*, int64_t,
+                                      const float*, int64_t, const float*, int64_t, const float*, int64_t,
+                                      const float*, float*, int64_t, float*, int64_t, float*, int64_t,
+                                      comm::Communicator&);
+template void cp_attention_bwd<bf16>(const kernels::AttentionShape&, const float*, int64_t, const float*, int64_t,
+                                     const float*, int64_t, const bf16*, int64_t, const float*, int64_t, const float*,
+                                     float*, int64_t, float*, int64_t, float*, int64_t, comm::Communicator&);
+
+}  // namespace tessel::nn
