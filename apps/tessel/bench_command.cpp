@@ -53,7 +53,7 @@ int run_bench(const BenchOptions& o) {
               (long long)m.num_attention_heads, (long long)m.num_query_groups, (long long)m.ffn_hidden_size,
               (long long)m.vocab_size, (long long)m.seq_length);
   const auto [peak, peak_src] = lead ? gemm_peak(m.compute, o.remeasure_peak) : std::make_pair(1.0, std::string());
-  train::Trainer trainer(cfg, &ctx.groups->dp(), &ctx.groups->tp());
+  train::Trainer trainer(cfg, ctx.groups.get());
   const int64_t mbs = cfg.train.micro_batch_size, accum = cfg.grad_accumulation_steps();
   std::printf("compute %s, micro batch %lld x %lld accumulation, %d threads, %.1fM parameters, recompute %s\n",
               cfg.precision.compute.c_str(), (long long)mbs, (long long)accum, omp_get_max_threads(),

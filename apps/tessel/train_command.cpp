@@ -72,7 +72,7 @@ int run_train(const TrainOptions& o) {
     std::ofstream out(fs::path(cfg.log.dir) / "config.yaml");
     out << cfg.to_yaml();
   }
-  train::Trainer trainer(cfg, &pstate.dp(), &pstate.tp());
+  train::Trainer trainer(cfg, &pstate);
   const auto& m = cfg.model;
   const int64_t mbs = cfg.train.micro_batch_size, accum = cfg.grad_accumulation_steps();
   if (lead) std::printf("tessel train: %s | %s %lld layers, hidden %lld, %.2fM params, %s, global batch %lld, %d threads\n",
@@ -88,7 +88,8 @@ int run_train(const TrainOptions& o) {
   int64_t start = 0;
   if (!cfg.checkpoint.dir.empty()) {
     auto st = ckpt::load_latest_checkpoint(cfg.checkpoint.dir, trainer.model().params(), &trainer.optimizer(),
-                                           [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); });
+                                           [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); },
+                                           !trainer.model().plan().whole());
     if (st) {
       TESSEL_CHECK(st->seed == uint64_t(cfg.train.seed),
                    "checkpoint in '{}' was trained with train.seed {}, the config says {}", cfg.checkpoint.dir,
@@ -109,11 +110,14 @@ int run_train(const TrainOptions& o) {
   auto save = [&](int64_t step) {
     if (cfg.checkpoint.dir.empty()) return;
     // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
-    // gathered over tp; data-parallel replicas are identical, so rank 0 alone writes.
+    // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
+    // are identical, so rank 0 alone writes.
     const ckpt::FullMoments moments = trainer.full_moments();
     const ckpt::TrainState st{step, step * cfg.train.global_batch_size, uint64_t(cfg.train.seed)};
+    const auto& c = pstate.coords();
+    comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
     const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), moments, st,
-                                                    cfg.to_yaml(), cfg.checkpoint.keep, &pstate.tp(), lead);
+                                                    cfg.to_yaml(), cfg.checkpoint.keep, &pstate.tp(), lead, stages);
     if (lead) {
       std::printf("saved checkpoint %s\n", where.c_str());
       std::fflush(stdout);
@@ -136,7 +140,7 @@ int run_train(const TrainOptions& o) {
     int64_t tokens = 0;
     for (int64_t b = 0; b < cfg.train.eval_iters; ++b) {
       const data::Batch batch = run_data.valid(b * cfg.train.global_batch_size, cfg.train.global_batch_size);
-      loss += trainer.model().loss_sum(batch.tokens, batch.targets);
+      loss += trainer.eval_loss_sum(batch);
       tokens += batch.targets.numel();
     }
     if (!lead) return;  // every replica computes the same evaluation; rank 0 reports it

@@ -48,11 +48,30 @@ TEST(Config, UnknownSectionAndBadValues) {
             std::string::npos);
   EXPECT_NE(error_of("", {"model.num_attention_heads=3"}).find("divisible"), std::string::npos);
   EXPECT_NE(error_of("", {"nokey"}).find("section.key=value"), std::string::npos);
-  EXPECT_NE(error_of("", {"parallel.pipeline_model_parallel_size=2"}).find("not supported yet"), std::string::npos);
-  EXPECT_NE(error_of("", {"parallel.tensor_model_parallel_size=2", "parallel.use_distributed_optimizer=true"})
-                .find("not supported yet"),
-            std::string::npos);
+  EXPECT_NE(error_of("", {"parallel.expert_model_parallel_size=2"}).find("not supported yet"), std::string::npos);
+  EXPECT_EQ(error_of("", {"parallel.tensor_model_parallel_size=2", "parallel.use_distributed_optimizer=true"}), "");
   EXPECT_EQ(error_of("", {"parallel.tensor_model_parallel_size=2"}), "");
+  // Pipeline layouts: an even split, or explicit layers per virtual stage that sum to the model's.
+  EXPECT_EQ(error_of("", {"parallel.pipeline_model_parallel_size=2", "model.num_layers=4"}), "");
+  EXPECT_NE(error_of("", {"parallel.pipeline_model_parallel_size=3", "model.num_layers=4"})
+                .find("does not split evenly over 3 pipeline stages"),
+            std::string::npos);
+  EXPECT_EQ(error_of("", {"parallel.pipeline_model_parallel_size=2", "model.num_layers=4",
+                          "parallel.pipeline_layers_per_stage=3,1"}),
+            "");
+  EXPECT_NE(error_of("", {"parallel.pipeline_model_parallel_size=2", "model.num_layers=4",
+                          "parallel.pipeline_layers_per_stage=3,x"})
+                .find("comma-separated list"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"parallel.pipeline_model_parallel_size=2", "model.num_layers=4",
+                          "parallel.pipeline_layers_per_stage=4,0"})
+                .find("at least 1 layer"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"parallel.virtual_pipeline_model_parallel_size=2"}).find("needs pipeline_model_parallel_size"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"parallel.pipeline_schedule=gpipe"}).find("allowed: 1f1b, interleaved"), std::string::npos);
+  EXPECT_NE(error_of("", {"parallel.sequence_parallel=true"}).find("needs tensor_model_parallel_size > 1"),
+            std::string::npos);
   EXPECT_NE(error_of("", {"precision.fp8.recipe=delayed"}).find("not supported yet"), std::string::npos);
   EXPECT_NE(error_of("model: [1, 2]\n").find("mapping"), std::string::npos);
 }

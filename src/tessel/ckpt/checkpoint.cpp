@@ -113,24 +113,78 @@ Tensor shard_of(const nn::ParamSpec& s, const Tensor& full) {
   return v;
 }
 
+using Named = std::vector<std::pair<std::string, Tensor>>;
+
+// Pipeline stages hand their whole tensors to stage 0 (names as i32 code units, shapes as i64).
+void send_named(comm::Communicator& pp, const Named& list) {
+  int64_t n = int64_t(list.size());
+  pp.send(&n, 1, DType::i64, 0, 0);
+  for (const auto& [name, t] : list) {
+    std::vector<int32_t> chars(name.begin(), name.end());
+    std::vector<int64_t> head{int64_t(chars.size()), t.dim()};
+    for (int64_t d : t.shape()) head.push_back(d);
+    int64_t head_len = int64_t(head.size());
+    pp.send(&head_len, 1, DType::i64, 0, 1);
+    pp.send(head.data(), head_len, DType::i64, 0, 2);
+    pp.send(chars.data(), int64_t(chars.size()), DType::i32, 0, 3);
+    const Tensor c = t.is_contiguous() ? t : t.clone();
+    pp.send(c.raw(), c.numel(), DType::f32, 0, 4);
+  }
+}
+
+void recv_named(comm::Communicator& pp, int from, Named& out) {
+  int64_t n = 0;
+  pp.recv(&n, 1, DType::i64, from, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t head_len = 0;
+    pp.recv(&head_len, 1, DType::i64, from, 1);
+    std::vector<int64_t> head(static_cast<size_t>(head_len));
+    pp.recv(head.data(), head_len, DType::i64, from, 2);
+    std::vector<int32_t> chars(static_cast<size_t>(head[0]));
+    pp.recv(chars.data(), head[0], DType::i32, from, 3);
+    Tensor t = Tensor::empty(Shape(head.begin() + 2, head.end()), DType::f32);
+    pp.recv(t.raw(), t.numel(), DType::f32, from, 4);
+    out.emplace_back(std::string(chars.begin(), chars.end()), std::move(t));
+  }
+}
+
+// Every stage's tensors on pipeline rank 0, in stage order (collective over pp).
+void gather_stages(comm::Communicator* pp, Named& list) {
+  if (!pp || pp->size() == 1) return;
+  if (pp->rank() != 0) {
+    send_named(*pp, list);
+    list.clear();
+    return;
+  }
+  for (int r = 1; r < pp->size(); ++r) recv_named(*pp, r, list);
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
-                            comm::Communicator* tp, bool write) {
+                            comm::Communicator* tp, bool write, comm::Communicator* pp) {
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
-  // Whole tensors first (collective over tp), then only the writer touches the disk.
-  std::vector<std::pair<std::string, Tensor>> model_tensors, optim_tensors;
-  nlohmann::json tensors = nlohmann::json::object();
+  // Whole tensors first (collective over tp, then over pp), then only the writer touches the disk.
+  Named model_tensors, optim_tensors;
   for (const auto& s : params.specs()) {
-    model_tensors.emplace_back(s.name, whole(s, params.params_data() + s.offset, tp));
-    optim_tensors.emplace_back("exp_avg." + s.name, whole(s, opt.exp_avg + s.offset, tp));
-    optim_tensors.emplace_back("exp_avg_sq." + s.name, whole(s, opt.exp_avg_sq + s.offset, tp));
-    nlohmann::json slice = nlohmann::json::array();
-    for (int64_t d : s.global_shape) slice.push_back({0, d});
-    tensors[s.name] = {{"global_shape", s.global_shape}, {"slice", slice}, {"file", kModelFile}};
+    const Tensor p = whole(s, params.params_data() + s.offset, tp);
+    const Tensor m = whole(s, opt.exp_avg + s.offset, tp);
+    const Tensor v = whole(s, opt.exp_avg_sq + s.offset, tp);
+    if (s.tied_copy) continue;  // the first stage saves the tied embedding
+    model_tensors.emplace_back(s.name, p);
+    optim_tensors.emplace_back("exp_avg." + s.name, m);
+    optim_tensors.emplace_back("exp_avg_sq." + s.name, v);
   }
+  gather_stages(pp, model_tensors);
+  gather_stages(pp, optim_tensors);
   if (!write) return "";
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const auto& [name, t] : model_tensors) {
+    nlohmann::json slice = nlohmann::json::array();
+    for (int64_t d : t.shape()) slice.push_back({0, d});
+    tensors[name] = {{"global_shape", t.shape()}, {"slice", slice}, {"file", kModelFile}};
+  }
   fs::create_directories(dir);
   const std::string name = step_name(state.step);
   const fs::path final_dir = fs::path(dir) / name;
@@ -178,7 +232,7 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
   return final_dir.string();
 }
 
-TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt) {
+TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt, bool partial) {
   const fs::path d(ckpt_dir);
   nlohmann::json md;
   try {
@@ -209,7 +263,7 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
                  "checkpoint '{}' holds '{}' as {}, but the model has f32{}: the checkpoint is of another model shape",
                  ckpt_dir, s.name, t.str(), shape_str(s.global_shape));
   }
-  TESSEL_CHECK(model.tensors.size() == params.specs().size(),
+  TESSEL_CHECK(partial || model.tensors.size() == params.specs().size(),
                "checkpoint '{}' holds {} tensors, the model has {}: it was saved from another model", ckpt_dir,
                model.tensors.size(), params.specs().size());
   for (const auto& s : params.specs()) params.param_at(s.offset, s.shape).copy_from(shard_of(s, model.get(s.name)));
@@ -250,13 +304,13 @@ std::vector<std::string> checkpoint_candidates(const std::string& dir) {
 }
 
 std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
-                                                 const std::function<void(const std::string&)>& warn) {
+                                                 const std::function<void(const std::string&)>& warn, bool partial) {
   const auto candidates = checkpoint_candidates(dir);
   if (candidates.empty()) return std::nullopt;
   std::string errors;
   for (const auto& c : candidates) {
     try {
-      return load_checkpoint((fs::path(dir) / c).string(), params, opt);
+      return load_checkpoint((fs::path(dir) / c).string(), params, opt, partial);
     } catch (const Error& e) {
       const std::string msg = e.what();
       // Another model's checkpoint is a configuration error, not damage: do not fall back past it.

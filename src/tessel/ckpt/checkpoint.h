@@ -35,11 +35,12 @@ struct FullMoments {
 };
 
 // Saves and prunes to the newest `keep` checkpoints. Returns the checkpoint's directory.
-// Tensor-parallel shards are gathered over `tp` into whole tensors first (collective: every rank of
-// the group calls it), so a checkpoint loads under any layout; only ranks with write = true write.
+// Tensor-parallel shards are gathered over `tp` into whole tensors first, and pipeline stages' tensors
+// over `pp` onto its rank 0 (collective: every rank of each group calls it), so a checkpoint loads
+// under any layout; only ranks with write = true (a pp rank 0) write.
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& moments,
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
-                            comm::Communicator* tp = nullptr, bool write = true);
+                            comm::Communicator* tp = nullptr, bool write = true, comm::Communicator* pp = nullptr);
 // The same for an optimizer that owns every parameter.
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep);
@@ -47,12 +48,15 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
 // Loads the newest valid checkpoint in dir into params/opt. Returns nullopt when dir holds none.
 // Damaged checkpoints are passed to warn() and skipped; if every checkpoint is damaged, throws.
 // A checkpoint of another model (names or shapes) throws, naming the tensor.
+// partial: params hold one pipeline stage, so the checkpoint may hold more tensors than they do.
 std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
-                                                 const std::function<void(const std::string&)>& warn);
+                                                 const std::function<void(const std::string&)>& warn,
+                                                 bool partial = false);
 
 // Loads one checkpoint directory (no fallback). A tensor-parallel shard takes its slice of the saved
 // whole tensor. opt receives the moments of the range it owns.
-TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt);
+TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt,
+                           bool partial = false);
 
 // Step directories present in dir, newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);

@@ -15,10 +15,17 @@ LmHead::LmHead(ParamStore& ps, const ModelConfig& cfg, int64_t embedding_offset,
     V_ = cfg.vocab_size / tp->size();
     vocab_begin_ = V_ * tp->rank();
   }
-  w_offset_ = cfg.tie_embeddings ? embedding_offset
-              : split ? ps.add_shard("lm_head.weight", {cfg.vocab_size, D_}, 0, tp->rank(), tp->size(), Init::normal,
-                                     float(cfg.init_method_std), true)
-                      : ps.add("lm_head.weight", {V_, D_}, Init::normal, float(cfg.init_method_std), true);
+  if (cfg.tie_embeddings && embedding_offset >= 0) {
+    w_offset_ = embedding_offset;
+    return;
+  }
+  // Untied: lm_head.weight. Tied on a pipeline stage without the embedding: a copy registered under
+  // the embedding's name, so it is drawn with the same values.
+  const std::string name = cfg.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  w_offset_ = split ? ps.add_shard(name, {cfg.vocab_size, D_}, 0, tp->rank(), tp->size(), Init::normal,
+                                   float(cfg.init_method_std), true)
+                    : ps.add(name, {V_, D_}, Init::normal, float(cfg.init_method_std), true);
+  if (cfg.tie_embeddings) ps.mark_tied_copy(w_offset_);
 }
 
 double LmHead::loss_sum(const Tensor& x, const Tensor& targets) const {

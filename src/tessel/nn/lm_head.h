@@ -13,7 +13,8 @@ namespace tessel::nn {
 class LmHead {
  public:
   // tp (optional): vocabulary-parallel head (rows [vocab_begin, vocab_begin + V/n) of the weight,
-  // tied or not) with vocabulary-parallel cross-entropy.
+  // tied or not) with vocabulary-parallel cross-entropy. embedding_offset: the token embedding's
+  // weight when tied and held by this store, else -1.
   LmHead(ParamStore& ps, const ModelConfig& cfg, int64_t embedding_offset, comm::Communicator* tp = nullptr);
   Tensor logits(const Tensor& x) const;  // [N, V] f32 (this rank's vocabulary slice under tp), nothing saved
   double loss_sum(const Tensor& x, const Tensor& targets) const;  // evaluation

@@ -6,76 +6,152 @@ namespace tessel::nn {
 
 namespace {
 std::string recompute_key(size_t layer) { return "model.layers." + std::to_string(layer) + ".recompute_input"; }
+const char* kEmbeddingGrad = "model.embed_tokens.dout";  // the embedding's output gradient, kept from B for W
 }  // namespace
 
-Model::Model(const ModelConfig& cfg, comm::Communicator* tp)
-    : cfg_(cfg), tp_(tp && tp->size() > 1 ? tp : nullptr), ps_(std::make_unique<ParamStore>(cfg.compute)) {
+Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& plan)
+    : cfg_(cfg),
+      plan_(plan.chunks.empty() ? whole_model_plan(cfg) : plan),
+      tp_(tp && tp->size() > 1 ? tp : nullptr),
+      ps_(std::make_unique<ParamStore>(cfg.compute)) {
   cfg_.validate();
   if (cfg_.is_llama())
     rope_ = std::make_shared<kernels::RopeTable>(cfg_.seq_length, cfg_.head_dim(), cfg_.rotary_base);
-  // Each part's parameters are registered contiguously; the boundaries tell backward which range of
-  // the flat gradient buffer is final after each part (for overlapping data-parallel reduction).
   if (tp_)
     TESSEL_CHECK(cfg_.vocab_size % tp_->size() == 0,
                  "tensor_model_parallel_size {} must divide model.vocab_size {} (the vocabulary is split)", tp_->size(),
                  cfg_.vocab_size);
-  embed_ = std::make_unique<Embedding>(*ps_, cfg_, tp_);
-  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-    layer_begin_.push_back(ps_->numel());
-    layers_.push_back(std::make_unique<TransformerLayer>(*ps_, cfg_, i, rope_, tp_));
+  // Each part's parameters are registered contiguously; the boundaries tell backward which range of
+  // the flat gradient buffer is final after each part (for overlapping data-parallel reduction).
+  // Names carry global layer indices, so pipeline stages together hold the whole model's names.
+  if (plan_.has_embedding) embed_ = std::make_unique<Embedding>(*ps_, cfg_, tp_);
+  for (const LayerRange& r : plan_.chunks) {
+    TESSEL_CHECK(0 <= r.begin && r.begin < r.end && r.end <= cfg_.num_layers,
+                 "pipeline chunk layers [{}, {}) outside the model's {} layers", r.begin, r.end, cfg_.num_layers);
+    chunk_first_.push_back(layers_.size());
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      layer_begin_.push_back(ps_->numel());
+      layers_.push_back(std::make_unique<TransformerLayer>(*ps_, cfg_, i, rope_, tp_));
+    }
   }
-  norm_begin_ = ps_->numel();
-  final_norm_ = std::make_unique<Norm>(*ps_, "model.norm", cfg_.hidden_size,
-                                       cfg_.is_llama() ? Norm::Kind::rms : Norm::Kind::layer, float(cfg_.norm_epsilon));
-  head_begin_ = ps_->numel();
-  head_ = std::make_unique<LmHead>(*ps_, cfg_, embed_->weight_offset(), tp_);
+  layers_end_ = ps_->numel();
+  if (plan_.has_head) {
+    final_norm_ = std::make_unique<Norm>(*ps_, "model.norm", cfg_.hidden_size,
+                                         cfg_.is_llama() ? Norm::Kind::rms : Norm::Kind::layer,
+                                         float(cfg_.norm_epsilon));
+    head_begin_ = ps_->numel();
+    head_ = std::make_unique<LmHead>(*ps_, cfg_, embed_ ? embed_->weight_offset() : -1, tp_);
+    head_end_ = ps_->numel();
+  }
   ps_->finalize();
 }
 
+void Model::require_whole(const char* what) const {
+  TESSEL_CHECK(plan_.whole(), "{} needs the whole model; this pipeline stage holds part of it", what);
+}
+
+void Model::report(const GradsReady& ready, int64_t begin, int64_t end) const {
+  if (ready && end > begin) ready(begin, end);
+}
+
+// Evaluation forward of the whole model up to the final norm's output.
 Tensor Model::hidden(const Tensor& tokens, Activations& saved) {
-  batch_ = tokens.size(0);
+  require_whole("Model::hidden");
   Tensor x = embed_->forward(tokens, saved);
+  const int64_t batch = tokens.size(0);
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (cfg_.recompute) {
-      // Keep only the layer input; backward re-runs the layer forward to rebuild the rest.
-      saved.put(recompute_key(i), x);
-      Activations scratch;
-      x = layers_[i]->forward(x, batch_, scratch);
-    } else {
-      x = layers_[i]->forward(x, batch_, saved);
-    }
+    Activations dropped;  // evaluation only: nothing is kept for a backward
+    x = layers_[i]->forward(x, batch, dropped);
   }
   Tensor xf;
   return final_norm_->forward(x, Tensor(), xf, saved);
 }
 
-double Model::forward(const Tensor& tokens, const Tensor& targets, float grad_scale, Activations& saved) {
-  Tensor y = hidden(tokens, saved);
-  return head_->forward_loss(y, targets, grad_scale, saved);
+Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens, const Tensor& targets,
+                            float grad_scale, Activations& saved, double* loss) {
+  TESSEL_CHECK(chunk >= 0 && chunk < num_chunks(), "chunk {} outside [0, {})", chunk, num_chunks());
+  Tensor x = first_chunk_is_first_stage(chunk) ? embed_->forward(tokens, saved) : input;
+  const int64_t batch = x.size(0) / cfg_.seq_length;
+  const size_t first = chunk_first_[size_t(chunk)];
+  const size_t end = first + size_t(plan_.chunks[size_t(chunk)].size());
+  for (size_t i = first; i < end; ++i) {
+    if (cfg_.recompute) {
+      // Keep only the layer input; backward re-runs the layer forward to rebuild the rest.
+      saved.put(recompute_key(i), x);
+      Activations scratch;
+      x = layers_[i]->forward(x, batch, scratch);
+    } else {
+      x = layers_[i]->forward(x, batch, saved);
+    }
+  }
+  if (!chunk_is_last_stage(chunk)) return x;
+  Tensor xf;
+  const Tensor y = final_norm_->forward(x, Tensor(), xf, saved);
+  *loss += head_->forward_loss(y, targets, grad_scale, saved);
+  return Tensor();
 }
 
-void Model::backward(Activations& saved, const GradsReady& ready) {
-  auto report = [&](int64_t begin, int64_t end) {
-    if (ready && end > begin) ready(begin, end);
-  };
-  const int64_t total = ps_->numel();
-  Tensor dy = head_->backward_input(saved);
-  head_->backward_weight(saved);
-  report(head_begin_, total);  // empty when tied: the embedding's gradient is final only at the end
-  Tensor dx = final_norm_->backward(dy, Tensor(), saved);
-  report(norm_begin_, head_begin_);
-  for (size_t i = layers_.size(); i-- > 0;) {
+void Model::layer_weights(size_t l, Activations& saved, const GradsReady& ready) {
+  layers_[l]->backward_weight(saved);
+  report(ready, layer_begin_[l], l + 1 < layers_.size() ? layer_begin_[l + 1] : layers_end_);
+}
+
+Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, bool weights, const GradsReady& ready) {
+  Tensor dx = dout;
+  if (chunk_is_last_stage(chunk)) {
+    const Tensor dy = head_->backward_input(saved);
+    if (weights) {
+      head_->backward_weight(saved);
+      // Empty when tied on a whole model: the embedding's gradient is final only at its end.
+      report(ready, head_begin_, head_end_);
+    }
+    dx = final_norm_->backward(dy, Tensor(), saved);
+    if (weights) report(ready, layers_end_, head_begin_);  // the final norm
+  }
+  const size_t first = chunk_first_[size_t(chunk)];
+  for (size_t i = first + size_t(plan_.chunks[size_t(chunk)].size()); i-- > first;) {
     if (cfg_.recompute) {
       const Tensor input = saved.get(recompute_key(i));
       saved.erase(recompute_key(i));
       layers_[i]->forward(input, input.size(0) / cfg_.seq_length, saved);
     }
     dx = layers_[i]->backward_input(dx, saved);
-    layers_[i]->backward_weight(saved);
-    report(layer_begin_[i], i + 1 < layers_.size() ? layer_begin_[i + 1] : norm_begin_);
+    if (weights) layer_weights(i, saved, ready);
   }
-  embed_->backward(dx, saved);
-  report(0, layers_.empty() ? norm_begin_ : layer_begin_[0]);
+  if (!first_chunk_is_first_stage(chunk)) return dx;
+  if (weights) {
+    embed_->backward(dx, saved);
+    report(ready, 0, layers_.empty() ? layers_end_ : layer_begin_[0]);
+  } else {
+    saved.put(kEmbeddingGrad, dx);
+  }
+  return Tensor();
+}
+
+void Model::backward_weight_chunk(int chunk, Activations& saved, const GradsReady& ready) {
+  if (chunk_is_last_stage(chunk)) {
+    head_->backward_weight(saved);
+    report(ready, head_begin_, head_end_);
+    report(ready, layers_end_, head_begin_);  // the final norm (its gradient came with B)
+  }
+  const size_t first = chunk_first_[size_t(chunk)];
+  for (size_t i = first + size_t(plan_.chunks[size_t(chunk)].size()); i-- > first;) layer_weights(i, saved, ready);
+  if (!first_chunk_is_first_stage(chunk)) return;
+  embed_->backward(saved.get(kEmbeddingGrad), saved);
+  saved.erase(kEmbeddingGrad);
+  report(ready, 0, layers_.empty() ? layers_end_ : layer_begin_[0]);
+}
+
+double Model::forward(const Tensor& tokens, const Tensor& targets, float grad_scale, Activations& saved) {
+  require_whole("Model::forward");
+  double loss = 0;
+  forward_chunk(0, Tensor(), tokens, targets, grad_scale, saved, &loss);
+  return loss;
+}
+
+void Model::backward(Activations& saved, const GradsReady& ready) {
+  require_whole("Model::backward");
+  backward_chunk(0, Tensor(), saved, true, ready);
 }
 
 double Model::forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
@@ -94,6 +170,7 @@ Tensor Model::logits(const Tensor& tokens) {
 
 KVCache Model::make_kv_cache() const {
   TESSEL_CHECK(!tp_, "generation under tensor parallelism is not supported yet");
+  require_whole("generation");
   KVCache c;
   for (const auto& l : layers_) {
     c.k.push_back(Tensor::zeros({cfg_.seq_length, l->kv_width()}, DType::f32));

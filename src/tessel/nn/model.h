@@ -1,6 +1,8 @@
 #pragma once
-// Model: a decoder (embedding, layers, final norm, LM head + loss) assembled from a ModelConfig.
-// The caller owns one Activations per micro-batch in flight (DESIGN.md section 2).
+// Model: a decoder (embedding, layers, final norm, LM head + loss) assembled from a ModelConfig, or
+// the part of it one pipeline rank holds (StagePlan: chunks of layers, embedding on the first virtual
+// stage, final norm and head on the last). The caller owns one Activations per micro-batch and chunk
+// in flight (DESIGN.md section 2).
 #include <functional>
 #include <memory>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "tessel/nn/kv_cache.h"
 #include "tessel/nn/lm_head.h"
 #include "tessel/nn/norm.h"
+#include "tessel/nn/stage_plan.h"
 #include "tessel/nn/transformer_layer.h"
 
 namespace tessel::nn {
@@ -16,8 +19,15 @@ namespace tessel::nn {
 class Model {
  public:
   // tp (optional): tensor parallelism over this group (heads, MLP and vocabulary split; norms replicated).
-  explicit Model(const ModelConfig& cfg, comm::Communicator* tp = nullptr);
+  // plan (optional): the pipeline part to hold; default: the whole model. With tied embeddings, a
+  // last stage without the embedding holds its own copy of the embedding weight (same values; a
+  // ParamSpec.tied_copy whose gradient the trainer adds to the first stage's over the embedding group).
+  explicit Model(const ModelConfig& cfg, comm::Communicator* tp = nullptr, const StagePlan& plan = {});
   bool tensor_parallel() const { return tp_ != nullptr; }
+  const StagePlan& plan() const { return plan_; }
+  int num_chunks() const { return int(plan_.chunks.size()); }
+  bool first_chunk_is_first_stage(int chunk) const { return chunk == 0 && plan_.has_embedding; }
+  bool chunk_is_last_stage(int chunk) const { return chunk + 1 == num_chunks() && plan_.has_head; }
   const ModelConfig& config() const { return cfg_; }
   ParamStore& params() { return *ps_; }
   const ParamStore& params() const { return *ps_; }
@@ -34,6 +44,20 @@ class Model {
   double forward(const Tensor& tokens, const Tensor& targets, float grad_scale, Activations& saved);
   void backward(Activations& saved, const GradsReady& ready = nullptr);
 
+  // Pipeline pieces, one micro-batch through one chunk:
+  //   forward_chunk: the first virtual stage embeds `tokens` [B, T] i64; other chunks take the previous
+  //     stage's output `input` [B*T, d] f32. The last virtual stage adds the loss against `targets`
+  //     (summed, unscaled) to *loss and returns an empty tensor; others return their output [B*T, d] f32.
+  //   backward_chunk ("B"): dout is the gradient of the chunk's output (ignored on the last virtual
+  //     stage); returns the gradient of its input (empty on the first virtual stage). With weights =
+  //     true the weight gradients follow layer by layer (and ready() reports them), else they wait for
+  //   backward_weight_chunk ("W").
+  Tensor forward_chunk(int chunk, const Tensor& input, const Tensor& tokens, const Tensor& targets, float grad_scale,
+                       Activations& saved, double* loss);
+  Tensor backward_chunk(int chunk, const Tensor& dout, Activations& saved, bool weights,
+                        const GradsReady& ready = nullptr);
+  void backward_weight_chunk(int chunk, Activations& saved, const GradsReady& ready = nullptr);
+
   Tensor logits(const Tensor& tokens);                         // [B*T, V] f32, no state kept
 
   // Incremental decoding of one sequence: appends tokens [n] i64 at positions cache.length ... and
@@ -43,18 +67,24 @@ class Model {
   double loss_sum(const Tensor& tokens, const Tensor& targets);  // evaluation, no gradients
 
  private:
-  Tensor hidden(const Tensor& tokens, Activations& saved);  // final-norm output, compute dtype
+  Tensor hidden(const Tensor& tokens, Activations& saved);  // final-norm output (evaluation)
+  void require_whole(const char* what) const;
+  // Layer l's (an index into layers_) weight gradients, then its range reported as ready.
+  void layer_weights(size_t l, Activations& saved, const GradsReady& ready);
+  void report(const GradsReady& ready, int64_t begin, int64_t end) const;
   ModelConfig cfg_;
+  StagePlan plan_;
   comm::Communicator* tp_ = nullptr;
   std::unique_ptr<ParamStore> ps_;
   std::shared_ptr<const kernels::RopeTable> rope_;
   std::unique_ptr<Embedding> embed_;
-  std::vector<std::unique_ptr<TransformerLayer>> layers_;
+  std::vector<std::unique_ptr<TransformerLayer>> layers_;  // every layer held, chunk after chunk
+  std::vector<size_t> chunk_first_;                        // index into layers_ of each chunk's first layer
   std::unique_ptr<Norm> final_norm_;
   std::unique_ptr<LmHead> head_;
-  int64_t batch_ = 0;
-  std::vector<int64_t> layer_begin_;  // flat offset of each layer's first parameter
-  int64_t norm_begin_ = 0, head_begin_ = 0;
+  std::vector<int64_t> layer_begin_;  // flat offset of each held layer's first parameter
+  int64_t layers_end_ = 0;             // first offset after the layers (the final norm, if held)
+  int64_t head_begin_ = 0, head_end_ = 0;
 };
 
 }  // namespace tessel::nn

@@ -16,6 +16,15 @@ int64_t ParamStore::add(const std::string& name, const Shape& shape, Init init, 
   return total_ - n;
 }
 
+void ParamStore::mark_tied_copy(int64_t offset) {
+  for (auto& s : specs_)
+    if (s.offset == offset) {
+      s.tied_copy = true;
+      return;
+    }
+  TESSEL_FAIL("mark_tied_copy: no parameter at offset {}", offset);
+}
+
 int64_t ParamStore::add_shard(const std::string& name, const Shape& global_shape, int dim, int part, int parts,
                               Init init, float std, bool weight_decay) {
   TESSEL_CHECK(dim >= 0 && dim < int(global_shape.size()) && parts > 0 && part >= 0 && part < parts,

@@ -24,6 +24,9 @@ struct ParamSpec {
   int64_t numel;
   Shape global_shape;  // the unsharded tensor (= shape unless tensor-parallel)
   Shape slice_begin;   // where this shard starts in the global tensor, per dimension
+  // A copy of a parameter another pipeline stage owns (the tied embedding on the last stage): kept
+  // equal by summing both gradients, counted once in the gradient norm, saved once.
+  bool tied_copy = false;
 };
 
 class ParamStore {
@@ -39,6 +42,7 @@ class ParamStore {
   // tensor holds them at the same global indices.
   int64_t add_shard(const std::string& name, const Shape& global_shape, int dim, int part, int parts, Init init,
                     float std, bool weight_decay);
+  void mark_tied_copy(int64_t offset);
   void finalize();
   void initialize(uint64_t seed);
 

@@ -8,15 +8,16 @@
 
 namespace tessel::optim {
 
-AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin, int64_t own_end, comm::Communicator* norm_group,
-             comm::Communicator* tp_group)
+namespace {
+comm::Communicator* multi_rank(comm::Communicator* c) { return c && c->size() > 1 ? c : nullptr; }
+}  // namespace
+
+AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin, int64_t own_end, NormGroups groups)
     : ps_(ps),
       cfg_(cfg),
       begin_(own_begin),
       end_(own_end < 0 ? ps.numel() : own_end),
-      norm_group_(norm_group),
-      tp_group_(tp_group && tp_group->size() > 1 ? tp_group : nullptr) {
-  TESSEL_CHECK(!(tp_group_ && norm_group_), "the distributed optimizer with tensor parallelism is not supported yet");
+      groups_{multi_rank(groups.shard), multi_rank(groups.tp), multi_rank(groups.pp)} {
   TESSEL_CHECK(0 <= begin_ && begin_ <= end_ && end_ <= ps.numel(), "AdamW: owned range [{}, {}) outside [0, {})",
                begin_, end_, ps.numel());
   m_ = Tensor::zeros({end_ - begin_}, DType::f32);
@@ -25,17 +26,18 @@ AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin, int64_t own
 
 double AdamW::step(double lr) {
   ProfileScope prof("optimizer");
-  double sq;
-  if (tp_group_) {
-    // Shards of tensor-parallel parameters add up across the group; replicated ones count once.
-    double sharded = 0, replicated = 0;
-    for (const auto& s : ps_.specs())
-      (s.shape == s.global_shape ? replicated : sharded) += kernels::sum_squares(s.numel, ps_.grads_data() + s.offset);
-    sq = comm::sum_in_rank_order(*tp_group_, sharded) + replicated;
-  } else {
-    sq = kernels::sum_squares(end_ - begin_, ps_.grads_data() + begin_);
-    if (norm_group_) sq = comm::sum_in_rank_order(*norm_group_, sq);
+  // Parameters replicated over tensor parallelism (identical gradients on every rank of the group)
+  // count on its rank 0 only; tensor-parallel shards and pipeline stages add up.
+  const bool tp_lead = !groups_.tp || groups_.tp->rank() == 0;
+  double sq = 0;
+  for (const auto& s : ps_.specs()) {
+    if (s.tied_copy || (s.shape == s.global_shape && !tp_lead)) continue;
+    const int64_t b = std::max(begin_, s.offset), e = std::min(end_, s.offset + s.numel);
+    if (b < e) sq += kernels::sum_squares(e - b, ps_.grads_data() + b);
   }
+  // In rank order, group after group: the same value to the last bit on every rank.
+  for (comm::Communicator* g : {groups_.shard, groups_.tp, groups_.pp})
+    if (g) sq = comm::sum_in_rank_order(*g, sq);
   const double norm = std::sqrt(sq);
   float grad_scale = 1.0f;  // clipping, applied inside the update (the stored gradients keep their values)
   if (cfg_.clip_grad > 0) {

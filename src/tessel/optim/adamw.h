@@ -19,14 +19,18 @@ struct AdamWConfig {
 };
 
 // The optimizer owns the flat range [own_begin, own_end) of the parameters: all of them, or one
-// data-parallel rank's shard (ZeRO-1: the distributed optimizer), with the gradient norm's sum of
-// squares all-reduced over norm_group so every shard clips by the global norm.
+// data-parallel rank's shard (ZeRO-1: the distributed optimizer). The gradient norm is global: each
+// rank's sum of squares over its owned range is summed over every group that holds other parts of the
+// model, so every rank clips by the norm of the whole model's gradient.
+struct NormGroups {
+  comm::Communicator* shard = nullptr;  // data-parallel ranks owning the other shards (distributed optimizer)
+  comm::Communicator* tp = nullptr;     // tensor-parallel ranks: replicated parameters count once
+  comm::Communicator* pp = nullptr;     // pipeline stages: tied copies (ParamSpec.tied_copy) count once
+};
+
 class AdamW {
  public:
-  // tp_group: tensor-parallel ranks holding the other shards of sharded parameters (replicated
-  // parameters, identical on every tensor-parallel rank, count once in the norm).
-  AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin = 0, int64_t own_end = -1,
-        comm::Communicator* norm_group = nullptr, comm::Communicator* tp_group = nullptr);
+  AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin = 0, int64_t own_end = -1, NormGroups groups = {});
   // Clips (inside the update), updates the owned fp32 master weights at learning rate lr (and their
   // bf16 compute copy). Reads the owned range of the gradients. Returns the global gradient norm
   // before clipping.
@@ -44,8 +48,7 @@ class AdamW {
   nn::ParamStore& ps_;
   AdamWConfig cfg_;
   int64_t begin_, end_;
-  comm::Communicator* norm_group_;
-  comm::Communicator* tp_group_;
+  NormGroups groups_;
   Tensor m_, v_;
   int64_t step_ = 0;
 };

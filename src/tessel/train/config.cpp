@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "tessel/core/check.h"
+#include "tessel/nn/stage_plan.h"
 #include "tessel/optim/lr_schedule.h"
 
 namespace tessel::train {
@@ -86,6 +87,8 @@ struct Schema {
     p["expert_model_parallel_size"] = bind_field(c.parallel.expert_model_parallel_size, "parallel.expert_model_parallel_size");
     p["use_distributed_optimizer"] = bind_field(c.parallel.use_distributed_optimizer, "parallel.use_distributed_optimizer");
     p["pipeline_schedule"] = bind_field(c.parallel.pipeline_schedule, "parallel.pipeline_schedule");
+    p["pipeline_layers_per_stage"] =
+        bind_field(c.parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage");
     p["ddp_bucket_size"] = bind_field(c.parallel.ddp_bucket_size, "parallel.ddp_bucket_size");
 
     auto& pr = sections["precision"];
@@ -211,19 +214,36 @@ void Config::validate() const {
                "precision.fp8.recipe: '{}' is not supported yet (FP8 training is not implemented; allowed: none)",
                precision.fp8_recipe);
   model.validate();
-  auto single = [](const char* key, int64_t v) {
-    TESSEL_CHECK(v == 1, "parallel.{} = {}: not supported yet (this build trains in one process; allowed: 1)", key, v);
+  auto positive = [](const char* key, int64_t v) {
+    TESSEL_CHECK(v >= 1, "parallel.{} must be >= 1, got {}", key, v);
   };
-  TESSEL_CHECK(parallel.tensor_model_parallel_size >= 1, "parallel.tensor_model_parallel_size must be >= 1, got {}",
-               parallel.tensor_model_parallel_size);
-  TESSEL_CHECK(parallel.tensor_model_parallel_size == 1 || !parallel.use_distributed_optimizer,
-               "parallel.use_distributed_optimizer with tensor_model_parallel_size {}: not supported yet",
-               parallel.tensor_model_parallel_size);
-  single("pipeline_model_parallel_size", parallel.pipeline_model_parallel_size);
-  single("virtual_pipeline_model_parallel_size", parallel.virtual_pipeline_model_parallel_size);
-  single("context_parallel_size", parallel.context_parallel_size);
-  single("expert_model_parallel_size", parallel.expert_model_parallel_size);
-  TESSEL_CHECK(!parallel.sequence_parallel, "parallel.sequence_parallel: not supported yet (needs tensor parallelism)");
+  positive("tensor_model_parallel_size", parallel.tensor_model_parallel_size);
+  positive("pipeline_model_parallel_size", parallel.pipeline_model_parallel_size);
+  positive("virtual_pipeline_model_parallel_size", parallel.virtual_pipeline_model_parallel_size);
+  positive("context_parallel_size", parallel.context_parallel_size);
+  TESSEL_CHECK(parallel.expert_model_parallel_size == 1,
+               "parallel.expert_model_parallel_size = {}: not supported yet (no Mixture-of-Experts layers; allowed: 1)",
+               parallel.expert_model_parallel_size);
+  TESSEL_CHECK(parallel.pipeline_schedule == "1f1b" || parallel.pipeline_schedule == "interleaved",
+               "parallel.pipeline_schedule: '{}' is not supported (allowed: 1f1b, interleaved; with "
+               "virtual_pipeline_model_parallel_size > 1 1f1b runs interleaved)", parallel.pipeline_schedule);
+  TESSEL_CHECK(parallel.virtual_pipeline_model_parallel_size == 1 || parallel.pipeline_model_parallel_size > 1,
+               "parallel.virtual_pipeline_model_parallel_size {} needs pipeline_model_parallel_size > 1",
+               parallel.virtual_pipeline_model_parallel_size);
+  if (parallel.pipeline_model_parallel_size > 1) {
+    const auto explicit_layers = nn::parse_layer_list(parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage");
+    nn::layers_per_virtual_stage(model, int(parallel.pipeline_model_parallel_size),
+                                 int(parallel.virtual_pipeline_model_parallel_size), explicit_layers);
+  } else {
+    TESSEL_CHECK(parallel.pipeline_layers_per_stage.empty(),
+                 "parallel.pipeline_layers_per_stage is set but pipeline_model_parallel_size is 1");
+  }
+  TESSEL_CHECK(!parallel.sequence_parallel || parallel.tensor_model_parallel_size > 1,
+               "parallel.sequence_parallel needs tensor_model_parallel_size > 1 (it splits the tensor-parallel "
+               "region's sequence)");
+  TESSEL_CHECK(!parallel.sequence_parallel, "parallel.sequence_parallel: not supported yet");
+  TESSEL_CHECK(parallel.context_parallel_size == 1, "parallel.context_parallel_size = {}: not supported yet (allowed: 1)",
+               parallel.context_parallel_size);
   TESSEL_CHECK(parallel.ddp_bucket_size > 0, "parallel.ddp_bucket_size must be > 0, got {}", parallel.ddp_bucket_size);
   TESSEL_CHECK(train.train_iters >= 0, "train.train_iters must be >= 0, got {}", train.train_iters);
   TESSEL_CHECK(train.micro_batch_size > 0, "train.micro_batch_size must be > 0, got {}", train.micro_batch_size);

@@ -39,7 +39,8 @@ struct ParallelConfig {
   int64_t context_parallel_size = 1;
   int64_t expert_model_parallel_size = 1;
   bool use_distributed_optimizer = false;
-  std::string pipeline_schedule = "1f1b";
+  std::string pipeline_schedule = "1f1b";   // 1f1b | interleaved (vpp > 1 runs interleaved either way)
+  std::string pipeline_layers_per_stage;   // "3,2,2,1": layers per virtual stage; empty: even split
   int64_t ddp_bucket_size = 4000000;  // elements per data-parallel gradient all-reduce bucket
 };
 

@@ -3,13 +3,35 @@
 #include <vector>
 
 #include "tessel/optim/grad_reducer.h"
+#include "tessel/pipeline/executor.h"
 
 namespace tessel::train {
 
-Trainer::Trainer(const Config& cfg, comm::Communicator* dp, comm::Communicator* tp)
-    : cfg_(cfg), dp_(dp && dp->size() > 1 ? dp : nullptr) {
-  model_ = std::make_unique<nn::Model>(cfg_.model, tp);
+namespace {
+comm::Communicator* multi_rank(comm::Communicator* c) { return c && c->size() > 1 ? c : nullptr; }
+
+nn::StagePlan stage_plan(const Config& cfg, comm::ParallelState* groups) {
+  if (!groups || groups->pp_size() == 1) return nn::whole_model_plan(cfg.model);
+  return nn::pipeline_plan(cfg.model, groups->pp_size(), int(cfg.parallel.virtual_pipeline_model_parallel_size),
+                           groups->coords().pp,
+                           nn::parse_layer_list(cfg.parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage"));
+}
+}  // namespace
+
+Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
+  comm::Communicator* tp = nullptr;
+  if (groups) {
+    dp_ = multi_rank(&groups->dp());
+    tp = multi_rank(&groups->tp());
+    pp_ = multi_rank(&groups->pp());
+    embedding_ = pp_ && cfg_.model.tie_embeddings ? groups->embedding() : nullptr;
+  }
+  model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups));
   model_->params().initialize(uint64_t(cfg_.train.seed));
+  if (pp_) {
+    const int64_t local = cfg_.grad_accumulation_steps() / (dp_ ? dp_->size() : 1);
+    schedule_ops_ = pipeline::make_training_schedule(pp_->size(), model_->num_chunks(), int(local));
+  }
   optim::AdamWConfig oc;
   oc.beta1 = cfg_.train.adam_beta1;
   oc.beta2 = cfg_.train.adam_beta2;
@@ -21,9 +43,10 @@ Trainer::Trainer(const Config& cfg, comm::Communicator* dp, comm::Communicator* 
     const auto counts = shard_counts();
     int64_t begin = 0;
     for (int r = 0; r < dp_->rank(); ++r) begin += counts[size_t(r)];
-    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, begin, begin + counts[size_t(dp_->rank())], dp_);
+    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, begin, begin + counts[size_t(dp_->rank())],
+                                          optim::NormGroups{dp_, tp, pp_});
   } else {
-    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, 0, -1, nullptr, tp);
+    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, 0, -1, optim::NormGroups{nullptr, tp, pp_});
   }
   schedule_.lr = cfg_.train.lr;
   schedule_.min_lr = cfg_.train.min_lr;
@@ -49,15 +72,19 @@ StepResult Trainer::step(const std::vector<data::Batch>& micro_batches, int64_t 
   const bool sharded = !opt_->owns_all();
   std::unique_ptr<optim::GradReducer> reducer;
   if (dp_ && !sharded) reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_data(), cfg_.parallel.ddp_bucket_size);
-  for (size_t k = 0; k < micro_batches.size(); ++k) {
-    // Gradients are final during the last micro-batch's backward: reduce them as they complete.
-    nn::Model::GradsReady ready;
-    if (reducer && k + 1 == micro_batches.size())
-      ready = [&](int64_t b, int64_t e) { reducer->ready(b, e); };
-    loss += model_->forward_backward(micro_batches[k].tokens, micro_batches[k].targets, scale, ready);
+  nn::Model::GradsReady ready;
+  if (reducer) ready = [&](int64_t b, int64_t e) { reducer->ready(b, e); };
+  if (pp_) {
+    loss = pipeline::run_schedule(schedule_ops_, *model_, *pp_, micro_batches, scale, ready);
+    loss = comm::sum_in_rank_order(*pp_, loss);  // the last stage's loss, on every stage
+  } else {
+    for (size_t k = 0; k < micro_batches.size(); ++k)  // gradients are final during the last backward
+      loss += model_->forward_backward(micro_batches[k].tokens, micro_batches[k].targets, scale,
+                                       k + 1 == micro_batches.size() ? ready : nullptr);
   }
   if (reducer) reducer->finish();
   if (dp_) loss = comm::sum_in_rank_order(*dp_, loss);
+  if (embedding_) reduce_tied_embedding();
   if (sharded) {
     // Reduce-scatter: each rank receives the summed gradients of its own shard only.
     const int64_t b = opt_->own_begin(), n = opt_->own_end() - opt_->own_begin();
@@ -73,6 +100,16 @@ StepResult Trainer::step(const std::vector<data::Batch>& micro_batches, int64_t 
     ps.refresh_compute_copy();
   }
   return {loss / double(tokens), norm, lr};
+}
+
+void Trainer::reduce_tied_embedding() {
+  const auto& spec = model_->params().spec("model.embed_tokens.weight");
+  embedding_->all_reduce(model_->params().grads_data() + spec.offset, spec.numel, DType::f32, comm::ReduceOp::sum);
+}
+
+double Trainer::eval_loss_sum(const data::Batch& batch) {
+  if (pp_) return pipeline::forward_only_loss(*model_, *pp_, batch);
+  return model_->loss_sum(batch.tokens, batch.targets);
 }
 
 std::vector<int64_t> Trainer::shard_counts() const {

@@ -6,10 +6,12 @@
 
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/comm/communicator.h"
+#include "tessel/comm/parallel_state.h"
 #include "tessel/data/synthetic.h"
 #include "tessel/nn/model.h"
 #include "tessel/optim/adamw.h"
 #include "tessel/optim/lr_schedule.h"
+#include "tessel/pipeline/schedule.h"
 #include "tessel/train/config.h"
 
 namespace tessel::train {
@@ -22,11 +24,11 @@ struct StepResult {
 
 class Trainer {
  public:
-  // dp: the data-parallel group (null or size 1: one replica). Each rank passes its own micro-batches;
-  // gradients are summed across dp in buckets overlapping backward, so every replica takes the step
-  // a single process would take on the whole global batch.
-  // tp: the tensor-parallel group (null or size 1: none); the model is split over it.
-  explicit Trainer(const Config& cfg, comm::Communicator* dp = nullptr, comm::Communicator* tp = nullptr);
+  // groups (null: one process): the model is split over tensor- and pipeline-parallel groups as the
+  // config says; each data-parallel rank passes its own micro-batches, gradients are summed across
+  // data-parallel ranks in buckets overlapping backward, so every replica takes the step a single
+  // process would take on the whole global batch.
+  explicit Trainer(const Config& cfg, comm::ParallelState* groups = nullptr);
   nn::Model& model() { return *model_; }
   optim::AdamW& optimizer() { return *opt_; }
   // With parallel.use_distributed_optimizer (ZeRO-1) each rank keeps Adam state for a 1/dp shard:
@@ -36,11 +38,19 @@ class Trainer {
   // The optimizer state laid out over all parameters (collective over dp with the distributed
   // optimizer, which gathers every rank's shard).
   ckpt::FullMoments full_moments();
+  // Evaluation loss summed over a batch's tokens, the same on every rank (collective over the
+  // pipeline group when the model is split into stages).
+  double eval_loss_sum(const data::Batch& batch);
 
  private:
   std::vector<int64_t> shard_counts() const;  // elements owned by each dp rank (distributed optimizer)
+  // Sums the tied embedding's gradient of the first and last pipeline stages (embedding group).
+  void reduce_tied_embedding();
   Config cfg_;
-  comm::Communicator* dp_ = nullptr;
+  comm::Communicator* dp_ = nullptr;   // gradient reduction (and optimizer sharding) group
+  comm::Communicator* pp_ = nullptr;   // pipeline stages (null: the whole model here)
+  comm::Communicator* embedding_ = nullptr;
+  pipeline::Schedule schedule_ops_;
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<optim::AdamW> opt_;
   optim::LrSchedule schedule_;

@@ -1,0 +1,30 @@
+#pragma once
+// The pipeline executor: runs one rank's operations of any schedule (schedule.h, with add_p2p's
+// send/recv) over the chunks of its nn::Model. Activations ([B*T, d] f32, the residual stream) go to
+// the next virtual stage and their gradients come back over the pipeline group; sends are
+// non-blocking and receives blocking, so any schedule the simulator accepts runs without deadlock.
+// Messages are tagged by (micro-batch, receiving chunk, direction), so their order does not matter.
+#include <vector>
+
+#include "tessel/comm/communicator.h"
+#include "tessel/data/synthetic.h"
+#include "tessel/nn/model.h"
+#include "tessel/pipeline/schedule.h"
+
+namespace tessel::pipeline {
+
+// One optimizer step's forward and backward of every micro-batch. Gradients of (loss * grad_scale)
+// accumulate in the model's fp32 grads; ready() reports ranges during the last micro-batch's W ops.
+// Returns this rank's summed loss (non-zero only on the rank holding the last virtual stage).
+double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
+                    const std::vector<data::Batch>& micro_batches, float grad_scale,
+                    const nn::Model::GradsReady& ready = nullptr);
+
+// Evaluation: one batch forward through every stage in order, nothing kept. Returns the summed loss
+// on every rank of the pipeline group.
+double forward_only_loss(nn::Model& model, comm::Communicator& pp, const data::Batch& batch);
+
+// The schedule a config asks for: interleaved 1F1B when vpp > 1, else 1F1B, with send/recv added.
+Schedule make_training_schedule(int pp, int vpp, int micro_batches);
+
+}  // namespace tessel::pipeline

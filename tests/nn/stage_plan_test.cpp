@@ -1,0 +1,55 @@
+// Pipeline stage plans: which layers each rank's chunks hold, against the layouts written out by hand.
+#include <gtest/gtest.h>
+
+#include "tessel/core/check.h"
+#include "tessel/nn/stage_plan.h"
+
+using namespace tessel;
+
+namespace {
+
+nn::ModelConfig layers(int64_t n) {
+  nn::ModelConfig c;
+  c.num_layers = n;
+  return c;
+}
+
+std::vector<std::pair<int64_t, int64_t>> ranges(const nn::StagePlan& p) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& r : p.chunks) out.emplace_back(r.begin, r.end);
+  return out;
+}
+
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+TEST(StagePlan, EvenSplitWithVirtualStagesInterleavesRanks) {
+  // 8 layers, pp 2, vpp 2: virtual stages 0..3 hold 2 layers each; rank r holds stages r and 2 + r.
+  const auto r0 = nn::pipeline_plan(layers(8), 2, 2, 0, {});
+  const auto r1 = nn::pipeline_plan(layers(8), 2, 2, 1, {});
+  EXPECT_EQ(ranges(r0), (Ranges{{0, 2}, {4, 6}}));
+  EXPECT_EQ(ranges(r1), (Ranges{{2, 4}, {6, 8}}));
+  EXPECT_TRUE(r0.has_embedding);
+  EXPECT_FALSE(r0.has_head);
+  EXPECT_FALSE(r1.has_embedding);
+  EXPECT_TRUE(r1.has_head);
+  EXPECT_FALSE(r0.whole());
+  EXPECT_TRUE(nn::whole_model_plan(layers(8)).whole());
+}
+
+TEST(StagePlan, ExplicitLayersPerStage) {
+  const auto plan = nn::pipeline_plan(layers(7), 3, 1, 1, nn::parse_layer_list("3,2,2", "k"));
+  EXPECT_EQ(ranges(plan), (Ranges{{3, 5}}));
+  EXPECT_FALSE(plan.has_embedding);
+  EXPECT_FALSE(plan.has_head);
+}
+
+TEST(StagePlan, BadLayoutsAreRefusedWithTheKey) {
+  EXPECT_THROW(nn::pipeline_plan(layers(7), 2, 1, 0, {}), Error);         // uneven
+  EXPECT_THROW(nn::pipeline_plan(layers(7), 2, 1, 0, {3, 3}), Error);     // sums to 6
+  EXPECT_THROW(nn::pipeline_plan(layers(7), 2, 1, 0, {7, 0}), Error);     // an empty stage
+  EXPECT_THROW(nn::pipeline_plan(layers(7), 2, 1, 0, {3, 2, 2}), Error);  // 3 entries for 2 stages
+  EXPECT_THROW(nn::parse_layer_list("3;4", "k"), Error);
+  EXPECT_TRUE(nn::parse_layer_list("", "k").empty());
+}
+
+}  // namespace
