@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Hybrid parallelism end to end: `mpirun -np N tessel train` with pipeline_model_parallel_size
-# (and virtual stages, tensor and data parallelism, the distributed optimizer) gives the
+# Hybrid parallelism end to end: `mpirun -np N tessel train` with every kind of model parallelism
+# (pipeline stages and virtual stages, tensor parallelism with and without sequence parallelism,
+# context parallelism) combined with data parallelism and the distributed optimizer gives the
 # single-process run's losses, gradient norms and final parameters over 5 steps on the same global
-# batch, fp32 (tolerances in compare_runs.py). Llama with GQA, 8 layers; GPT-2 with a tied head, so
-# the first and last stages each hold the embedding and sum its gradient over the embedding group.
+# batch, fp32 (tolerances in compare_runs.py). Llama with GQA, 8 layers; GPT-2 with biases, learned
+# positions and a tied head (so under pipelining the first and last stages each hold the embedding
+# and sum its gradient over the embedding group).
 # Then checkpoints: a pp2 run stopped at step 3 resumes on pp2 bit-exactly, and resumes in one process.
 # Usage: hybrid_parallel_train_test.sh TESSEL_BINARY CONFIG_DIR MPIRUN
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +25,7 @@ run() {  # np, log dir, extra args...
 }
 compare() { /usr/bin/python3 "$HERE/compare_runs.py" "$@"; }
 PP=parallel.pipeline_model_parallel_size VPP=parallel.virtual_pipeline_model_parallel_size
-TP=parallel.tensor_model_parallel_size
+TP=parallel.tensor_model_parallel_size SP=parallel.sequence_parallel CP=parallel.context_parallel_size
 
 single llama
 single gpt2 "${GPT2[@]}"
@@ -35,6 +37,15 @@ run 8 tp2-pp2-dp2 --set $TP=2 --set $PP=2 && grep -q "tp 2 x cp 1 x dp 2 x pp 2"
 run 4 pp2-dp2-zero --set $PP=2 --set parallel.use_distributed_optimizer=true && compare llama pp2-dp2-zero
 run 4 tp2-dp2-zero --set $TP=2 --set parallel.use_distributed_optimizer=true && compare llama tp2-dp2-zero
 run 2 gpt2-pp2 "${GPT2[@]}" --set $PP=2 && compare gpt2 gpt2-pp2
+# Sequence parallelism: norms and residuals on row shards, all-gather / reduce-scatter around the GEMMs.
+run 2 tp2-sp --set $TP=2 --set $SP=true && compare llama tp2-sp
+run 4 gpt2-tp4-sp "${GPT2[@]}" --set $TP=4 --set $SP=true && compare gpt2 gpt2-tp4-sp
+# Context parallelism: two load-balanced chunks of every sequence per rank, K/V around the ring.
+run 2 cp2 --set $CP=2 && compare llama cp2
+run 4 tp2-cp2 --set $TP=2 --set $CP=2 && compare llama tp2-cp2
+run 4 cp2-dp2-zero --set $CP=2 --set parallel.use_distributed_optimizer=true && compare llama cp2-dp2-zero
+run 2 gpt2-cp2 "${GPT2[@]}" --set $CP=2 && compare gpt2 gpt2-cp2
+run 8 gpt2-tp2-sp-cp2-pp2 "${GPT2[@]}" --set $TP=2 --set $SP=true --set $CP=2 --set $PP=2 && compare gpt2 gpt2-tp2-sp-cp2-pp2
 run 8 gpt2-tp2-pp2-vpp2-dp2 "${GPT2[@]}" --set $TP=2 --set $PP=2 --set $VPP=2 && compare gpt2 gpt2-tp2-pp2-vpp2-dp2
 
 # Checkpoints hold whole tensors gathered from every stage: stop at step 3, resume on pp2 (bit-exact
@@ -62,4 +73,6 @@ grep -q "pipeline_layers_per_stage sums to 7 layers, model.num_layers is 8" bad.
 if run 4 bad --set $PP=4 --set $VPP=2 --set train.global_batch_size=6 --set train.micro_batch_size=1; then
   echo "expected a failure"; exit 1; fi
 grep -q "multiple of the pipeline size" bad.log
-echo "misconfigured pipelines: refused with the reason"
+if run 4 bad --set $CP=4 --set model.seq_length=36; then echo "expected a failure"; exit 1; fi
+grep -q "model.seq_length 36 must be divisible by 2 x parallel.context_parallel_size = 8" bad.log
+echo "misconfigured layouts: refused with the reason"

@@ -6,6 +6,7 @@
 
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/attention.h"
+#include "tessel/nn/context_parallel.h"
 
 namespace tessel::nn {
 
@@ -19,44 +20,66 @@ int64_t heads_per_rank(int64_t heads, comm::Communicator* tp, const char* what) 
 }  // namespace
 
 SelfAttention::SelfAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-                             std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp)
+                             std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp,
+                             comm::Communicator* cp)
     : ps_(ps),
+      cp_(cp && cp->size() > 1 ? cp : nullptr),
       H_(heads_per_rank(cfg.num_attention_heads, tp, "model.num_attention_heads")),
       G_(heads_per_rank(cfg.num_query_groups, tp, "model.num_query_groups")),
       Dh_(cfg.head_dim()),
-      T_(cfg.seq_length),
+      T_(cfg.seq_length / (cp_ ? cp_->size() : 1)),
       rope_(std::move(rope)),
       qkv_(ps,
            {{prefix + ".q_proj", cfg.num_attention_heads * Dh_},
             {prefix + ".k_proj", cfg.num_query_groups * Dh_},
             {prefix + ".v_proj", cfg.num_query_groups * Dh_}},
-           cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std), {TensorParallel::Mode::column, tp}),
+           cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std),
+           {TensorParallel::Mode::column, tp, cfg.sequence_parallel}),
       // Output projection scaled by 1/sqrt(2 L) (GPT-2 / Megatron "scaled init").
       o_(ps, {{prefix + ".o_proj", cfg.hidden_size}}, cfg.num_attention_heads * Dh_, !cfg.is_llama(),
-         float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count))), {TensorParallel::Mode::row, tp}) {
+         float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count))),
+         {TensorParallel::Mode::row, tp, cfg.sequence_parallel}) {
   key_qkv_ = prefix + ".qkv";
   key_out_ = prefix + ".attn_out";
   key_lse_ = prefix + ".lse";
 }
 
+void SelfAttention::apply_rope(float* x, int64_t rows, int64_t ld, bool inverse) const {
+  if (!cp_) {
+    kernels::rope_apply(*rope_, rows, H_ + G_, x, ld, inverse);  // row r: position r % T
+    return;
+  }
+  // Context parallelism: each local sequence is two chunks of consecutive global positions.
+  const int64_t L = T_ / 2, T = T_ * cp_->size();
+  for (int64_t b = 0; b < rows / T_; ++b)
+    for (int64_t j = 0; j < 2; ++j)
+      kernels::rope_apply(*rope_, L, H_ + G_, x + (b * T_ + j * L) * ld, ld, inverse,
+                          cp_global_position(j * L, T, cp_->rank(), cp_->size()));
+}
+
 Tensor SelfAttention::forward(const Tensor& y, int64_t batch, Activations& saved) const {
-  const int64_t N = y.size(0);
+  Tensor qkv = qkv_.forward(y, saved);  // all rows, also when y is this rank's sequence shard
+  const int64_t N = qkv.size(0);
   TESSEL_CHECK(N == batch * T_, "attention: {} rows is not batch {} x seq_length {}", N, batch, T_);
-  Tensor qkv = qkv_.forward(y, saved);
   const int64_t ld = qkv.size(1);
   float* q = qkv.data<float>();
   if (rope_) {
     ProfileScope prof("rope");
-    kernels::rope_apply(*rope_, N, H_ + G_, q, ld, false);  // q and k heads are adjacent
+    apply_rope(q, N, ld, false);  // q and k heads are adjacent
   }
   Tensor out = Tensor::empty({N, H_ * Dh_}, ps_.compute_dtype());
   Tensor lse = Tensor::empty({batch, H_, T_}, DType::f32);
   const kernels::AttentionShape s{batch, T_, H_, G_, Dh_, true, float(1.0 / std::sqrt(double(Dh_)))};
   {
-    ProfileScope prof("attention_fwd", 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(Dh_) / 2);
+    ProfileScope prof("attention_fwd", 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(Dh_) / 2 *
+                                           double(cp_ ? cp_->size() : 1));
     const float* k = q + H_ * Dh_;
     const float* v = k + G_ * Dh_;
-    if (out.dtype() == DType::bf16)
+    if (cp_ && out.dtype() == DType::bf16)
+      cp_attention_fwd(s, q, ld, k, ld, v, ld, out.data<bf16>(), H_ * Dh_, lse.data<float>(), *cp_);
+    else if (cp_)
+      cp_attention_fwd(s, q, ld, k, ld, v, ld, out.data<float>(), H_ * Dh_, lse.data<float>(), *cp_);
+    else if (out.dtype() == DType::bf16)
       kernels::attention_fwd(s, q, ld, k, ld, v, ld, out.data<bf16>(), H_ * Dh_, lse.data<float>());
     else
       kernels::attention_fwd(s, q, ld, k, ld, v, ld, out.data<float>(), H_ * Dh_, lse.data<float>());
@@ -76,31 +99,40 @@ Tensor SelfAttention::backward_input(const Tensor& dout, Activations& saved) con
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32);
   const kernels::AttentionShape s{batch, T_, H_, G_, Dh_, true, float(1.0 / std::sqrt(double(Dh_)))};
   {
-    ProfileScope prof("attention_bwd", 2.5 * 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(Dh_) / 2);
+    ProfileScope prof("attention_bwd", 2.5 * 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(Dh_) /
+                                           2 * double(cp_ ? cp_->size() : 1));
     const float* q = qkv.data<float>();
     const float* k = q + H_ * Dh_;
     const float* v = k + G_ * Dh_;
     float* dq = dqkv.data<float>();
     float* dk = dq + H_ * Dh_;
     float* dv = dk + G_ * Dh_;
-    if (out.dtype() == DType::bf16)
-      kernels::attention_bwd(s, q, ld, k, ld, v, ld, out.data<bf16>(), H_ * Dh_, dattn.data<float>(), H_ * Dh_,
-                             lse.data<float>(), dq, ld, dk, ld, dv, ld);
+    const float* dout = dattn.data<float>();
+    if (cp_ && out.dtype() == DType::bf16)
+      cp_attention_bwd(s, q, ld, k, ld, v, ld, out.data<bf16>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(), dq, ld,
+                       dk, ld, dv, ld, *cp_);
+    else if (cp_)
+      cp_attention_bwd(s, q, ld, k, ld, v, ld, out.data<float>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(), dq, ld,
+                       dk, ld, dv, ld, *cp_);
+    else if (out.dtype() == DType::bf16)
+      kernels::attention_bwd(s, q, ld, k, ld, v, ld, out.data<bf16>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(),
+                             dq, ld, dk, ld, dv, ld);
     else
-      kernels::attention_bwd(s, q, ld, k, ld, v, ld, out.data<float>(), H_ * Dh_, dattn.data<float>(), H_ * Dh_,
-                             lse.data<float>(), dq, ld, dk, ld, dv, ld);
+      kernels::attention_bwd(s, q, ld, k, ld, v, ld, out.data<float>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(),
+                             dq, ld, dk, ld, dv, ld);
   }
   saved.erase(key_qkv_);
   saved.erase(key_out_);
   saved.erase(key_lse_);
   if (rope_) {
     ProfileScope prof("rope");
-    kernels::rope_apply(*rope_, N, H_ + G_, dqkv.data<float>(), ld, true);
+    apply_rope(dqkv.data<float>(), N, ld, true);
   }
   return qkv_.backward_input(dqkv, saved);
 }
 
 Tensor SelfAttention::forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const {
+  TESSEL_CHECK(!cp_, "generation under context parallelism is not supported yet");
   Activations scratch;
   const int64_t n = y.size(0), kv = G_ * Dh_;
   TESSEL_CHECK(pos0 + n <= k_cache.size(0), "KV cache holds {} positions, {} needed", k_cache.size(0), pos0 + n);

@@ -16,8 +16,11 @@ class SelfAttention {
  public:
   // tp (optional): heads split over the tensor-parallel group (query and key/value heads must both
   // divide); QKV is column-parallel, the output projection row-parallel.
+  // cp (optional): context parallelism; rows are this rank's 2 load-balanced chunks of each sequence
+  // (context_parallel.h), attention runs around the ring.
   SelfAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-                std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr);
+                std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr,
+                comm::Communicator* cp = nullptr);
 
   Tensor forward(const Tensor& y, int64_t batch, Activations& saved) const;  // y [N, d] -> [N, d] f32
   Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dy [N, d] f32
@@ -30,8 +33,10 @@ class SelfAttention {
   int64_t kv_width() const { return G_ * Dh_; }
 
  private:
+  void apply_rope(float* x, int64_t rows, int64_t ld, bool inverse) const;  // q and k heads of each row
   ParamStore& ps_;
-  int64_t H_, G_, Dh_, T_;  // H_, G_: this rank's heads
+  comm::Communicator* cp_;
+  int64_t H_, G_, Dh_, T_;  // H_, G_: this rank's heads; T_: this rank's rows of a sequence
   std::shared_ptr<const kernels::RopeTable> rope_;  // null for GPT-2
   Linear qkv_, o_;
   std::string key_qkv_, key_out_, key_lse_;

@@ -2,17 +2,26 @@
 
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/embedding.h"
+#include "tessel/nn/context_parallel.h"
+#include "tessel/nn/sequence_parallel.h"
 #include "tessel/nn/vocab_parallel.h"
 
 namespace tessel::nn {
 
-Embedding::Embedding(ParamStore& ps, const ModelConfig& cfg, comm::Communicator* tp)
-    : ps_(ps), V_(cfg.vocab_size), D_(cfg.hidden_size), T_(cfg.seq_length), V_local_(cfg.vocab_size) {
+Embedding::Embedding(ParamStore& ps, const ModelConfig& cfg, comm::Communicator* tp, comm::Communicator* cp)
+    : ps_(ps),
+      V_(cfg.vocab_size),
+      D_(cfg.hidden_size),
+      T_(cfg.seq_length),
+      cp_(cp && cp->size() > 1 ? cp : nullptr),
+      T_local_(cfg.seq_length / (cp_ ? cp_->size() : 1)),
+      V_local_(cfg.vocab_size) {
   if (tp && tp->size() > 1) {
     tp_ = tp;
     w_offset_ = ps.add_shard("model.embed_tokens.weight", {V_, D_}, 0, tp->rank(), tp->size(), Init::normal,
                              float(cfg.init_method_std), true);
     V_local_ = V_ / tp->size();
+    sequence_parallel_ = cfg.sequence_parallel;
     vocab_begin_ = V_local_ * tp->rank();
   } else {
     w_offset_ = ps.add("model.embed_tokens.weight", {V_, D_}, Init::normal, float(cfg.init_method_std), true);
@@ -21,28 +30,65 @@ Embedding::Embedding(ParamStore& ps, const ModelConfig& cfg, comm::Communicator*
     pos_offset_ = ps.add("model.embed_positions.weight", {T_, D_}, Init::normal, float(cfg.init_method_std), true);
 }
 
+int64_t Embedding::first_row(int64_t rows) const {
+  // The micro-batch row of this rank's first output row (sequence parallelism: rank r's share).
+  return sequence_parallel_ ? rows * tp_->rank() : 0;
+}
+
+int64_t Embedding::position(int64_t row) const {
+  const int64_t t = row % T_local_;
+  return cp_ ? cp_global_position(t, T_, cp_->rank(), cp_->size()) : t;
+}
+
+void Embedding::add_positions(Tensor& out) const {
+  const float* pos = ps_.params_data() + pos_offset_;
+  const int64_t first = first_row(out.size(0));
+  float* o = out.data<float>();
+  for (int64_t n = 0; n < out.size(0); ++n) {
+    const float* p = pos + position(first + n) * D_;
+    for (int64_t j = 0; j < D_; ++j) o[n * D_ + j] += p[j];
+  }
+}
+
+void Embedding::add_position_grads(const Tensor& dout) const {
+  // Under sequence parallelism this rank's rows only (the trainer sums the group's).
+  float* dpos = ps_.grads_data() + pos_offset_;
+  const int64_t first = first_row(dout.size(0));
+  const float* g = dout.data<float>();
+  for (int64_t n = 0; n < dout.size(0); ++n) {
+    float* d = dpos + position(first + n) * D_;
+    for (int64_t j = 0; j < D_; ++j) d[j] += g[n * D_ + j];
+  }
+}
+
 Tensor Embedding::forward(const Tensor& tokens, Activations& saved) const {
   ProfileScope prof("embedding");
-  TESSEL_CHECK(tokens.dim() == 2 && tokens.size(1) == T_ && tokens.dtype() == DType::i64,
-               "embedding: tokens must be i64 [batch, {}], got {}", T_, tokens.str());
+  TESSEL_CHECK(tokens.dim() == 2 && tokens.size(1) == T_local_ && tokens.dtype() == DType::i64,
+               "embedding: tokens must be i64 [batch, {}], got {}", T_local_, tokens.str());
   const int64_t N = tokens.numel();
-  Tensor out = Tensor::empty({N, D_}, DType::f32);
+  saved.put(key_tokens_, tokens);
+  if (!tp_ && !cp_) {  // one fused kernel: token rows plus positions (row n at position n % T)
+    Tensor out = Tensor::empty({N, D_}, DType::f32);
+    kernels::embedding_fwd(N, D_, V_, tokens.data<int64_t>(), ps_.params_data() + w_offset_,
+                           pos_offset_ >= 0 ? ps_.params_data() + pos_offset_ : nullptr, T_, out.data<float>());
+    return out;
+  }
+  Tensor out;
   if (tp_) {
     for (int64_t i = 0; i < N; ++i)
       TESSEL_CHECK(tokens.data<int64_t>()[i] >= 0 && tokens.data<int64_t>()[i] < V_,
                    "token id {} at position {} is outside the vocabulary [0, {})", tokens.data<int64_t>()[i], i, V_);
-    vocab_parallel_embedding(tokens, ps_.param_at(w_offset_, {V_local_, D_}), vocab_begin_, out, *tp_);
-    if (pos_offset_ >= 0) {
-      const float* pos = ps_.params_data() + pos_offset_;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < D_; ++j) out.data<float>()[n * D_ + j] += pos[(n % T_) * D_ + j];
-    }
-    saved.put(key_tokens_, tokens);
-    return out;
+    out = vocab_parallel_embedding_partial(tokens, ps_.param_at(w_offset_, {V_local_, D_}), vocab_begin_);
+    if (sequence_parallel_)
+      out = sequence_reduce_scatter(out, *tp_);  // this rank's rows of the sum
+    else
+      tp_->all_reduce(out.raw(), out.numel(), DType::f32, comm::ReduceOp::sum);
+  } else {
+    out = Tensor::empty({N, D_}, DType::f32);
+    kernels::embedding_fwd(N, D_, V_, tokens.data<int64_t>(), ps_.params_data() + w_offset_, nullptr, T_,
+                           out.data<float>());
   }
-  kernels::embedding_fwd(N, D_, V_, tokens.data<int64_t>(), ps_.params_data() + w_offset_,
-                         pos_offset_ >= 0 ? ps_.params_data() + pos_offset_ : nullptr, T_, out.data<float>());
-  saved.put(key_tokens_, tokens);
+  if (pos_offset_ >= 0) add_positions(out);
   return out;
 }
 
@@ -61,20 +107,21 @@ Tensor Embedding::forward_at(const Tensor& tokens, int64_t pos0) const {
 void Embedding::backward(const Tensor& dout, Activations& saved) const {
   ProfileScope prof("embedding");
   const Tensor& tokens = saved.get(key_tokens_);
-  if (tp_) {
-    Tensor dw = ps_.grad_at(w_offset_, {V_local_, D_});
-    vocab_parallel_embedding_backward(tokens, dout, vocab_begin_, dw);
-    if (pos_offset_ >= 0) {
-      float* dpos = ps_.grads_data() + pos_offset_;
-      for (int64_t n = 0; n < tokens.numel(); ++n)
-        for (int64_t j = 0; j < D_; ++j) dpos[(n % T_) * D_ + j] += dout.data<float>()[n * D_ + j];
+  if (!tp_ && !cp_) {
+    kernels::embedding_bwd(tokens.numel(), D_, tokens.data<int64_t>(), dout.data<float>(),
+                           ps_.grads_data() + w_offset_, pos_offset_ >= 0 ? ps_.grads_data() + pos_offset_ : nullptr,
+                           T_);
+  } else {
+    if (tp_) {
+      Tensor dw = ps_.grad_at(w_offset_, {V_local_, D_});
+      vocab_parallel_embedding_backward(tokens, sequence_parallel_ ? sequence_all_gather(dout, *tp_) : dout,
+                                        vocab_begin_, dw);
+    } else {
+      kernels::embedding_bwd(tokens.numel(), D_, tokens.data<int64_t>(), dout.data<float>(),
+                             ps_.grads_data() + w_offset_, nullptr, T_);
     }
-    saved.erase(key_tokens_);
-    return;
+    if (pos_offset_ >= 0) add_position_grads(dout);
   }
-  kernels::embedding_bwd(tokens.numel(), D_, tokens.data<int64_t>(), dout.data<float>(),
-                         ps_.grads_data() + w_offset_, pos_offset_ >= 0 ? ps_.grads_data() + pos_offset_ : nullptr,
-                         T_);
   saved.erase(key_tokens_);
 }
 

@@ -12,7 +12,9 @@ namespace tessel::nn {
 class Embedding {
  public:
   // tp (optional): vocabulary-parallel, each rank holds rows [r V/n, (r+1) V/n) (positions replicated).
-  Embedding(ParamStore& ps, const ModelConfig& cfg, comm::Communicator* tp = nullptr);
+  // With cfg.sequence_parallel the output (and dout) is this rank's rows of the micro-batch.
+  // cp (optional): tokens are this rank's context-parallel chunks ([B, T/cp]); positions are global.
+  Embedding(ParamStore& ps, const ModelConfig& cfg, comm::Communicator* tp = nullptr, comm::Communicator* cp = nullptr);
   Tensor forward(const Tensor& tokens, Activations& saved) const;  // tokens [B, T] i64 -> [B*T, d] f32
   void backward(const Tensor& dout, Activations& saved) const;     // accumulates dW (and dpos)
   // Inference: tokens [n] i64 at positions pos0 .. pos0 + n - 1 of one sequence -> [n, d] f32.
@@ -24,7 +26,14 @@ class Embedding {
  private:
   ParamStore& ps_;
   int64_t V_, D_, T_;
+  comm::Communicator* cp_ = nullptr;  // set under context parallelism
+  int64_t T_local_;                   // rows of a sequence on this rank
+  int64_t first_row(int64_t rows) const;
+  int64_t position(int64_t row) const;  // position in its sequence of row `row` of a micro-batch
+  void add_positions(Tensor& out) const;
+  void add_position_grads(const Tensor& dout) const;
   comm::Communicator* tp_ = nullptr;  // set when the vocabulary is split
+  bool sequence_parallel_ = false;
   int64_t vocab_begin_ = 0, V_local_;
   int64_t w_offset_, pos_offset_ = -1;
   std::string key_tokens_ = "model.embed_tokens.tokens";

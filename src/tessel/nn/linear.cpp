@@ -3,14 +3,15 @@
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/cast.h"
 #include "tessel/kernels/gemm.h"
+#include "tessel/nn/sequence_parallel.h"
 
 namespace tessel::nn {
 
 Linear::Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, float init_std, TensorParallel tp)
     : ps_(ps), tp_(tp), in_(in) {
   TESSEL_CHECK(!parts.empty(), "Linear needs at least one part");
-  const bool column = sharded() && tp.mode == TensorParallel::Mode::column;
-  const bool row = sharded() && tp.mode == TensorParallel::Mode::row;
+  const bool column = this->column();
+  const bool row = this->row();
   const int r = sharded() ? tp.group->rank() : 0, n = sharded() ? tp.group->size() : 1;
   if (row) {
     TESSEL_CHECK(in % n == 0, "row-parallel '{}': {} input features do not split over {} ranks", parts[0].name, in, n);
@@ -38,17 +39,21 @@ Tensor Linear::forward(const Tensor& x, Activations& saved) const {
   TESSEL_CHECK(x.dim() == 2 && x.size(1) == in_, "Linear '{}': input {} does not have {} features", key_x_, x.str(),
                in_);
   const DType cd = ps_.compute_dtype();
-  const Tensor xc = x.dtype() == cd ? x : x.to(cd);
-  Tensor y = Tensor::empty({x.size(0), out_}, DType::f32);
-  const bool row = sharded() && tp_.mode == TensorParallel::Mode::row;
+  Tensor xc = x.dtype() == cd ? x : x.to(cd);
+  if (column() && sequence()) xc = sequence_all_gather(xc, *tp_.group);  // this rank's rows -> all rows
+  Tensor y = Tensor::empty({xc.size(0), out_}, DType::f32);
   const float* bias = b_offset_ >= 0 ? ps_.params_data() + b_offset_ : nullptr;
   {
-    ProfileScope ps("gemm_fwd", 2.0 * double(x.size(0)) * double(in_) * double(out_));
-    kernels::matmul(xc, false, ps_.compute_at(w_offset_, {out_, in_}), true, y, false, row ? nullptr : bias);
+    ProfileScope ps("gemm_fwd", 2.0 * double(xc.size(0)) * double(in_) * double(out_));
+    kernels::matmul(xc, false, ps_.compute_at(w_offset_, {out_, in_}), true, y, false, row() ? nullptr : bias);
   }
-  if (row) {  // partial sums over this rank's input columns; the replicated bias once, after
-    ProfileScope ps("tp_all_reduce");
-    tp_.group->all_reduce(y.raw(), y.numel(), DType::f32, comm::ReduceOp::sum);
+  if (row()) {  // partial sums over this rank's input columns; the replicated bias once, after
+    if (sequence()) {
+      y = sequence_reduce_scatter(y, *tp_.group);
+    } else {
+      ProfileScope ps("tp_all_reduce");
+      tp_.group->all_reduce(y.raw(), y.numel(), DType::f32, comm::ReduceOp::sum);
+    }
     if (bias) {
       float* yp = y.data<float>();
       for (int64_t i = 0; i < y.size(0); ++i)
@@ -67,14 +72,19 @@ Tensor Linear::backward_input(const Tensor& dy, Activations& saved) const {
     dyc = Tensor::empty(dy.shape(), cd);
     kernels::cast_f32_to_bf16(dy.numel(), dy.data<float>(), dyc.data<bf16>());
   }
-  Tensor dx = Tensor::empty({dy.size(0), in_}, DType::f32);
+  if (row() && sequence()) dyc = sequence_all_gather(dyc, *tp_.group);  // this rank's rows -> all rows
+  Tensor dx = Tensor::empty({dyc.size(0), in_}, DType::f32);
   {
-    ProfileScope ps("gemm_dgrad", 2.0 * double(dy.size(0)) * double(in_) * double(out_));
+    ProfileScope ps("gemm_dgrad", 2.0 * double(dyc.size(0)) * double(in_) * double(out_));
     kernels::matmul(dyc, false, ps_.compute_at(w_offset_, {out_, in_}), false, dx, false);
   }
-  if (sharded() && tp_.mode == TensorParallel::Mode::column) {  // each rank's output columns contribute to dx
-    ProfileScope ps("tp_all_reduce");
-    tp_.group->all_reduce(dx.raw(), dx.numel(), DType::f32, comm::ReduceOp::sum);
+  if (column()) {  // each rank's output columns contribute to dx
+    if (sequence()) {
+      dx = sequence_reduce_scatter(dx, *tp_.group);
+    } else {
+      ProfileScope ps("tp_all_reduce");
+      tp_.group->all_reduce(dx.raw(), dx.numel(), DType::f32, comm::ReduceOp::sum);
+    }
   }
   saved.put(key_dy_, dyc);
   return dx;
@@ -90,10 +100,14 @@ void Linear::backward_weight(Activations& saved) const {
   if (b_offset_ >= 0) {
     ProfileScope ps("bias_grad");
     float* db = ps_.grads_data() + b_offset_;
+    // A row-parallel bias under sequence parallelism: this rank's rows only (summed over the group
+    // with the other replicated parameters' gradients).
+    const int64_t rows = row() && sequence() ? dy.size(0) / tp_.group->size() : dy.size(0);
+    const int64_t first = row() && sequence() ? rows * tp_.group->rank() : 0;
     if (dy.dtype() == DType::f32)
-      kernels::column_sum_accumulate(dy.size(0), out_, dy.data<float>(), db);
+      kernels::column_sum_accumulate(rows, out_, dy.data<float>() + first * out_, db);
     else
-      kernels::column_sum_accumulate(dy.size(0), out_, dy.data<bf16>(), db);
+      kernels::column_sum_accumulate(rows, out_, dy.data<bf16>() + first * out_, db);
   }
   saved.erase(key_x_);
   saved.erase(key_dy_);

@@ -20,10 +20,14 @@ namespace tessel::nn {
 //   row:    each rank holds columns [r*in/size, ...) of the weight; forward takes this rank's input
 //           columns and all-reduces y (the replicated bias is added once, after); backward_input
 //           gives this rank's dx columns.
+// With sequence_parallel (sequence_parallel.h) the input of a column Linear is this rank's rows and
+// is all-gathered first (dx reduce-scattered back); a row Linear reduce-scatters y to this rank's rows
+// (dy all-gathered first), and its replicated bias gradient covers this rank's rows only.
 struct TensorParallel {
   enum class Mode { none, column, row };
   Mode mode = Mode::none;
   comm::Communicator* group = nullptr;  // size 1 or null: no parallelism
+  bool sequence_parallel = false;
 };
 
 class Linear {
@@ -44,6 +48,9 @@ class Linear {
 
  private:
   bool sharded() const { return tp_.group && tp_.group->size() > 1 && tp_.mode != TensorParallel::Mode::none; }
+  bool column() const { return sharded() && tp_.mode == TensorParallel::Mode::column; }
+  bool row() const { return sharded() && tp_.mode == TensorParallel::Mode::row; }
+  bool sequence() const { return sharded() && tp_.sequence_parallel; }
   ParamStore& ps_;
   TensorParallel tp_;
   int64_t in_, out_ = 0;

@@ -3,6 +3,7 @@
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/kernels/xent.h"
+#include "tessel/nn/sequence_parallel.h"
 #include "tessel/nn/vocab_parallel.h"
 
 namespace tessel::nn {
@@ -14,6 +15,7 @@ LmHead::LmHead(ParamStore& ps, const ModelConfig& cfg, int64_t embedding_offset,
     tp_ = tp;
     V_ = cfg.vocab_size / tp->size();
     vocab_begin_ = V_ * tp->rank();
+    sequence_parallel_ = cfg.sequence_parallel;
   }
   if (cfg.tie_embeddings && embedding_offset >= 0) {
     w_offset_ = embedding_offset;
@@ -28,6 +30,12 @@ LmHead::LmHead(ParamStore& ps, const ModelConfig& cfg, int64_t embedding_offset,
   if (cfg.tie_embeddings) ps.mark_tied_copy(w_offset_);
 }
 
+Tensor LmHead::all_rows(const Tensor& x) const {
+  const DType cd = ps_.compute_dtype();
+  const Tensor xc = x.dtype() == cd ? x : x.to(cd);
+  return sequence_parallel_ ? sequence_all_gather(xc, *tp_) : xc;
+}
+
 double LmHead::loss_sum(const Tensor& x, const Tensor& targets) const {
   Tensor lg = logits(x);
   if (tp_) return vocab_parallel_cross_entropy(lg, targets, vocab_begin_, 0.0f, nullptr, *tp_);
@@ -35,17 +43,18 @@ double LmHead::loss_sum(const Tensor& x, const Tensor& targets) const {
   return kernels::softmax_xent<float>(lg.size(0), lg.size(1), lg.data<float>(), targets.data<int64_t>(), 0.0f, nullptr);
 }
 
-Tensor LmHead::logits(const Tensor& x) const {
-  const DType cd = ps_.compute_dtype();
-  const Tensor xc = x.dtype() == cd ? x : x.to(cd);
-  Tensor out = Tensor::empty({x.size(0), V_}, DType::f32);
-  ProfileScope prof("gemm_fwd", 2.0 * double(x.size(0)) * double(D_) * double(V_));
+Tensor LmHead::logits(const Tensor& x) const { return logits_of_rows(all_rows(x)); }
+
+Tensor LmHead::logits_of_rows(const Tensor& xc) const {
+  Tensor out = Tensor::empty({xc.size(0), V_}, DType::f32);
+  ProfileScope prof("gemm_fwd", 2.0 * double(xc.size(0)) * double(D_) * double(V_));
   kernels::matmul(xc, false, ps_.compute_at(w_offset_, {V_, D_}), true, out, false);
   return out;
 }
 
 double LmHead::forward_loss(const Tensor& x, const Tensor& targets, float grad_scale, Activations& saved) const {
-  Tensor lg = logits(x);
+  const Tensor xc = all_rows(x);
+  Tensor lg = logits_of_rows(xc);
   const int64_t N = lg.size(0);
   TESSEL_CHECK(targets.numel() == N && targets.dtype() == DType::i64, "loss: targets {} do not match {} rows",
                targets.str(), N);
@@ -62,7 +71,7 @@ double LmHead::forward_loss(const Tensor& x, const Tensor& targets, float grad_s
     dlogits = lg;  // written in place over the logits
     loss = kernels::softmax_xent(N, V_, lg.data<float>(), targets.data<int64_t>(), grad_scale, lg.data<float>());
   }
-  saved.put(key_x_, x.dtype() == ps_.compute_dtype() ? x : x.to(ps_.compute_dtype()));
+  saved.put(key_x_, xc);
   saved.put(key_dlogits_, dlogits);
   return loss;
 }
@@ -72,7 +81,9 @@ Tensor LmHead::backward_input(Activations& saved) const {
   Tensor dx = Tensor::empty({dl.size(0), D_}, DType::f32);
   ProfileScope prof("gemm_dgrad", 2.0 * double(dl.size(0)) * double(D_) * double(V_));
   kernels::matmul(dl, false, ps_.compute_at(w_offset_, {V_, D_}), false, dx, false);
-  if (tp_) tp_->all_reduce(dx.raw(), dx.numel(), DType::f32, comm::ReduceOp::sum);  // every vocab slice adds
+  if (!tp_) return dx;
+  if (sequence_parallel_) return sequence_reduce_scatter(dx, *tp_);  // every vocab slice adds; this rank's rows
+  tp_->all_reduce(dx.raw(), dx.numel(), DType::f32, comm::ReduceOp::sum);
   return dx;
 }
 

@@ -16,6 +16,7 @@ class LmHead {
   // tied or not) with vocabulary-parallel cross-entropy. embedding_offset: the token embedding's
   // weight when tied and held by this store, else -1.
   LmHead(ParamStore& ps, const ModelConfig& cfg, int64_t embedding_offset, comm::Communicator* tp = nullptr);
+  // With cfg.sequence_parallel, x is this rank's rows of the micro-batch (as dx from backward_input).
   Tensor logits(const Tensor& x) const;  // [N, V] f32 (this rank's vocabulary slice under tp), nothing saved
   double loss_sum(const Tensor& x, const Tensor& targets) const;  // evaluation
   // Returns the summed loss over rows; saves x and dlogits = d(loss * grad_scale)/dlogits.
@@ -24,7 +25,10 @@ class LmHead {
   void backward_weight(Activations& saved) const;
 
  private:
+  Tensor all_rows(const Tensor& x) const;  // x in the compute dtype, all-gathered under sequence parallelism
+  Tensor logits_of_rows(const Tensor& xc) const;  // xc: all rows, compute dtype
   ParamStore& ps_;
+  bool sequence_parallel_ = false;  // x and dx are this rank's rows
   int64_t V_, D_;  // V_: this rank's vocabulary rows
   int64_t w_offset_;
   comm::Communicator* tp_ = nullptr;

@@ -20,9 +20,10 @@ Mlp::Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int6
       swiglu_(cfg.is_llama()),
       F_(cfg.ffn_hidden_size / (tp ? tp->size() : 1)),
       up_(ps, up_parts(prefix, cfg), cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std),
-          {TensorParallel::Mode::column, tp}),
+          {TensorParallel::Mode::column, tp, cfg.sequence_parallel}),
       down_(ps, {{prefix + ".down_proj", cfg.hidden_size}}, cfg.ffn_hidden_size, !cfg.is_llama(),
-            float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count))), {TensorParallel::Mode::row, tp}),
+            float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count))),
+            {TensorParallel::Mode::row, tp, cfg.sequence_parallel}),
       key_h_(prefix + ".pre_act") {}
 
 Tensor Mlp::forward(const Tensor& y, Activations& saved) const {

@@ -1,6 +1,7 @@
 #include "tessel/nn/model.h"
 
 #include "tessel/kernels/xent.h"
+#include "tessel/nn/sequence_parallel.h"
 
 namespace tessel::nn {
 
@@ -9,12 +10,20 @@ std::string recompute_key(size_t layer) { return "model.layers." + std::to_strin
 const char* kEmbeddingGrad = "model.embed_tokens.dout";  // the embedding's output gradient, kept from B for W
 }  // namespace
 
-Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& plan)
+Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& plan, comm::Communicator* cp)
     : cfg_(cfg),
       plan_(plan.chunks.empty() ? whole_model_plan(cfg) : plan),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
+      cp_(cp && cp->size() > 1 ? cp : nullptr),
+      local_seq_(cfg.seq_length),
       ps_(std::make_unique<ParamStore>(cfg.compute)) {
   cfg_.validate();
+  if (cp_) {
+    TESSEL_CHECK(cfg_.seq_length % (2 * cp_->size()) == 0,
+                 "model.seq_length {} must be divisible by 2 x context_parallel_size = {} (each rank holds two "
+                 "load-balanced chunks of every sequence)", cfg_.seq_length, 2 * cp_->size());
+    local_seq_ = cfg_.seq_length / cp_->size();
+  }
   if (cfg_.is_llama())
     rope_ = std::make_shared<kernels::RopeTable>(cfg_.seq_length, cfg_.head_dim(), cfg_.rotary_base);
   if (tp_)
@@ -24,14 +33,14 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
   // Each part's parameters are registered contiguously; the boundaries tell backward which range of
   // the flat gradient buffer is final after each part (for overlapping data-parallel reduction).
   // Names carry global layer indices, so pipeline stages together hold the whole model's names.
-  if (plan_.has_embedding) embed_ = std::make_unique<Embedding>(*ps_, cfg_, tp_);
+  if (plan_.has_embedding) embed_ = std::make_unique<Embedding>(*ps_, cfg_, tp_, cp_);
   for (const LayerRange& r : plan_.chunks) {
     TESSEL_CHECK(0 <= r.begin && r.begin < r.end && r.end <= cfg_.num_layers,
                  "pipeline chunk layers [{}, {}) outside the model's {} layers", r.begin, r.end, cfg_.num_layers);
     chunk_first_.push_back(layers_.size());
     for (int64_t i = r.begin; i < r.end; ++i) {
       layer_begin_.push_back(ps_->numel());
-      layers_.push_back(std::make_unique<TransformerLayer>(*ps_, cfg_, i, rope_, tp_));
+      layers_.push_back(std::make_unique<TransformerLayer>(*ps_, cfg_, i, rope_, tp_, cp_));
     }
   }
   layers_end_ = ps_->numel();
@@ -45,6 +54,14 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
   }
   ps_->finalize();
 }
+
+int64_t Model::sequence_split() const { return tp_ && cfg_.sequence_parallel ? tp_->size() : 1; }
+
+int64_t Model::activation_rows(int64_t tokens) const {
+  return tp_ && cfg_.sequence_parallel ? sequence_shard_rows(tokens, tp_->size()) : tokens;
+}
+
+int64_t Model::batch_of(int64_t rows) const { return rows * sequence_split() / local_seq_; }
 
 void Model::require_whole(const char* what) const {
   TESSEL_CHECK(plan_.whole(), "{} needs the whole model; this pipeline stage holds part of it", what);
@@ -71,7 +88,7 @@ Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens
                             float grad_scale, Activations& saved, double* loss) {
   TESSEL_CHECK(chunk >= 0 && chunk < num_chunks(), "chunk {} outside [0, {})", chunk, num_chunks());
   Tensor x = first_chunk_is_first_stage(chunk) ? embed_->forward(tokens, saved) : input;
-  const int64_t batch = x.size(0) / cfg_.seq_length;
+  const int64_t batch = batch_of(x.size(0));
   const size_t first = chunk_first_[size_t(chunk)];
   const size_t end = first + size_t(plan_.chunks[size_t(chunk)].size());
   for (size_t i = first; i < end; ++i) {
@@ -113,7 +130,7 @@ Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, 
     if (cfg_.recompute) {
       const Tensor input = saved.get(recompute_key(i));
       saved.erase(recompute_key(i));
-      layers_[i]->forward(input, input.size(0) / cfg_.seq_length, saved);
+      layers_[i]->forward(input, batch_of(input.size(0)), saved);
     }
     dx = layers_[i]->backward_input(dx, saved);
     if (weights) layer_weights(i, saved, ready);

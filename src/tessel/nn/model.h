@@ -22,7 +22,10 @@ class Model {
   // plan (optional): the pipeline part to hold; default: the whole model. With tied embeddings, a
   // last stage without the embedding holds its own copy of the embedding weight (same values; a
   // ParamSpec.tied_copy whose gradient the trainer adds to the first stage's over the embedding group).
-  explicit Model(const ModelConfig& cfg, comm::Communicator* tp = nullptr, const StagePlan& plan = {});
+  // cp (optional): context parallelism; token batches are this rank's chunks ([B, T/cp], see
+  // context_parallel.h: cp_local_slice) and attention runs around the ring.
+  explicit Model(const ModelConfig& cfg, comm::Communicator* tp = nullptr, const StagePlan& plan = {},
+                 comm::Communicator* cp = nullptr);
   bool tensor_parallel() const { return tp_ != nullptr; }
   const StagePlan& plan() const { return plan_; }
   int num_chunks() const { return int(plan_.chunks.size()); }
@@ -58,6 +61,10 @@ class Model {
                         const GradsReady& ready = nullptr);
   void backward_weight_chunk(int chunk, Activations& saved, const GradsReady& ready = nullptr);
 
+  // Rows of the activations passed between stages for a micro-batch of `tokens` tokens: all of them,
+  // or this rank's share under sequence parallelism.
+  int64_t activation_rows(int64_t tokens) const;
+
   Tensor logits(const Tensor& tokens);                         // [B*T, V] f32, no state kept
 
   // Incremental decoding of one sequence: appends tokens [n] i64 at positions cache.length ... and
@@ -69,12 +76,16 @@ class Model {
  private:
   Tensor hidden(const Tensor& tokens, Activations& saved);  // final-norm output (evaluation)
   void require_whole(const char* what) const;
+  int64_t sequence_split() const;          // ranks the activation rows are split over (1: none)
+  int64_t batch_of(int64_t rows) const;    // sequences in a micro-batch whose activations have `rows` rows here
   // Layer l's (an index into layers_) weight gradients, then its range reported as ready.
   void layer_weights(size_t l, Activations& saved, const GradsReady& ready);
   void report(const GradsReady& ready, int64_t begin, int64_t end) const;
   ModelConfig cfg_;
   StagePlan plan_;
   comm::Communicator* tp_ = nullptr;
+  comm::Communicator* cp_ = nullptr;
+  int64_t local_seq_ = 0;  // rows of one sequence on this rank (seq_length / cp)
   std::unique_ptr<ParamStore> ps_;
   std::shared_ptr<const kernels::RopeTable> rope_;
   std::unique_ptr<Embedding> embed_;

@@ -22,6 +22,9 @@ struct ModelConfig {
   double init_method_std = 0.02;
   bool recompute = false;           // full-layer activation recompute
   DType compute = DType::f32;       // f32 | bf16 (GEMM inputs; accumulation and master weights fp32)
+  // Runtime layout, not model shape (from the parallel section): activations outside the
+  // tensor-parallel GEMMs split by rows over the tensor-parallel group (sequence_parallel.h).
+  bool sequence_parallel = false;
 
   bool is_llama() const { return arch == "llama"; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }

@@ -33,7 +33,8 @@ std::vector<int64_t> layers_per_virtual_stage(const ModelConfig& cfg, int pp, in
   return explicit_layers;
 }
 
-StagePlan pipeline_plan(const ModelConfig& cfg, int pp, int vpp, int rank, const std::vector<int64_t>& explicit_layers) {
+StagePlan pipeline_plan(const ModelConfig& cfg, int pp, int vpp, int rank,
+                        const std::vector<int64_t>& explicit_layers) {
   const auto per = layers_per_virtual_stage(cfg, pp, vpp, explicit_layers);
   TESSEL_CHECK(rank >= 0 && rank < pp, "pipeline rank {} outside [0, {})", rank, pp);
   StagePlan plan;

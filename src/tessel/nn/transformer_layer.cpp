@@ -11,9 +11,10 @@ Norm::Kind norm_kind(const ModelConfig& c) { return c.is_llama() ? Norm::Kind::r
 }  // namespace
 
 TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64_t index,
-                                   std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp)
+                                   std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp,
+                                   comm::Communicator* cp)
     : norm1_(ps, layer_prefix(index) + ".input_layernorm", cfg.hidden_size, norm_kind(cfg), float(cfg.norm_epsilon)),
-      attn_(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers, std::move(rope), tp),
+      attn_(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers, std::move(rope), tp, cp),
       norm2_(ps, layer_prefix(index) + ".post_attention_layernorm", cfg.hidden_size, norm_kind(cfg),
              float(cfg.norm_epsilon)),
       mlp_(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, tp) {}

@@ -13,7 +13,8 @@ namespace tessel::nn {
 class TransformerLayer {
  public:
   TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64_t index,
-                   std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr);
+                   std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr,
+                   comm::Communicator* cp = nullptr);
   Tensor forward(const Tensor& r, int64_t batch, Activations& saved) const;  // r [N, d] f32
   Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dr [N, d] f32
   void backward_weight(Activations& saved) const;

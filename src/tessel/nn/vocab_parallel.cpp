@@ -47,15 +47,20 @@ double vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   return total;
 }
 
-void vocab_parallel_embedding(const Tensor& tokens, const Tensor& weight, int64_t vocab_begin, Tensor& out,
-                              comm::Communicator& tp) {
+Tensor vocab_parallel_embedding_partial(const Tensor& tokens, const Tensor& weight, int64_t vocab_begin) {
   const int64_t N = tokens.numel(), Vl = weight.size(0), D = weight.size(1);
-  out = Tensor::zeros({N, D}, DType::f32);
+  Tensor out = Tensor::zeros({N, D}, DType::f32);
   const int64_t* t = tokens.data<int64_t>();
   for (int64_t i = 0; i < N; ++i) {
     const int64_t local = t[i] - vocab_begin;
     if (local >= 0 && local < Vl) std::copy_n(weight.data<float>() + local * D, D, out.data<float>() + i * D);
   }
+  return out;
+}
+
+void vocab_parallel_embedding(const Tensor& tokens, const Tensor& weight, int64_t vocab_begin, Tensor& out,
+                              comm::Communicator& tp) {
+  out = vocab_parallel_embedding_partial(tokens, weight, vocab_begin);
   tp.all_reduce(out.raw(), out.numel(), DType::f32, comm::ReduceOp::sum);
 }
 

@@ -18,6 +18,8 @@ double vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 // weight [V/n, d] starting at vocab_begin: rows outside the slice contribute zeros, then all-reduce.
 void vocab_parallel_embedding(const Tensor& tokens, const Tensor& weight, int64_t vocab_begin, Tensor& out,
                               comm::Communicator& tp);
+// The same before the all-reduce: [N, d], zero rows for tokens outside this rank's slice.
+Tensor vocab_parallel_embedding_partial(const Tensor& tokens, const Tensor& weight, int64_t vocab_begin);
 // dweight[t - vocab_begin] += dout[i] for tokens t inside this rank's slice.
 void vocab_parallel_embedding_backward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin, Tensor& dweight);
 

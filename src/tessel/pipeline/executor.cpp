@@ -25,7 +25,8 @@ class Runner {
   Runner(const Schedule& s, nn::Model& model, comm::Communicator& pp, const std::vector<data::Batch>& mbs,
          float grad_scale, const nn::Model::GradsReady& ready)
       : s_(s), model_(model), pp_(pp), mbs_(mbs), scale_(grad_scale), ready_(ready),
-        rows_(mbs.empty() ? 0 : mbs.front().tokens.numel()), width_(model.config().hidden_size) {}
+        rows_(mbs.empty() ? 0 : model.activation_rows(mbs.front().tokens.numel())),
+        width_(model.config().hidden_size) {}
 
   double run() {
     for (const Op& op : s_.ranks[size_t(pp_.rank())]) execute(op);
@@ -108,7 +109,8 @@ class Runner {
 }  // namespace
 
 double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
-                    const std::vector<data::Batch>& micro_batches, float grad_scale, const nn::Model::GradsReady& ready) {
+                    const std::vector<data::Batch>& micro_batches, float grad_scale,
+                    const nn::Model::GradsReady& ready) {
   TESSEL_CHECK(s.pp == pp.size() && s.vpp == model.num_chunks() && s.micro_batches == int(micro_batches.size()),
                "pipeline schedule for pp {} x vpp {} with {} micro-batches; this run has pp {}, {} chunks, {} "
                "micro-batches", s.pp, s.vpp, s.micro_batches, pp.size(), model.num_chunks(), micro_batches.size());
@@ -117,7 +119,7 @@ double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
 
 double forward_only_loss(nn::Model& model, comm::Communicator& pp, const data::Batch& batch) {
   const int P = pp.size(), V = model.num_chunks(), me = pp.rank();
-  const Shape act{batch.tokens.numel(), model.config().hidden_size};
+  const Shape act{model.activation_rows(batch.tokens.numel()), model.config().hidden_size};
   double loss = 0;
   Tensor x;
   for (int v = 0; v < P * V; ++v) {

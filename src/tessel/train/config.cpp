@@ -191,6 +191,7 @@ Config Config::from_yaml_text(const std::string& yaml, const std::vector<std::st
     schema.field(section, key, "--set").read(value);
   }
   c.model.compute = c.precision.compute == "bf16" ? DType::bf16 : DType::f32;
+  c.model.sequence_parallel = c.parallel.sequence_parallel;
   c.validate();
   return c;
 }
@@ -231,7 +232,8 @@ void Config::validate() const {
                "parallel.virtual_pipeline_model_parallel_size {} needs pipeline_model_parallel_size > 1",
                parallel.virtual_pipeline_model_parallel_size);
   if (parallel.pipeline_model_parallel_size > 1) {
-    const auto explicit_layers = nn::parse_layer_list(parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage");
+    const auto explicit_layers =
+        nn::parse_layer_list(parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage");
     nn::layers_per_virtual_stage(model, int(parallel.pipeline_model_parallel_size),
                                  int(parallel.virtual_pipeline_model_parallel_size), explicit_layers);
   } else {
@@ -241,9 +243,9 @@ void Config::validate() const {
   TESSEL_CHECK(!parallel.sequence_parallel || parallel.tensor_model_parallel_size > 1,
                "parallel.sequence_parallel needs tensor_model_parallel_size > 1 (it splits the tensor-parallel "
                "region's sequence)");
-  TESSEL_CHECK(!parallel.sequence_parallel, "parallel.sequence_parallel: not supported yet");
-  TESSEL_CHECK(parallel.context_parallel_size == 1, "parallel.context_parallel_size = {}: not supported yet (allowed: 1)",
-               parallel.context_parallel_size);
+  TESSEL_CHECK(model.seq_length % (2 * parallel.context_parallel_size) == 0,
+               "model.seq_length {} must be divisible by 2 x parallel.context_parallel_size = {} (each rank holds two "
+               "load-balanced chunks of every sequence)", model.seq_length, 2 * parallel.context_parallel_size);
   TESSEL_CHECK(parallel.ddp_bucket_size > 0, "parallel.ddp_bucket_size must be > 0, got {}", parallel.ddp_bucket_size);
   TESSEL_CHECK(train.train_iters >= 0, "train.train_iters must be >= 0, got {}", train.train_iters);
   TESSEL_CHECK(train.micro_batch_size > 0, "train.micro_batch_size must be > 0, got {}", train.micro_batch_size);

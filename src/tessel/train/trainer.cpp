@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "tessel/nn/context_parallel.h"
 #include "tessel/optim/grad_reducer.h"
 #include "tessel/pipeline/executor.h"
 
@@ -14,22 +15,27 @@ nn::StagePlan stage_plan(const Config& cfg, comm::ParallelState* groups) {
   if (!groups || groups->pp_size() == 1) return nn::whole_model_plan(cfg.model);
   return nn::pipeline_plan(cfg.model, groups->pp_size(), int(cfg.parallel.virtual_pipeline_model_parallel_size),
                            groups->coords().pp,
-                           nn::parse_layer_list(cfg.parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage"));
+                           nn::parse_layer_list(cfg.parallel.pipeline_layers_per_stage,
+                                                "parallel.pipeline_layers_per_stage"));
 }
 }  // namespace
 
 Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
   comm::Communicator* tp = nullptr;
   if (groups) {
-    dp_ = multi_rank(&groups->dp());
+    // Context-parallel ranks see other tokens of the same sequences: gradients are summed (and the
+    // distributed optimizer sharded) over data x context parallel ranks.
+    cp_ = multi_rank(&groups->cp());
+    dp_ = multi_rank(cp_ ? &groups->dp_cp() : &groups->dp());
     tp = multi_rank(&groups->tp());
     pp_ = multi_rank(&groups->pp());
     embedding_ = pp_ && cfg_.model.tie_embeddings ? groups->embedding() : nullptr;
+    sequence_tp_ = tp && cfg_.parallel.sequence_parallel ? tp : nullptr;
   }
-  model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups));
+  model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups), cp_);
   model_->params().initialize(uint64_t(cfg_.train.seed));
   if (pp_) {
-    const int64_t local = cfg_.grad_accumulation_steps() / (dp_ ? dp_->size() : 1);
+    const int64_t local = cfg_.grad_accumulation_steps() / data_parallel_size();
     schedule_ops_ = pipeline::make_training_schedule(pp_->size(), model_->num_chunks(), int(local));
   }
   optim::AdamWConfig oc;
@@ -57,11 +63,21 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
   schedule_.validate();
 }
 
-StepResult Trainer::step(const std::vector<data::Batch>& micro_batches, int64_t iter) {
-  const int64_t dp = dp_ ? dp_->size() : 1;
-  TESSEL_CHECK(int64_t(micro_batches.size()) * dp == cfg_.grad_accumulation_steps(),
+int64_t Trainer::data_parallel_size() const { return dp_ ? dp_->size() / (cp_ ? cp_->size() : 1) : 1; }
+
+data::Batch Trainer::local_part(const data::Batch& b) const {
+  if (!cp_) return b;
+  return {nn::cp_local_slice(b.tokens, cp_->rank(), cp_->size()),
+          nn::cp_local_slice(b.targets, cp_->rank(), cp_->size())};
+}
+
+StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, int64_t iter) {
+  const int64_t dp = data_parallel_size();
+  TESSEL_CHECK(int64_t(whole_micro_batches.size()) * dp == cfg_.grad_accumulation_steps(),
                "step: {} micro-batches on each of {} data-parallel ranks, the config needs {} in all",
-               micro_batches.size(), dp, cfg_.grad_accumulation_steps());
+               whole_micro_batches.size(), dp, cfg_.grad_accumulation_steps());
+  std::vector<data::Batch> micro_batches;  // this rank's tokens of each (its context-parallel chunks)
+  for (const auto& mb : whole_micro_batches) micro_batches.push_back(local_part(mb));
   int64_t tokens = 0;
   for (const auto& mb : micro_batches) tokens += mb.targets.numel();
   if (dp_) dp_->all_reduce(&tokens, 1, DType::i64, comm::ReduceOp::sum);
@@ -71,7 +87,8 @@ StepResult Trainer::step(const std::vector<data::Batch>& micro_batches, int64_t 
   double loss = 0;
   const bool sharded = !opt_->owns_all();
   std::unique_ptr<optim::GradReducer> reducer;
-  if (dp_ && !sharded) reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_data(), cfg_.parallel.ddp_bucket_size);
+  if (dp_ && !sharded)
+    reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_data(), cfg_.parallel.ddp_bucket_size);
   nn::Model::GradsReady ready;
   if (reducer) ready = [&](int64_t b, int64_t e) { reducer->ready(b, e); };
   if (pp_) {
@@ -85,6 +102,7 @@ StepResult Trainer::step(const std::vector<data::Batch>& micro_batches, int64_t 
   if (reducer) reducer->finish();
   if (dp_) loss = comm::sum_in_rank_order(*dp_, loss);
   if (embedding_) reduce_tied_embedding();
+  if (sequence_tp_) reduce_replicated_over_tp();
   if (sharded) {
     // Reduce-scatter: each rank receives the summed gradients of its own shard only.
     const int64_t b = opt_->own_begin(), n = opt_->own_end() - opt_->own_begin();
@@ -102,14 +120,33 @@ StepResult Trainer::step(const std::vector<data::Batch>& micro_batches, int64_t 
   return {loss / double(tokens), norm, lr};
 }
 
+void Trainer::reduce_replicated_over_tp() {
+  // Under sequence parallelism each tensor-parallel rank saw only its rows in the norms, row-parallel
+  // biases and learned positions: sum their gradients, packed into one all-reduce.
+  auto& ps = model_->params();
+  std::vector<float> packed;
+  for (const auto& s : ps.specs())
+    if (s.shape == s.global_shape)
+      packed.insert(packed.end(), ps.grads_data() + s.offset, ps.grads_data() + s.offset + s.numel);
+  sequence_tp_->all_reduce(packed.data(), int64_t(packed.size()), DType::f32, comm::ReduceOp::sum);
+  size_t at = 0;
+  for (const auto& s : ps.specs())
+    if (s.shape == s.global_shape) {
+      std::copy_n(packed.data() + at, s.numel, ps.grads_data() + s.offset);
+      at += size_t(s.numel);
+    }
+}
+
 void Trainer::reduce_tied_embedding() {
   const auto& spec = model_->params().spec("model.embed_tokens.weight");
   embedding_->all_reduce(model_->params().grads_data() + spec.offset, spec.numel, DType::f32, comm::ReduceOp::sum);
 }
 
-double Trainer::eval_loss_sum(const data::Batch& batch) {
-  if (pp_) return pipeline::forward_only_loss(*model_, *pp_, batch);
-  return model_->loss_sum(batch.tokens, batch.targets);
+double Trainer::eval_loss_sum(const data::Batch& whole) {
+  const data::Batch batch = local_part(whole);
+  const double loss =
+      pp_ ? pipeline::forward_only_loss(*model_, *pp_, batch) : model_->loss_sum(batch.tokens, batch.targets);
+  return cp_ ? comm::sum_in_rank_order(*cp_, loss) : loss;
 }
 
 std::vector<int64_t> Trainer::shard_counts() const {
