@@ -38,7 +38,10 @@ run 4 pp2-dp2-zero --set $PP=2 --set parallel.use_distributed_optimizer=true && 
 run 4 tp2-dp2-zero --set $TP=2 --set parallel.use_distributed_optimizer=true && compare llama tp2-dp2-zero
 run 2 gpt2-pp2 "${GPT2[@]}" --set $PP=2 && compare gpt2 gpt2-pp2
 # Sequence parallelism: norms and residuals on row shards, all-gather / reduce-scatter around the GEMMs.
+run 2 tp2 --set $TP=2 && compare llama tp2
 run 2 tp2-sp --set $TP=2 --set $SP=true && compare llama tp2-sp
+# 4 ranks, 2 key/value heads: each head replicated on 2 ranks, its gradient summed over them.
+run 4 tp4-sp --set $TP=4 --set $SP=true && compare llama tp4-sp
 run 4 gpt2-tp4-sp "${GPT2[@]}" --set $TP=4 --set $SP=true && compare gpt2 gpt2-tp4-sp
 # Context parallelism: two load-balanced chunks of every sequence per rank, K/V around the ring.
 run 2 cp2 --set $CP=2 && compare llama cp2

@@ -66,7 +66,7 @@ for d in ("ck-one", "one-a"):
 print(f"reshard: tp2 checkpoint resumed on 1 process, and 1-process checkpoint resumed on tp2, follow the single run")
 PY
 
-# Key/value heads that do not split over the group are refused on every rank, with the reason.
-if run 4 bad --set parallel.tensor_model_parallel_size=4; then echo "expected a failure"; exit 1; fi
-grep -q "must divide model.num_query_groups (2)" bad.log
-echo "tp4 with 2 key/value heads: refused with the reason"
+# A group size that splits neither heads nor vocabulary is refused on every rank, with the reason.
+if run 3 bad --set parallel.tensor_model_parallel_size=3; then echo "expected a failure"; exit 1; fi
+grep -q "tensor_model_parallel_size 3 must divide" bad.log
+echo "tp3 with 4 heads: refused with the reason"

@@ -89,7 +89,8 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
 namespace {
 
 // The whole tensor of a (possibly) tensor-parallel parameter: shards are equal slices along one
-// dimension, rank k's at k x its size, gathered over tp. Unsharded tensors are returned as views.
+// dimension, each rank's where its slice_begin says (replicated slices are written twice, equal),
+// gathered over tp. Unsharded tensors are returned as views.
 Tensor whole(const nn::ParamSpec& s, const float* local, comm::Communicator* tp) {
   const Tensor mine = Tensor::from_blob(const_cast<float*>(local), s.shape, DType::f32);
   if (s.shape == s.global_shape) return mine;
@@ -99,9 +100,11 @@ Tensor whole(const nn::ParamSpec& s, const float* local, comm::Communicator* tp)
   const int n = tp->size();
   std::vector<float> all(size_t(s.numel) * size_t(n));
   tp->all_gather(local, all.data(), s.numel, DType::f32);
+  std::vector<int64_t> begins(static_cast<size_t>(n));
+  tp->all_gather(&s.slice_begin[dim], begins.data(), 1, DType::i64);
   Tensor full = Tensor::empty(s.global_shape, DType::f32);
   for (int k = 0; k < n; ++k)
-    full.slice(int64_t(dim), k * s.shape[dim], (k + 1) * s.shape[dim])
+    full.slice(int64_t(dim), begins[size_t(k)], begins[size_t(k)] + s.shape[dim])
         .copy_from(Tensor::from_blob(all.data() + size_t(k) * size_t(s.numel), s.shape, DType::f32));
   return full;
 }

@@ -11,11 +11,23 @@
 namespace tessel::nn {
 
 namespace {
-int64_t heads_per_rank(int64_t heads, comm::Communicator* tp, const char* what) {
-  const int64_t n = tp ? tp->size() : 1;
-  TESSEL_CHECK(heads % n == 0, "tensor_model_parallel_size {} must divide {} ({}); replicated key/value heads are not "
-               "supported yet", n, what, heads);
-  return heads / n;
+int64_t tp_size(comm::Communicator* tp) { return tp ? tp->size() : 1; }
+
+int64_t query_heads_per_rank(const ModelConfig& cfg, comm::Communicator* tp) {
+  TESSEL_CHECK(cfg.num_attention_heads % tp_size(tp) == 0,
+               "tensor_model_parallel_size {} must divide model.num_attention_heads ({})", tp_size(tp),
+               cfg.num_attention_heads);
+  return cfg.num_attention_heads / tp_size(tp);
+}
+
+// Key/value heads split when the group divides them; with more ranks than heads each head is
+// replicated over tp / G consecutive ranks (those whose query heads use it).
+int64_t kv_heads_per_rank(const ModelConfig& cfg, comm::Communicator* tp) {
+  const int64_t n = tp_size(tp), G = cfg.num_query_groups;
+  TESSEL_CHECK(G % n == 0 || n % G == 0,
+               "tensor_model_parallel_size {} must divide model.num_query_groups ({}) or be a multiple of it "
+               "(key/value heads are then replicated)", n, G);
+  return G % n == 0 ? G / n : 1;
 }
 }  // namespace
 
@@ -24,15 +36,15 @@ SelfAttention::SelfAttention(ParamStore& ps, const std::string& prefix, const Mo
                              comm::Communicator* cp)
     : ps_(ps),
       cp_(cp && cp->size() > 1 ? cp : nullptr),
-      H_(heads_per_rank(cfg.num_attention_heads, tp, "model.num_attention_heads")),
-      G_(heads_per_rank(cfg.num_query_groups, tp, "model.num_query_groups")),
+      H_(query_heads_per_rank(cfg, tp)),
+      G_(kv_heads_per_rank(cfg, tp)),
       Dh_(cfg.head_dim()),
       T_(cfg.seq_length / (cp_ ? cp_->size() : 1)),
       rope_(std::move(rope)),
       qkv_(ps,
            {{prefix + ".q_proj", cfg.num_attention_heads * Dh_},
-            {prefix + ".k_proj", cfg.num_query_groups * Dh_},
-            {prefix + ".v_proj", cfg.num_query_groups * Dh_}},
+            {prefix + ".k_proj", cfg.num_query_groups * Dh_, cfg.num_query_groups},
+            {prefix + ".v_proj", cfg.num_query_groups * Dh_, cfg.num_query_groups}},
            cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std),
            {TensorParallel::Mode::column, tp, cfg.sequence_parallel}),
       // Output projection scaled by 1/sqrt(2 L) (GPT-2 / Megatron "scaled init").

@@ -17,18 +17,25 @@ Linear::Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, f
     TESSEL_CHECK(in % n == 0, "row-parallel '{}': {} input features do not split over {} ranks", parts[0].name, in, n);
     in_ = in / n;
   }
+  // Part p is cut into `shards` slices; this rank holds slice r / (n / shards) (replicated when shards < n).
+  auto shards_of = [&](const Part& p) { return column && p.max_shards > 0 && p.max_shards < n ? int(p.max_shards) : n; };
+  auto add = [&](const Part& p, const std::string& name, const Shape& global, int dim, Init init, float std, bool wd) {
+    if (!column && !(row && dim == 1)) return ps.add(name, global, init, std, wd);
+    const int shards = shards_of(p), per = n / shards;
+    TESSEL_CHECK(n % shards == 0, "'{}': {} shards do not spread evenly over {} tensor-parallel ranks", name, shards, n);
+    const int64_t off = ps.add_shard(name, global, dim, r / per, shards, init, std, wd);
+    if (per > 1) ps.set_replica(off, per, r % per);
+    return off;
+  };
   for (const auto& p : parts) {
     // Shards of adjacent parts stay adjacent: the local fused weight is [part0 rows; part1 rows; ...].
-    const int64_t off = column ? ps.add_shard(p.name + ".weight", {p.out, in}, 0, r, n, Init::normal, init_std, true)
-                        : row  ? ps.add_shard(p.name + ".weight", {p.out, in}, 1, r, n, Init::normal, init_std, true)
-                               : ps.add(p.name + ".weight", {p.out, in}, Init::normal, init_std, true);
+    const int64_t off = add(p, p.name + ".weight", {p.out, in}, row ? 1 : 0, Init::normal, init_std, true);
     if (w_offset_ < 0) w_offset_ = off;
-    out_ += column ? p.out / n : p.out;
+    out_ += column ? p.out / shards_of(p) : p.out;
   }
   if (bias)
     for (const auto& p : parts) {
-      const int64_t off = column ? ps.add_shard(p.name + ".bias", {p.out}, 0, r, n, Init::zeros, 0.0f, false)
-                                 : ps.add(p.name + ".bias", {p.out}, Init::zeros, 0.0f, false);
+      const int64_t off = add(p, p.name + ".bias", {p.out}, 0, Init::zeros, 0.0f, false);
       if (b_offset_ < 0) b_offset_ = off;
     }
   key_x_ = parts[0].name + ".x";

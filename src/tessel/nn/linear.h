@@ -35,6 +35,9 @@ class Linear {
   struct Part {
     std::string name;  // full parameter prefix, e.g. "model.layers.0.self_attn.q_proj"
     int64_t out;       // global output features of this part
+    // Column-parallel only: at most this many shards (0: no limit). With more ranks, each shard is
+    // replicated over size / max_shards consecutive ranks (key/value heads when tp > their number).
+    int64_t max_shards = 0;
   };
   // in: global input features.
   Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, float init_std, TensorParallel tp = {});

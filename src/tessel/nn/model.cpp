@@ -53,6 +53,35 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
     head_end_ = ps_->numel();
   }
   ps_->finalize();
+  for (const auto& s : ps_->specs())
+    if (s.replicas > 1) {  // every replicated key/value slice is shared by the same ranks
+      kv_replicas_ = tp_->split(tp_->rank() / s.replicas, tp_->rank());
+      break;
+    }
+}
+
+namespace {
+// All-reduces (sum) the gradients of the selected parameters, packed into one message.
+template <class Pred>
+void sum_grads(ParamStore& ps, comm::Communicator& group, Pred selected) {
+  std::vector<float> packed;
+  for (const auto& s : ps.specs())
+    if (selected(s)) packed.insert(packed.end(), ps.grads_data() + s.offset, ps.grads_data() + s.offset + s.numel);
+  if (packed.empty()) return;
+  group.all_reduce(packed.data(), int64_t(packed.size()), DType::f32, comm::ReduceOp::sum);
+  size_t at = 0;
+  for (const auto& s : ps.specs())
+    if (selected(s)) {
+      std::copy_n(packed.data() + at, s.numel, ps.grads_data() + s.offset);
+      at += size_t(s.numel);
+    }
+}
+}  // namespace
+
+void Model::reduce_tensor_parallel_grads() {
+  if (tp_ && cfg_.sequence_parallel)
+    sum_grads(*ps_, *tp_, [](const ParamSpec& s) { return s.shape == s.global_shape; });
+  if (kv_replicas_) sum_grads(*ps_, *kv_replicas_, [](const ParamSpec& s) { return s.replicas > 1; });
 }
 
 int64_t Model::sequence_split() const { return tp_ && cfg_.sequence_parallel ? tp_->size() : 1; }

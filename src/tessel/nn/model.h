@@ -61,6 +61,11 @@ class Model {
                         const GradsReady& ready = nullptr);
   void backward_weight_chunk(int chunk, Activations& saved, const GradsReady& ready = nullptr);
 
+  // After backward, before the optimizer: sums over tensor-parallel ranks the gradients that each
+  // rank holds only part of (parameters replicated over the group under sequence parallelism, which
+  // saw only this rank's rows; key/value heads replicated over several ranks). Collective over tp.
+  void reduce_tensor_parallel_grads();
+
   // Rows of the activations passed between stages for a micro-batch of `tokens` tokens: all of them,
   // or this rank's share under sequence parallelism.
   int64_t activation_rows(int64_t tokens) const;
@@ -85,6 +90,7 @@ class Model {
   StagePlan plan_;
   comm::Communicator* tp_ = nullptr;
   comm::Communicator* cp_ = nullptr;
+  std::unique_ptr<comm::Communicator> kv_replicas_;  // tp ranks holding the same key/value heads
   int64_t local_seq_ = 0;  // rows of one sequence on this rank (seq_length / cp)
   std::unique_ptr<ParamStore> ps_;
   std::shared_ptr<const kernels::RopeTable> rope_;

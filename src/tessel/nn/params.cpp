@@ -16,6 +16,16 @@ int64_t ParamStore::add(const std::string& name, const Shape& shape, Init init, 
   return total_ - n;
 }
 
+void ParamStore::set_replica(int64_t offset, int replicas, int replica) {
+  for (auto& s : specs_)
+    if (s.offset == offset) {
+      s.replicas = replicas;
+      s.replica = replica;
+      return;
+    }
+  TESSEL_FAIL("set_replica: no parameter at offset {}", offset);
+}
+
 void ParamStore::mark_tied_copy(int64_t offset) {
   for (auto& s : specs_)
     if (s.offset == offset) {

@@ -27,6 +27,11 @@ struct ParamSpec {
   // A copy of a parameter another pipeline stage owns (the tied embedding on the last stage): kept
   // equal by summing both gradients, counted once in the gradient norm, saved once.
   bool tied_copy = false;
+  // Key/value heads replicated over tensor parallelism (tp > num_query_groups): `replicas` ranks hold
+  // this same slice, this one is number `replica`. Each sees other query heads' share of the
+  // gradient, summed over those ranks (Model::reduce_tensor_parallel_grads); replica 0 counts in the norm.
+  int replicas = 1;
+  int replica = 0;
 };
 
 class ParamStore {
@@ -43,6 +48,7 @@ class ParamStore {
   int64_t add_shard(const std::string& name, const Shape& global_shape, int dim, int part, int parts, Init init,
                     float std, bool weight_decay);
   void mark_tied_copy(int64_t offset);
+  void set_replica(int64_t offset, int replicas, int replica);
   void finalize();
   void initialize(uint64_t seed);
 

@@ -27,11 +27,12 @@ AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin, int64_t own
 double AdamW::step(double lr) {
   ProfileScope prof("optimizer");
   // Parameters replicated over tensor parallelism (identical gradients on every rank of the group)
-  // count on its rank 0 only; tensor-parallel shards and pipeline stages add up.
+  // count on its rank 0 only, replicated key/value slices on their replica 0; tensor-parallel shards
+  // and pipeline stages add up.
   const bool tp_lead = !groups_.tp || groups_.tp->rank() == 0;
   double sq = 0;
   for (const auto& s : ps_.specs()) {
-    if (s.tied_copy || (s.shape == s.global_shape && !tp_lead)) continue;
+    if (s.tied_copy || s.replica != 0 || (s.shape == s.global_shape && !tp_lead)) continue;
     const int64_t b = std::max(begin_, s.offset), e = std::min(end_, s.offset + s.numel);
     if (b < e) sq += kernels::sum_squares(e - b, ps_.grads_data() + b);
   }

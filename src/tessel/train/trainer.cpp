@@ -30,7 +30,6 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
     tp = multi_rank(&groups->tp());
     pp_ = multi_rank(&groups->pp());
     embedding_ = pp_ && cfg_.model.tie_embeddings ? groups->embedding() : nullptr;
-    sequence_tp_ = tp && cfg_.parallel.sequence_parallel ? tp : nullptr;
   }
   model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups), cp_);
   model_->params().initialize(uint64_t(cfg_.train.seed));
@@ -102,7 +101,7 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   if (reducer) reducer->finish();
   if (dp_) loss = comm::sum_in_rank_order(*dp_, loss);
   if (embedding_) reduce_tied_embedding();
-  if (sequence_tp_) reduce_replicated_over_tp();
+  model_->reduce_tensor_parallel_grads();
   if (sharded) {
     // Reduce-scatter: each rank receives the summed gradients of its own shard only.
     const int64_t b = opt_->own_begin(), n = opt_->own_end() - opt_->own_begin();
@@ -118,23 +117,6 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
     ps.refresh_compute_copy();
   }
   return {loss / double(tokens), norm, lr};
-}
-
-void Trainer::reduce_replicated_over_tp() {
-  // Under sequence parallelism each tensor-parallel rank saw only its rows in the norms, row-parallel
-  // biases and learned positions: sum their gradients, packed into one all-reduce.
-  auto& ps = model_->params();
-  std::vector<float> packed;
-  for (const auto& s : ps.specs())
-    if (s.shape == s.global_shape)
-      packed.insert(packed.end(), ps.grads_data() + s.offset, ps.grads_data() + s.offset + s.numel);
-  sequence_tp_->all_reduce(packed.data(), int64_t(packed.size()), DType::f32, comm::ReduceOp::sum);
-  size_t at = 0;
-  for (const auto& s : ps.specs())
-    if (s.shape == s.global_shape) {
-      std::copy_n(packed.data() + at, s.numel, ps.grads_data() + s.offset);
-      at += size_t(s.numel);
-    }
 }
 
 void Trainer::reduce_tied_embedding() {

@@ -48,14 +48,11 @@ class Trainer {
   std::vector<int64_t> shard_counts() const;  // elements owned by each dp rank (distributed optimizer)
   // Sums the tied embedding's gradient of the first and last pipeline stages (embedding group).
   void reduce_tied_embedding();
-  // Sums the gradients of parameters replicated over tensor parallelism (sequence parallelism).
-  void reduce_replicated_over_tp();
   Config cfg_;
   comm::Communicator* dp_ = nullptr;   // gradient reduction (and optimizer sharding) group: dp, or dp x cp
   comm::Communicator* cp_ = nullptr;   // context parallelism
   comm::Communicator* pp_ = nullptr;   // pipeline stages (null: the whole model here)
   comm::Communicator* embedding_ = nullptr;
-  comm::Communicator* sequence_tp_ = nullptr;  // the tensor-parallel group when sequence parallelism is on
   pipeline::Schedule schedule_ops_;
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<optim::AdamW> opt_;

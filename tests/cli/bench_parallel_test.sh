@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# `tessel bench` under mpirun reports the parallel figures, checked against the sizes and the ring
+# formulas (../shared/REFERENCE.md): per-rank memory of parameters (falls as 1/(TP x PP), up to the
+# replicated norms), gradients and Adam state (falls as 1/DP with the distributed optimizer); bytes per
+# step of the data-, tensor-, pipeline-parallel and embedding groups; the share of data-parallel
+# communication hidden behind backward is reported (a number in [0, 1], 0 with the distributed
+# optimizer); the operator table stays behind --profile although the profiler times the dp wait.
+# Small Llama (configs/synthetic.yaml: 4 layers, hidden 128, GQA, vocab 512, seq 128, bf16), micro
+# batch 2, global batch 8.
+# Usage: bench_parallel_test.sh TESSEL_BINARY CONFIG_DIR MPIRUN
+source "$(dirname "$0")/../mpi/prelude.sh"
+bench() {  # name, np, extra args...
+  local name=$1 np=$2; shift 2
+  OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np "$np" "$TESSEL" bench \
+    "$CONFIGS/synthetic.yaml" --steps 2 --warmup 1 --set train.micro_batch_size=2 --set train.global_batch_size=8 \
+    "$@" > "$name.log" 2>&1 || { cat "$name.log"; exit 1; }
+}
+TP=parallel.tensor_model_parallel_size PP=parallel.pipeline_model_parallel_size
+bench dp2 2
+bench zero2 2 --set parallel.use_distributed_optimizer=true
+bench tp2 2 --set $TP=2
+bench pp2-tied 2 --set $PP=2 --set model.tie_embeddings=true
+bench tp2-pp2 4 --set $TP=2 --set $PP=2
+if grep -q gemm_fwd dp2.log; then echo "operator table printed without --profile"; exit 1; fi
+
+/usr/bin/python3 - <<'PY'
+import json
+def j(name):
+    return json.loads(open(name + ".log").read().strip().splitlines()[-1])
+def close(a, b, rel=1e-3):
+    assert abs(a - b) <= rel * abs(b), (a, b)
+L, d, V, T, B = 4, 128, 512, 128, 2          # layers, hidden, vocab, seq, micro batch
+act = B * T * d * 4                            # one micro-batch's activations (or their gradient), fp32
+dp2, zero2, tp2, pp2, tp2pp2 = j("dp2"), j("zero2"), j("tp2"), j("pp2-tied"), j("tp2-pp2")
+P = dp2["params"]                              # the whole model on each data-parallel rank
+
+# Memory per rank: fp32 masters + bf16 copy, fp32 grads, Adam m and v (fp32) of the owned range.
+close(dp2["param_mb"], 6 * P / 1e6, 1e-9)
+close(dp2["grad_mb"], 4 * P / 1e6, 1e-9)
+close(dp2["optimizer_state_mb"], 8 * P / 1e6, 1e-9)
+assert zero2["param_mb"] == dp2["param_mb"] and zero2["grad_mb"] == dp2["grad_mb"]
+assert abs(2 * zero2["optimizer_state_mb_max"] - dp2["optimizer_state_mb"]) <= 16e-6, (zero2, dp2)
+replicated = (2 * L + 1) * d                   # RMSNorm weights, whole on every tensor-parallel rank
+assert 0 <= 2 * tp2["params"] - P <= replicated, (tp2["params"], P)
+r = tp2pp2["param_mb_max"] / dp2["param_mb"]
+assert 0.25 <= r <= 0.25 + replicated / P, r   # 1/(TP x PP)
+print(f"memory: params {dp2['param_mb']:.3f} MB/rank whole, x{tp2['param_mb'] / dp2['param_mb']:.4f} at tp2, "
+      f"x{r:.4f} at tp2 x pp2; Adam state x{zero2['optimizer_state_mb_max'] / dp2['optimizer_state_mb']:.4f} with ZeRO-1 at dp2")
+
+# Traffic per step and rank (ring, n = 2): all-reduce 2(n-1)/n = 1 x payload.
+close(dp2["dp_comm_mb_per_step"], 4 * P / 1e6)          # one all-reduce of every fp32 gradient
+close(zero2["dp_comm_mb_per_step"], 4 * P / 1e6)        # reduce-scatter 1/2 x 4P + all-gather 1 x 2P
+micro = 8 // B                                           # micro-batches per step (dp 1)
+close(tp2["tp_comm_mb_per_step"], micro * (4 * L + 2) * act / 1e6, 1e-2)  # 2 fwd + 2 bwd per layer, embedding, head
+close(pp2["pp_comm_mb_per_step"], micro * act / 1e6)    # stage 0 sends each micro-batch's activations
+close(pp2["pp_comm_mb_per_step_max"], micro * act / 1e6)  # stage 1 sends their gradients
+close(pp2["embedding_comm_mb_per_step"], V * d * 4 / 1e6)  # the tied embedding's gradient
+print(f"traffic: dp {dp2['dp_comm_mb_per_step']:.3f} MB, tp {tp2['tp_comm_mb_per_step']:.3f} MB, "
+      f"pp {pp2['pp_comm_mb_per_step']:.3f} MB, embedding {pp2['embedding_comm_mb_per_step']:.3f} MB per step, as the formulas say")
+
+# DP communication hidden behind backward.
+assert 0 <= dp2["dp_comm_hidden_share"] <= 1 and dp2["dp_comm_exposed_s"] >= 0 and dp2["dp_comm_blocking_s"] > 0, dp2
+assert zero2["dp_comm_hidden_share"] == 0 and zero2["dp_comm_exposed_s"] is None, zero2
+assert tp2["dp_comm_hidden_share"] is None, tp2
+print(f"dp2: {dp2['dp_comm_exposed_s']:.4f} s exposed of {dp2['dp_comm_blocking_s']:.4f} s blocking, "
+      f"{100 * dp2['dp_comm_hidden_share']:.0f}% hidden")
+PY
