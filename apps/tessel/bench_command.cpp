@@ -1,5 +1,7 @@
 // tessel bench CONFIG [--steps N] [--set k=v ...] [--profile]: trains N steps on random tokens and
-// reports step time, tokens/s, model FLOPs, MFU against this machine's measured GEMM peak, peak RSS.
+// reports step time, tokens/s, model FLOPs, MFU against this machine's measured GEMM peak, peak RSS;
+// under mpirun also the bytes each parallel group moves per step, the per-rank memory of parameters,
+// gradients and optimizer state, and the share of data-parallel communication hidden behind backward.
 // The last line printed is one JSON object (tokens_per_s, step_s, mfu, peak_rss_mb, ...).
 #include <omp.h>
 #include <sys/resource.h>
@@ -8,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -35,6 +38,24 @@ struct BenchOptions {
   bool remeasure_peak = false;
 };
 
+struct Group {
+  const char* key;    // JSON key prefix: <key>_comm_mb_per_step
+  const char* label;
+  comm::Communicator* comm;  // null: this rank is in no such group
+};
+
+// One double from every rank of `c`, in rank order (gathered as 8-byte words).
+std::vector<double> gather_doubles(comm::Communicator& c, double x) {
+  std::vector<double> all(static_cast<size_t>(c.size()));
+  c.all_gather(&x, all.data(), 1, DType::i64);
+  return all;
+}
+
+// "27.4 MB", or "16 B" for the few bytes of scalar reductions (token counts, losses).
+std::string megabytes(double bytes) {
+  return bytes >= 5e4 ? fmt::format("{:.1f} MB", bytes / 1e6) : fmt::format("{:.0f} B", bytes);
+}
+
 double peak_rss_mb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -60,17 +81,33 @@ int run_bench(const BenchOptions& o) {
               double(trainer.model().params().numel()) / 1e6, m.recompute ? "on" : "off");
   const data::SyntheticData data(data::SyntheticData::Kind::uniform, uint64_t(cfg.train.seed), m.vocab_size,
                                  m.seq_length);
+  // Every parallel group whose traffic is reported (embedding: null on middle pipeline stages; dp x cp
+  // only when context parallelism splits sequences, where it is the gradient reduction group).
+  std::vector<Group> groups = {{"dp", "data-parallel", &ctx.groups->dp()},
+                               {"tp", "tensor-parallel", &ctx.groups->tp()},
+                               {"pp", "pipeline-parallel", &ctx.groups->pp()},
+                               {"cp", "context-parallel", &ctx.groups->cp()},
+                               {"dp_cp", "data x context-parallel", ctx.groups->cp_size() > 1 ? &ctx.groups->dp_cp() : nullptr},
+                               {"embedding", "embedding", ctx.groups->embedding()}};
+  const bool zero = !trainer.optimizer().owns_all();  // distributed optimizer: gradients reduce-scattered after backward
+  // Gradients are summed over the data-parallel ranks, and over the context-parallel ones as well when
+  // context parallelism splits the sequences (they hold the same weights).
+  comm::Communicator& grad_group = ctx.groups->cp_size() > 1 ? ctx.groups->dp_cp() : ctx.groups->dp();
+  const char* grad_label = ctx.groups->cp_size() > 1 ? "data x context-parallel" : "data-parallel";
+  // The exposed part of that gradient all-reduce is the wait after backward (the GradReducer's
+  // "dp_grad_wait" profiler scope): the profiler is on for the measured steps then, but its table is
+  // printed only with --profile.
+  const bool time_dp_wait = grad_group.size() > 1 && !zero;
   std::vector<double> times;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     std::vector<data::Batch> mbs_list;
     for (int64_t a = 0; a < accum / ctx.dp; ++a)
       mbs_list.push_back(data.batch(ctx.micro_batch_index(s, accum, a) * mbs, mbs));
     const bool measured = s >= o.warmup;
-    if (s == o.warmup) {  // count the measured steps only
-      ctx.groups->dp().reset_stats();
-      ctx.groups->tp().reset_stats();
-    }
-    Profiler::get().enabled = o.profile && measured;
+    if (s == o.warmup)  // count the measured steps only
+      for (const auto& g : groups)
+        if (g.comm) g.comm->reset_stats();
+    Profiler::get().enabled = (o.profile || time_dp_wait) && measured;
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = trainer.step(mbs_list, s);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -110,32 +147,111 @@ int run_bench(const BenchOptions& o) {
   }
   // Communication per step of each parallel group: the payload this rank handed to each kind of
   // collective, and the bytes a ring algorithm moves per rank for it (REFERENCE.md: all-reduce
-  // 2(n-1)/n x size, reduce-scatter (n-1)/n x input, all-gather (n-1) x own block).
-  auto traffic = [&](const char* label, comm::Communicator& g) {
+  // 2(n-1)/n x size, reduce-scatter and all-to-all (n-1)/n x input, all-gather (n-1) x own block;
+  // point-to-point sends as they are). Rank 0 prints its own breakdown and the largest rank's total
+  // (pipeline stages differ: the first sends activations only, middle ones gradients too).
+  comm::Communicator& world = *ctx.world;
+  const double steps = double(times.size());
+  nlohmann::json comm_json = nlohmann::json::object();  // <group>_comm_mb_per_step (rank 0) and _max
+  for (const auto& g : groups) {
     double moved = 0;
-    if (g.size() <= 1) return moved;
-    const double n = double(g.size()), steps = double(times.size());
-    std::printf("%s group of %d ranks, per step:", label, g.size());
-    for (const auto& [kind, st] : g.stats()) {
-      const double payload = double(st.bytes) / steps;
-      const double factor = kind == "all_reduce" ? 2 * (n - 1) / n
-                            : kind == "reduce_scatter" ? (n - 1) / n
-                            : kind == "all_gather" ? n - 1
-                                                     : 1.0;
-      moved += payload * factor;
-      std::printf(" %s %.1f MB payload (%lld calls);", kind.c_str(), payload / 1e6, (long long)(st.calls / int64_t(steps)));
+    std::string detail;
+    if (g.comm && g.comm->size() > 1) {
+      const double n = double(g.comm->size());
+      for (const auto& [kind, st] : g.comm->stats()) {
+        const double payload = double(st.bytes) / steps;
+        const double factor = kind == "all_reduce"                                  ? 2 * (n - 1) / n
+                              : kind == "reduce_scatter" || kind == "all_to_all" ? (n - 1) / n
+                              : kind == "all_gather"                                ? n - 1
+                                                                                    : 1.0;
+        moved += payload * factor;
+        detail += fmt::format(" {} {} payload ({} calls);", kind, megabytes(payload),
+                              static_cast<long long>(std::llround(double(st.calls) / steps)));
+      }
     }
-    std::printf(" ring estimate %.1f MB moved per rank\n", moved / 1e6);
-    return moved;
+    const auto all = gather_doubles(world, moved);  // collective: every rank, every group
+    const double max_moved = *std::max_element(all.begin(), all.end());
+    const int size = g.comm ? g.comm->size() : 1;
+    if (size > 1 || max_moved > 0) {
+      std::printf("%s group of %d ranks, per step:%s ring estimate %.1f MB moved by rank 0", g.label, size,
+                  detail.empty() ? " no traffic on rank 0;" : detail.c_str(), moved / 1e6);
+      if (max_moved > moved * 1.001) std::printf(" (largest rank %.1f MB)", max_moved / 1e6);
+      std::printf("\n");
+    }
+    comm_json[fmt::format("{}_comm_mb_per_step", g.key)] = moved / 1e6;
+    comm_json[fmt::format("{}_comm_mb_per_step_max", g.key)] = max_moved / 1e6;
+  }
+
+  // Per-rank memory of the model state, exact byte counts from the sizes: fp32 master parameters
+  // (whole on every rank of a data-parallel group, also with ZeRO-1) plus their bf16 copy when
+  // computing in bf16; fp32 gradients of every local parameter; Adam m and v (fp32) of the range this
+  // rank's optimizer owns (all local parameters, or 1/dp of them with the distributed optimizer).
+  // Activations and workspaces are not included (peak RSS is the whole process).
+  const int64_t local = trainer.model().params().numel();
+  const int64_t owned = trainer.optimizer().own_end() - trainer.optimizer().own_begin();
+  const double param_bytes = double(local) * (4.0 + (m.compute == DType::f32 ? 0.0 : double(dtype_size(m.compute))));
+  const double grad_bytes = double(local) * 4.0;
+  const double opt_bytes = double(owned) * 2 * 4.0;
+  const auto max_of = [&](double x) {
+    const auto all = gather_doubles(world, x);
+    return *std::max_element(all.begin(), all.end());
   };
-  const double moved = traffic("data-parallel", ctx.groups->dp());
-  const double tp_moved = traffic("tensor-parallel", ctx.groups->tp());
+  const double param_max = max_of(param_bytes), grad_max = max_of(grad_bytes), opt_max = max_of(opt_bytes);
+  std::printf("model state per rank: parameters %.2f MB (fp32 masters%s), gradients %.2f MB (fp32), optimizer state "
+              "%.2f MB (Adam m, v in fp32 for %lld of %lld local parameters%s)",
+              param_bytes / 1e6, m.compute == DType::f32 ? "" : " + bf16 copy", grad_bytes / 1e6, opt_bytes / 1e6,
+              static_cast<long long>(owned), static_cast<long long>(local), zero ? ": distributed optimizer" : "");
+  if (param_max > param_bytes || grad_max > grad_bytes || opt_max > opt_bytes)
+    std::printf("; largest rank: %.2f, %.2f, %.2f MB", param_max / 1e6, grad_max / 1e6, opt_max / 1e6);
+  std::printf("\n");
+
+  // The share of data-parallel communication hidden behind backward: the exposed time is the wait
+  // for the gradient all-reduces after backward; the time they would take if not overlapped is
+  // measured now with blocking all-reduces of the same buckets (ddp_bucket_size elements) on the
+  // same group, every group at once as in training (median of 5 after one warm-up). Both are the
+  // mean over all ranks; the wait also holds any lag of the slowest replica's backward, so the share
+  // is a lower bound. With the distributed optimizer the reduce-scatter runs after backward.
+  nlohmann::json dp_exposed = nullptr, dp_blocking = nullptr, dp_hidden = nullptr;
+  if (grad_group.size() > 1 && zero) {
+    dp_hidden = 0.0;
+    std::printf("%s communication hidden behind backward: 0%% (distributed optimizer: gradients are "
+                "reduce-scattered and parameters all-gathered after backward, not overlapped)\n",
+                grad_label);
+  } else if (time_dp_wait) {
+    const auto it = Profiler::get().stats.find("dp_grad_wait");
+    const double exposed_rank = it == Profiler::get().stats.end() ? 0.0 : it->second.seconds / steps;
+    auto& ps = trainer.model().params();
+    ps.zero_grads();  // the step is over; reduce zeros in place (no extra memory, values stay 0)
+    const int64_t bucket = cfg.parallel.ddp_bucket_size;
+    std::vector<double> reps;
+    for (int r = 0; r < 6; ++r) {
+      world.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t b = 0; b < local; b += bucket)
+        grad_group.all_reduce(ps.grads_data() + b, std::min(bucket, local - b), DType::f32, comm::ReduceOp::sum);
+      if (r > 0) reps.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(reps.begin(), reps.end());
+    const double ranks = double(world.size());
+    const double exposed = comm::sum_in_rank_order(world, exposed_rank) / ranks;
+    const double blocking = comm::sum_in_rank_order(world, reps[reps.size() / 2]) / ranks;
+    const double hidden = blocking > 0 ? std::clamp(1.0 - exposed / blocking, 0.0, 1.0) : 0.0;
+    dp_exposed = exposed;
+    dp_blocking = blocking;
+    dp_hidden = hidden;
+    std::printf("%s communication per step (mean over ranks): %.4f s exposed (wait after backward) of "
+                "%.4f s blocking (same all-reduces alone) -> %.0f%% hidden behind backward\n",
+                grad_label, exposed, blocking, 100 * hidden);
+  }
+
   nlohmann::json j = {{"config", o.config},
                       {"world_size", ctx.world->size()},
                       {"data_parallel", ctx.dp},
-                      {"dp_comm_mb_per_step", moved / 1e6},
                       {"tensor_parallel", ctx.groups->tp_size()},
-                      {"tp_comm_mb_per_step", tp_moved / 1e6},
+                      {"pipeline_parallel", ctx.groups->pp_size()},
+                      {"virtual_pipeline_parallel", cfg.parallel.virtual_pipeline_model_parallel_size},
+                      {"context_parallel", ctx.groups->cp_size()},
+                      {"distributed_optimizer", zero},
                       {"compute", cfg.precision.compute},
                       {"threads", omp_get_max_threads()},
                       {"steps", o.steps},
@@ -146,7 +262,17 @@ int run_bench(const BenchOptions& o) {
                       {"gemm_peak_gflops", peak},
                       {"mfu", mfu},
                       {"peak_rss_mb", rss},
-                      {"params", trainer.model().params().numel()}};
+                      {"params", local},
+                      {"param_mb", param_bytes / 1e6},
+                      {"grad_mb", grad_bytes / 1e6},
+                      {"optimizer_state_mb", opt_bytes / 1e6},
+                      {"param_mb_max", param_max / 1e6},
+                      {"grad_mb_max", grad_max / 1e6},
+                      {"optimizer_state_mb_max", opt_max / 1e6},
+                      {"dp_comm_exposed_s", dp_exposed},
+                      {"dp_comm_blocking_s", dp_blocking},
+                      {"dp_comm_hidden_share", dp_hidden}};
+  j.update(comm_json);
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

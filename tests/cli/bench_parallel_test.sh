@@ -2,9 +2,10 @@
 # `tessel bench` under mpirun reports the parallel figures, checked against the sizes and the ring
 # formulas (../shared/REFERENCE.md): per-rank memory of parameters (falls as 1/(TP x PP), up to the
 # replicated norms), gradients and Adam state (falls as 1/DP with the distributed optimizer); bytes per
-# step of the data-, tensor-, pipeline-parallel and embedding groups; the share of data-parallel
-# communication hidden behind backward is reported (a number in [0, 1], 0 with the distributed
-# optimizer); the operator table stays behind --profile although the profiler times the dp wait.
+# step of the data-, tensor- (with and without sequence parallelism), pipeline-, context-parallel and
+# embedding groups; the share of data-parallel communication hidden behind backward is reported (a
+# number in [0, 1], 0 with the distributed optimizer); the operator table stays behind --profile
+# although the profiler times the dp wait.
 # Small Llama (configs/synthetic.yaml: 4 layers, hidden 128, GQA, vocab 512, seq 128, bf16), micro
 # batch 2, global batch 8.
 # Usage: bench_parallel_test.sh TESSEL_BINARY CONFIG_DIR MPIRUN
@@ -21,6 +22,9 @@ bench zero2 2 --set parallel.use_distributed_optimizer=true
 bench tp2 2 --set $TP=2
 bench pp2-tied 2 --set $PP=2 --set model.tie_embeddings=true
 bench tp2-pp2 4 --set $TP=2 --set $PP=2
+bench tp2-sp 2 --set $TP=2 --set parallel.sequence_parallel=true --set precision.compute=fp32
+bench tp2-sp-bf16 2 --set $TP=2 --set parallel.sequence_parallel=true
+bench cp2 2 --set parallel.context_parallel_size=2
 if grep -q gemm_fwd dp2.log; then echo "operator table printed without --profile"; exit 1; fi
 
 /usr/bin/python3 - <<'PY'
@@ -32,6 +36,8 @@ def close(a, b, rel=1e-3):
 L, d, V, T, B = 4, 128, 512, 128, 2          # layers, hidden, vocab, seq, micro batch
 act = B * T * d * 4                            # one micro-batch's activations (or their gradient), fp32
 dp2, zero2, tp2, pp2, tp2pp2 = j("dp2"), j("zero2"), j("tp2"), j("pp2-tied"), j("tp2-pp2")
+sp, sp16, cp2 = j("tp2-sp"), j("tp2-sp-bf16"), j("cp2")
+G, Dh = 2, 32                                  # key/value heads, head dim
 P = dp2["params"]                              # the whole model on each data-parallel rank
 
 # Memory per rank: fp32 masters + bf16 copy, fp32 grads, Adam m and v (fp32) of the owned range.
@@ -55,13 +61,25 @@ close(tp2["tp_comm_mb_per_step"], micro * (4 * L + 2) * act / 1e6, 1e-2)  # 2 fw
 close(pp2["pp_comm_mb_per_step"], micro * act / 1e6)    # stage 0 sends each micro-batch's activations
 close(pp2["pp_comm_mb_per_step_max"], micro * act / 1e6)  # stage 1 sends their gradients
 close(pp2["embedding_comm_mb_per_step"], V * d * 4 / 1e6)  # the tied embedding's gradient
-print(f"traffic: dp {dp2['dp_comm_mb_per_step']:.3f} MB, tp {tp2['tp_comm_mb_per_step']:.3f} MB, "
-      f"pp {pp2['pp_comm_mb_per_step']:.3f} MB, embedding {pp2['embedding_comm_mb_per_step']:.3f} MB per step, as the formulas say")
+# Sequence parallelism turns each all-reduce into a reduce-scatter (1/2 x input) and an all-gather
+# (1 x own half): the same bytes in fp32 (the all-reduces are fp32 in either precision); computing in
+# bf16, the activation all-gathers move bf16, so fewer bytes.
+close(sp["tp_comm_mb_per_step"], tp2["tp_comm_mb_per_step"], 1e-2)
+assert 0.7 < sp16["tp_comm_mb_per_step"] / tp2["tp_comm_mb_per_step"] < 1, (sp16, tp2)
+# Ring attention, per layer: (cp-1) K/V blocks forward, (cp-1) K/V + cp dK/dV blocks backward; a block
+# is this rank's K and V, 2 x B x T/cp x G x Dh fp32. Gradients are summed over dp x cp.
+block = 2 * B * (T // 2) * G * Dh * 4
+close(cp2["cp_comm_mb_per_step"], micro * L * (3 * 2 - 2) * block / 1e6)
+close(cp2["dp_cp_comm_mb_per_step"], 4 * P / 1e6)
+print(f"traffic: dp {dp2['dp_comm_mb_per_step']:.3f} MB, tp {tp2['tp_comm_mb_per_step']:.3f} MB "
+      f"({sp['tp_comm_mb_per_step']:.3f} with sp, {sp16['tp_comm_mb_per_step']:.3f} with sp in bf16), pp {pp2['pp_comm_mb_per_step']:.3f} MB, "
+      f"embedding {pp2['embedding_comm_mb_per_step']:.3f} MB, cp {cp2['cp_comm_mb_per_step']:.3f} MB per step, as the formulas say")
 
 # DP communication hidden behind backward.
 assert 0 <= dp2["dp_comm_hidden_share"] <= 1 and dp2["dp_comm_exposed_s"] >= 0 and dp2["dp_comm_blocking_s"] > 0, dp2
 assert zero2["dp_comm_hidden_share"] == 0 and zero2["dp_comm_exposed_s"] is None, zero2
 assert tp2["dp_comm_hidden_share"] is None, tp2
+assert 0 <= cp2["dp_comm_hidden_share"] <= 1, cp2  # gradients over dp x cp
 print(f"dp2: {dp2['dp_comm_exposed_s']:.4f} s exposed of {dp2['dp_comm_blocking_s']:.4f} s blocking, "
       f"{100 * dp2['dp_comm_hidden_share']:.0f}% hidden")
 PY

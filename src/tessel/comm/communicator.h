@@ -19,6 +19,10 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;  // completes the operation (idempotent)
+  // Lets the operation progress without blocking; true once it is complete. MPI advances
+  // non-blocking collectives only inside MPI calls, so work meant to overlap computation must be
+  // tested now and then (GradReducer does, each time backward reports gradients).
+  virtual bool test() = 0;
 };
 
 // Payload bytes this rank handed to each kind of operation (for `tessel bench`'s communication

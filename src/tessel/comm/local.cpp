@@ -11,6 +11,7 @@ namespace {
 class NoWork : public Work {
  public:
   void wait() override {}
+  bool test() override { return true; }
 };
 
 class LocalCommunicator : public Communicator {

@@ -67,11 +67,21 @@ class MpiWork : public Work {
   void wait() override {
     if (done_) return;
     check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "wait");
-    done_ = true;
-    if (finish_) finish_();
+    complete();
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    check_mpi(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "test");
+    if (flag) complete();
+    return done_;
   }
 
  private:
+  void complete() {
+    done_ = true;
+    if (finish_) finish_();
+  }
   MPI_Request req_;
   std::function<void()> finish_;
   bool done_ = false;

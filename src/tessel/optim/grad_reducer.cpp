@@ -21,6 +21,7 @@ void GradReducer::ready(int64_t begin, int64_t end) {
   if (lo_ < 0) hi_ = end;
   lo_ = begin;
   if (hi_ - lo_ >= bucket_elems_) launch();
+  for (auto& w : inflight_) w->test();  // MPI progresses the in-flight all-reduces only when called
 }
 
 void GradReducer::finish() {

@@ -2,7 +2,8 @@
 // Data-parallel gradient reduction in buckets, overlapped with backward: backward reports each flat
 // range of the gradient buffer as soon as it is final (last layer first); ranges are gathered into
 // buckets of at least `bucket_elems` elements and each full bucket's all-reduce (sum) starts at
-// once, non-blocking, while backward continues. finish() starts the rest and waits for all.
+// once, non-blocking, while backward continues (each report also tests the in-flight ones, which is
+// what lets MPI progress them). finish() starts the rest and waits for all.
 #include <memory>
 #include <vector>
 
