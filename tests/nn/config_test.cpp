@@ -72,7 +72,18 @@ TEST(Config, UnknownSectionAndBadValues) {
   EXPECT_NE(error_of("", {"parallel.pipeline_schedule=gpipe"}).find("allowed: 1f1b, interleaved"), std::string::npos);
   EXPECT_NE(error_of("", {"parallel.sequence_parallel=true"}).find("needs tensor_model_parallel_size > 1"),
             std::string::npos);
-  EXPECT_NE(error_of("", {"precision.fp8.recipe=delayed"}).find("not supported yet"), std::string::npos);
+  // FP8 recipes and their keys.
+  for (const char* r : {"delayed", "current", "block"})
+    EXPECT_EQ(error_of("", {std::string("precision.fp8.recipe=") + r}), "") << r;
+  EXPECT_NE(error_of("", {"precision.fp8.recipe=mxfp8"}).find("allowed: none, delayed, current, block"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"precision.fp8.recipe=delayed", "precision.fp8.format=e5m2"}).find("allowed: e4m3, hybrid"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"precision.fp8.recipe=delayed", "precision.fp8.amax_compute_algo=mean"})
+                .find("allowed: max, most_recent"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"precision.fp8.recipe=delayed", "precision.fp8.amax_history_len=0"}).find("must be >= 1"),
+            std::string::npos);
   EXPECT_NE(error_of("model: [1, 2]\n").find("mapping"), std::string::npos);
 }
 

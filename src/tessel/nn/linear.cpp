@@ -3,6 +3,7 @@
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/cast.h"
 #include "tessel/kernels/gemm.h"
+#include "tessel/nn/fp8.h"
 #include "tessel/nn/sequence_parallel.h"
 
 namespace tessel::nn {
@@ -40,6 +41,59 @@ Linear::Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, f
     }
   key_x_ = parts[0].name + ".x";
   key_dy_ = parts[0].name + ".dy";
+  fp8_ = ps.fp8();
+  if (fp8_) {
+    const std::string& n = parts[0].name;
+    slot_x_ = fp8_->add(n + ".x", fp8_->recipe().forward);
+    slot_w_ = fp8_->add(n + ".w", fp8_->recipe().forward);
+    slot_dy_ = fp8_->add(n + ".dy", fp8_->recipe().backward);
+  }
+}
+
+namespace {
+// An Fp8Tensor kept in Activations as its two tensors.
+void put_fp8(Activations& saved, const std::string& key, const kernels::Fp8Tensor& q) {
+  saved.put(key + ".fp8", q.data);
+  saved.put(key + ".scale_inv", q.scale_inv);
+}
+kernels::Fp8Tensor take_fp8(Activations& saved, const std::string& key, kernels::Fp8Scaling scaling) {
+  kernels::Fp8Tensor q{saved.get(key + ".fp8"), saved.get(key + ".scale_inv"), scaling};
+  saved.erase(key + ".fp8");
+  saved.erase(key + ".scale_inv");
+  return q;
+}
+}  // namespace
+
+bool Linear::block_scaled() const { return fp8_ && fp8_->recipe().kind == Fp8Recipe::Kind::block; }
+
+const kernels::Fp8Tensor& Linear::quantized_weight() const {
+  // Quantised once per parameter version and scaling step: every micro-batch of a step reuses it.
+  if (wq_version_ != ps_.version() || wq_step_ != fp8_->steps() || !wq_.data.defined()) {
+    wq_ = fp8_->quantize_weight(ps_.param_at(w_offset_, {out_, in_}), slot_w_);
+    wq_version_ = ps_.version();
+    wq_step_ = fp8_->steps();
+  }
+  return wq_;
+}
+
+void Linear::add_bias_rows(Tensor& y) const {
+  const float* bias = ps_.params_data() + b_offset_;
+  float* yp = y.data<float>();
+  for (int64_t i = 0; i < y.size(0); ++i)
+    for (int64_t j = 0; j < out_; ++j) yp[i * out_ + j] += bias[j];
+}
+
+void Linear::accumulate_bias_grad(const Tensor& dy) const {
+  ProfileScope ps("bias_grad");
+  float* db = ps_.grads_data() + b_offset_;
+  // A row-parallel bias under sequence parallelism: this rank's rows only (summed over the group
+  // with the other replicated parameters' gradients).
+  const int64_t rows = row() && sequence() ? dy.size(0) / tp_.group->size() : dy.size(0);
+  const int64_t first = row() && sequence() ? rows * tp_.group->rank() : 0;
+  if (dy.dtype() == DType::f32)
+    kernels::column_sum_accumulate(rows, out_, dy.data<float>() + first * out_, db);
+  else
+    kernels::column_sum_accumulate(rows, out_, dy.data<bf16>() + first * out_, db);
 }
 
 Tensor Linear::forward(const Tensor& x, Activations& saved) const {
@@ -49,10 +103,19 @@ Tensor Linear::forward(const Tensor& x, Activations& saved) const {
   Tensor xc = x.dtype() == cd ? x : x.to(cd);
   if (column() && sequence()) xc = sequence_all_gather(xc, *tp_.group);  // this rank's rows -> all rows
   Tensor y = Tensor::empty({xc.size(0), out_}, DType::f32);
-  const float* bias = b_offset_ >= 0 ? ps_.params_data() + b_offset_ : nullptr;
+  const bool bias = b_offset_ >= 0, fused_bias = bias && !row() && !fp8_;
   {
     ProfileScope ps("gemm_fwd", 2.0 * double(xc.size(0)) * double(in_) * double(out_));
-    kernels::matmul(xc, false, ps_.compute_at(w_offset_, {out_, in_}), true, y, false, row() ? nullptr : bias);
+    if (fp8_) {
+      const kernels::Fp8Tensor xq = fp8_->quantize_rows(xc, slot_x_, fp8_->recipe().forward);
+      kernels::fp8_gemm(xq, false, quantized_weight(), true, y, false);
+      // Saved for wgrad in FP8: the same codes (per tensor) or column tiles along the tokens (block).
+      put_fp8(saved, key_x_, block_scaled() ? fp8_->quantize_cols_transposed(xc, slot_x_, fp8_->recipe().forward) : xq);
+    } else {
+      kernels::matmul(xc, false, ps_.compute_at(w_offset_, {out_, in_}), true, y, false,
+                      fused_bias ? ps_.params_data() + b_offset_ : nullptr);
+      saved.put(key_x_, xc);
+    }
   }
   if (row()) {  // partial sums over this rank's input columns; the replicated bias once, after
     if (sequence()) {
@@ -61,13 +124,8 @@ Tensor Linear::forward(const Tensor& x, Activations& saved) const {
       ProfileScope ps("tp_all_reduce");
       tp_.group->all_reduce(y.raw(), y.numel(), DType::f32, comm::ReduceOp::sum);
     }
-    if (bias) {
-      float* yp = y.data<float>();
-      for (int64_t i = 0; i < y.size(0); ++i)
-        for (int64_t j = 0; j < out_; ++j) yp[i * out_ + j] += bias[j];
-    }
   }
-  saved.put(key_x_, xc);
+  if (bias && !fused_bias) add_bias_rows(y);
   return y;
 }
 
@@ -83,7 +141,16 @@ Tensor Linear::backward_input(const Tensor& dy, Activations& saved) const {
   Tensor dx = Tensor::empty({dyc.size(0), in_}, DType::f32);
   {
     ProfileScope ps("gemm_dgrad", 2.0 * double(dyc.size(0)) * double(in_) * double(out_));
-    kernels::matmul(dyc, false, ps_.compute_at(w_offset_, {out_, in_}), false, dx, false);
+    if (fp8_) {
+      const DType fmt = fp8_->recipe().backward;
+      const kernels::Fp8Tensor dyq = fp8_->quantize_rows(dyc, slot_dy_, fmt);
+      kernels::fp8_gemm(dyq, false, quantized_weight(), false, dx, false);
+      put_fp8(saved, key_dy_, block_scaled() ? fp8_->quantize_cols_transposed(dyc, slot_dy_, fmt) : dyq);
+      if (b_offset_ >= 0) accumulate_bias_grad(dyc);  // from the unquantised gradient, now
+    } else {
+      kernels::matmul(dyc, false, ps_.compute_at(w_offset_, {out_, in_}), false, dx, false);
+      saved.put(key_dy_, dyc);
+    }
   }
   if (column()) {  // each rank's output columns contribute to dx
     if (sequence()) {
@@ -93,29 +160,29 @@ Tensor Linear::backward_input(const Tensor& dy, Activations& saved) const {
       tp_.group->all_reduce(dx.raw(), dx.numel(), DType::f32, comm::ReduceOp::sum);
     }
   }
-  saved.put(key_dy_, dyc);
   return dx;
 }
 
 void Linear::backward_weight(Activations& saved) const {
+  const Tensor dw = ps_.grad_at(w_offset_, {out_, in_});
+  if (fp8_) {
+    // block: dy^T [out, N] @ (x^T [in, N])^T, both tiled along the tokens; per tensor: dy^T @ x.
+    const auto scaling = block_scaled() ? kernels::Fp8Scaling::row_tiles : kernels::Fp8Scaling::tensor;
+    const kernels::Fp8Tensor dyq = take_fp8(saved, key_dy_, scaling), xq = take_fp8(saved, key_x_, scaling);
+    ProfileScope ps("gemm_wgrad", 2.0 * double(xq.data.numel()) * double(out_));
+    if (block_scaled())
+      kernels::fp8_gemm(dyq, false, xq, true, dw, true);
+    else
+      kernels::fp8_gemm(dyq, true, xq, false, dw, true);
+    return;
+  }
   const Tensor& x = saved.get(key_x_);
   const Tensor& dy = saved.get(key_dy_);
   {
     ProfileScope ps("gemm_wgrad", 2.0 * double(dy.size(0)) * double(in_) * double(out_));
-    kernels::matmul(dy, true, x, false, ps_.grad_at(w_offset_, {out_, in_}), true);
+    kernels::matmul(dy, true, x, false, dw, true);
   }
-  if (b_offset_ >= 0) {
-    ProfileScope ps("bias_grad");
-    float* db = ps_.grads_data() + b_offset_;
-    // A row-parallel bias under sequence parallelism: this rank's rows only (summed over the group
-    // with the other replicated parameters' gradients).
-    const int64_t rows = row() && sequence() ? dy.size(0) / tp_.group->size() : dy.size(0);
-    const int64_t first = row() && sequence() ? rows * tp_.group->rank() : 0;
-    if (dy.dtype() == DType::f32)
-      kernels::column_sum_accumulate(rows, out_, dy.data<float>() + first * out_, db);
-    else
-      kernels::column_sum_accumulate(rows, out_, dy.data<bf16>() + first * out_, db);
-  }
+  if (b_offset_ >= 0) accumulate_bias_grad(dy);
   saved.erase(key_x_);
   saved.erase(key_dy_);
 }

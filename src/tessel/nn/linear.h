@@ -5,10 +5,14 @@
 //   forward         saves x (compute dtype)
 //   backward_input  dx = dy @ W, saves dy in the compute dtype for the weight gradient
 //   backward_weight dW += dy^T @ x, db += sum_rows(dy)
+// With an FP8 state in the ParamStore at construction (ps.fp8()), the three GEMMs take FP8 operands
+// (fp8.h): the weight quantised once per parameter version, x and dy quantised as they come, x and
+// dy saved for the weight gradient in FP8; the bias gradient is taken from dy in backward_input.
 #include <string>
 #include <vector>
 
 #include "tessel/comm/communicator.h"
+#include "tessel/kernels/fp8_gemm.h"
 #include "tessel/nn/activations.h"
 #include "tessel/nn/params.h"
 
@@ -50,6 +54,10 @@ class Linear {
   int64_t out_features() const { return out_; }  // local (this rank's)
 
  private:
+  bool block_scaled() const;
+  const kernels::Fp8Tensor& quantized_weight() const;
+  void add_bias_rows(Tensor& y) const;
+  void accumulate_bias_grad(const Tensor& dy) const;
   bool sharded() const { return tp_.group && tp_.group->size() > 1 && tp_.mode != TensorParallel::Mode::none; }
   bool column() const { return sharded() && tp_.mode == TensorParallel::Mode::column; }
   bool row() const { return sharded() && tp_.mode == TensorParallel::Mode::row; }
@@ -59,6 +67,10 @@ class Linear {
   int64_t in_, out_ = 0;
   int64_t w_offset_ = -1, b_offset_ = -1;
   std::string key_x_, key_dy_;
+  Fp8State* fp8_ = nullptr;
+  int slot_x_ = -1, slot_w_ = -1, slot_dy_ = -1;
+  mutable kernels::Fp8Tensor wq_;  // the quantised weight of parameter version wq_version_
+  mutable uint64_t wq_version_ = 0, wq_step_ = 0;
 };
 
 }  // namespace tessel::nn

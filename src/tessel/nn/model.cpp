@@ -1,6 +1,7 @@
 #include "tessel/nn/model.h"
 
 #include "tessel/kernels/xent.h"
+#include "tessel/nn/fp8.h"
 #include "tessel/nn/sequence_parallel.h"
 
 namespace tessel::nn {
@@ -34,15 +35,21 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
   // the flat gradient buffer is final after each part (for overlapping data-parallel reduction).
   // Names carry global layer indices, so pipeline stages together hold the whole model's names.
   if (plan_.has_embedding) embed_ = std::make_unique<Embedding>(*ps_, cfg_, tp_, cp_);
+  if (cfg_.fp8.enabled()) fp8_ = std::make_unique<Fp8State>(cfg_.fp8);
   for (const LayerRange& r : plan_.chunks) {
     TESSEL_CHECK(0 <= r.begin && r.begin < r.end && r.end <= cfg_.num_layers,
                  "pipeline chunk layers [{}, {}) outside the model's {} layers", r.begin, r.end, cfg_.num_layers);
     chunk_first_.push_back(layers_.size());
     for (int64_t i = r.begin; i < r.end; ++i) {
+      // FP8 for the transformer layers' Linears, but those kept in bf16 at either end of the stack;
+      // embedding, head, norms and the attention core stay in the compute dtype (DeepSeek-V3).
+      const bool bf16_end = i < cfg_.fp8.bf16_layers_at_start || i >= cfg_.num_layers - cfg_.fp8.bf16_layers_at_end;
+      ps_->set_fp8(bf16_end ? nullptr : fp8_.get());
       layer_begin_.push_back(ps_->numel());
       layers_.push_back(std::make_unique<TransformerLayer>(*ps_, cfg_, i, rope_, tp_, cp_));
     }
   }
+  ps_->set_fp8(nullptr);
   layers_end_ = ps_->numel();
   if (plan_.has_head) {
     final_norm_ = std::make_unique<Norm>(*ps_, "model.norm", cfg_.hidden_size,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tessel/nn/embedding.h"
+#include "tessel/nn/fp8.h"
 #include "tessel/nn/kv_cache.h"
 #include "tessel/nn/lm_head.h"
 #include "tessel/nn/norm.h"
@@ -66,6 +67,9 @@ class Model {
   // saw only this rank's rows; key/value heads replicated over several ranks). Collective over tp.
   void reduce_tensor_parallel_grads();
 
+  // The FP8 quantisation state of the layers' Linears (null without an FP8 recipe).
+  Fp8State* fp8_state() { return fp8_.get(); }
+
   // Rows of the activations passed between stages for a micro-batch of `tokens` tokens: all of them,
   // or this rank's share under sequence parallelism.
   int64_t activation_rows(int64_t tokens) const;
@@ -93,6 +97,7 @@ class Model {
   std::unique_ptr<comm::Communicator> kv_replicas_;  // tp ranks holding the same key/value heads
   int64_t local_seq_ = 0;  // rows of one sequence on this rank (seq_length / cp)
   std::unique_ptr<ParamStore> ps_;
+  std::unique_ptr<Fp8State> fp8_;
   std::shared_ptr<const kernels::RopeTable> rope_;
   std::unique_ptr<Embedding> embed_;
   std::vector<std::unique_ptr<TransformerLayer>> layers_;  // every layer held, chunk after chunk

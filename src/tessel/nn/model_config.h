@@ -4,6 +4,7 @@
 #include <string>
 
 #include "tessel/core/dtype.h"
+#include "tessel/nn/fp8_recipe.h"
 
 namespace tessel::nn {
 
@@ -25,6 +26,7 @@ struct ModelConfig {
   // Runtime layout, not model shape (from the parallel section): activations outside the
   // tensor-parallel GEMMs split by rows over the tensor-parallel group (sequence_parallel.h).
   bool sequence_parallel = false;
+  Fp8Recipe fp8;  // from precision.fp8: the transformer layers' Linears in FP8 when enabled
 
   bool is_llama() const { return arch == "llama"; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }

@@ -114,6 +114,7 @@ Tensor ParamStore::grad(const std::string& name) const {
 void ParamStore::zero_grads() { std::memset(grads_.raw(), 0, grads_.nbytes()); }
 
 void ParamStore::refresh_compute_copy() {
+  mark_updated();
   if (compute_ == DType::bf16) kernels::cast_f32_to_bf16(total_, params_data(), compute_copy_.data<bf16>());
 }
 

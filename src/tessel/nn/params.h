@@ -12,6 +12,8 @@
 
 namespace tessel::nn {
 
+class Fp8State;
+
 enum class Init { normal, ones, zeros };
 
 struct ParamSpec {
@@ -68,12 +70,21 @@ class ParamStore {
   float* grads_data() const { return grads_.data<float>(); }
   void zero_grads();
   void refresh_compute_copy();  // call after every change to the fp32 parameters
+  // Counts changes of the parameters (refresh_compute_copy, mark_updated): caches of derived forms
+  // (FP8 weights) compare it with the version they were made from.
+  void mark_updated() { ++version_; }
+  uint64_t version() const { return version_; }
+  // The FP8 state Linears registered from now on quantise with (null: they compute in compute_dtype).
+  void set_fp8(Fp8State* fp8) { fp8_ = fp8; }
+  Fp8State* fp8() const { return fp8_; }
 
  private:
   DType compute_;
   std::vector<ParamSpec> specs_;
   int64_t total_ = 0;
   bool finalized_ = false;
+  uint64_t version_ = 0;
+  Fp8State* fp8_ = nullptr;
   Tensor params_, grads_, compute_copy_;
 };
 

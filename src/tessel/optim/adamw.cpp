@@ -56,6 +56,7 @@ double AdamW::step(double lr) {
     kernels::adamw_update(e - b, ps_.params_data() + b, ps_.grads_data() + b, m_.data<float>() + (b - begin_),
                           v_.data<float>() + (b - begin_), h, grad_scale, copy ? copy + b : nullptr);
   }
+  ps_.mark_updated();  // the update also rewrote the bf16 copy
   return norm;
 }
 

@@ -98,6 +98,13 @@ struct Schema {
     pr["fp8.amax_history_len"] = bind_field(c.precision.fp8_amax_history_len, "precision.fp8.amax_history_len");
     pr["fp8.amax_compute_algo"] = bind_field(c.precision.fp8_amax_compute_algo, "precision.fp8.amax_compute_algo");
     pr["fp8.margin"] = bind_field(c.precision.fp8_margin, "precision.fp8.margin");
+    pr["fp8.power_of_2_scales"] = bind_field(c.precision.fp8_power_of_2_scales, "precision.fp8.power_of_2_scales");
+    pr["fp8.first_last_layers_bf16"] =
+        bind_field(c.precision.fp8_first_last_layers_bf16, "precision.fp8.first_last_layers_bf16");
+    pr["fp8.num_layers_at_start_in_bf16"] =
+        bind_field(c.precision.fp8_num_layers_at_start_in_bf16, "precision.fp8.num_layers_at_start_in_bf16");
+    pr["fp8.num_layers_at_end_in_bf16"] =
+        bind_field(c.precision.fp8_num_layers_at_end_in_bf16, "precision.fp8.num_layers_at_end_in_bf16");
 
     auto& d = sections["data"];
     d["path"] = bind_field(c.data.path, "data.path");
@@ -192,6 +199,7 @@ Config Config::from_yaml_text(const std::string& yaml, const std::vector<std::st
   }
   c.model.compute = c.precision.compute == "bf16" ? DType::bf16 : DType::f32;
   c.model.sequence_parallel = c.parallel.sequence_parallel;
+  c.model.fp8 = c.precision.fp8_recipe_parsed();
   c.validate();
   return c;
 }
@@ -211,9 +219,11 @@ Config Config::load(const std::string& path, const std::vector<std::string>& ove
 void Config::validate() const {
   TESSEL_CHECK(precision.compute == "fp32" || precision.compute == "bf16",
                "precision.compute: '{}' is not supported (allowed: fp32, bf16)", precision.compute);
-  TESSEL_CHECK(precision.fp8_recipe == "none",
-               "precision.fp8.recipe: '{}' is not supported yet (FP8 training is not implemented; allowed: none)",
-               precision.fp8_recipe);
+  const nn::Fp8Recipe fp8 = precision.fp8_recipe_parsed();  // throws naming the bad key
+  if (fp8.enabled())
+    TESSEL_CHECK(precision.fp8_num_layers_at_start_in_bf16 >= 0 && precision.fp8_num_layers_at_end_in_bf16 >= 0,
+                 "precision.fp8.num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16 must be >= 0, got {} / {}",
+                 precision.fp8_num_layers_at_start_in_bf16, precision.fp8_num_layers_at_end_in_bf16);
   model.validate();
   auto positive = [](const char* key, int64_t v) {
     TESSEL_CHECK(v >= 1, "parallel.{} must be >= 1, got {}", key, v);
@@ -286,6 +296,16 @@ std::string Config::to_yaml() const {
   }
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
+}
+
+nn::Fp8Recipe PrecisionConfig::fp8_recipe_parsed() const {
+  nn::Fp8Recipe r = nn::Fp8Recipe::parse(fp8_recipe, fp8_format, fp8_amax_history_len, fp8_amax_compute_algo,
+                                         fp8_margin, fp8_power_of_2_scales);
+  if (r.enabled() && fp8_first_last_layers_bf16) {
+    r.bf16_layers_at_start = fp8_num_layers_at_start_in_bf16;
+    r.bf16_layers_at_end = fp8_num_layers_at_end_in_bf16;
+  }
+  return r;
 }
 
 }  // namespace tessel::train

@@ -51,6 +51,11 @@ struct PrecisionConfig {
   int64_t fp8_amax_history_len = 1024;
   std::string fp8_amax_compute_algo = "max";
   int64_t fp8_margin = 0;
+  bool fp8_power_of_2_scales = false;      // per-tensor recipes; block scaling always uses powers of two
+  bool fp8_first_last_layers_bf16 = false; // keep num_layers_at_{start,end}_in_bf16 layers in bf16
+  int64_t fp8_num_layers_at_start_in_bf16 = 1;
+  int64_t fp8_num_layers_at_end_in_bf16 = 1;
+  nn::Fp8Recipe fp8_recipe_parsed() const;  // throws naming precision.fp8.<key>
 };
 
 struct DataConfig {

@@ -28,6 +28,7 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
     cp_ = multi_rank(&groups->cp());
     dp_ = multi_rank(cp_ ? &groups->dp_cp() : &groups->dp());
     tp = multi_rank(&groups->tp());
+    tp_ = tp;
     pp_ = multi_rank(&groups->pp());
     embedding_ = pp_ && cfg_.model.tie_embeddings ? groups->embedding() : nullptr;
   }
@@ -111,6 +112,8 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   }
   const double lr = schedule_.at(iter);
   const double norm = opt_->step(lr);
+  // Delayed FP8 scaling: one amax per tensor across tensor- and data-parallel ranks, next scales.
+  if (auto* fp8 = model_->fp8_state()) fp8->end_step({tp_, dp_});
   if (sharded) {
     // All-gather the updated shards so every replica holds the whole model again.
     dp_->all_gather_v(ps.params_data() + opt_->own_begin(), ps.params_data(), shard_counts(), DType::f32);

@@ -52,6 +52,7 @@ class Trainer {
   comm::Communicator* dp_ = nullptr;   // gradient reduction (and optimizer sharding) group: dp, or dp x cp
   comm::Communicator* cp_ = nullptr;   // context parallelism
   comm::Communicator* pp_ = nullptr;   // pipeline stages (null: the whole model here)
+  comm::Communicator* tp_ = nullptr;
   comm::Communicator* embedding_ = nullptr;
   pipeline::Schedule schedule_ops_;
   std::unique_ptr<nn::Model> model_;

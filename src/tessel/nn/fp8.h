@@ -1,0 +1,58 @@
+#pragma once
+// Fp8State: the quantisation state of a model's FP8 Linears under one recipe (fp8_recipe.h).
+// Each Linear registers three tensors: its input x, its weight w and its output gradient dy.
+//   delayed  per-tensor scales from an amax history (TransformerEngine DelayedScaling): a step uses
+//            the scales computed at the end of the previous one; every quantisation records its
+//            amax; end_step() reduces the step's amaxes (max) across the given groups (tensor and
+//            data parallel), pushes them into the histories and computes the next scales.
+//   current  per-tensor scales from the tensor's own amax (one extra pass; Float8CurrentScaling).
+//   block    power-of-two scales per 1 x 128 tile of activations and gradients along the GEMM's
+//            contraction dimension and per 128 x 128 block of weights (DeepSeek-V3).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessel/comm/communicator.h"
+#include "tessel/kernels/fp8_gemm.h"
+#include "tessel/nn/fp8_recipe.h"
+
+namespace tessel::nn {
+
+class Fp8State {
+ public:
+  explicit Fp8State(const Fp8Recipe& recipe);
+  const Fp8Recipe& recipe() const { return r_; }
+  // A quantised tensor's slot (name: "<linear>.x" / ".w" / ".dy"), quantised to fmt.
+  int add(const std::string& name, DType fmt);
+
+  // x [R, C] (f32 or bf16) for a GEMM contracting along C (row tiles under block scaling).
+  kernels::Fp8Tensor quantize_rows(const Tensor& x, int slot, DType fmt);
+  // Block scaling only: x for a GEMM contracting along R (the wgrad operand), 128 x 1 column tiles
+  // written transposed [C, R] (cast-transpose). Per-tensor recipes reuse quantize_rows' result.
+  kernels::Fp8Tensor quantize_cols_transposed(const Tensor& x, int slot, DType fmt);
+  // A weight [out, in] f32: one per-tensor scale or 128 x 128 blocks.
+  kernels::Fp8Tensor quantize_weight(const Tensor& w, int slot);
+
+  // Delayed scaling: the step's amaxes reduced over `groups` (max), histories and scales updated.
+  // Collective over every group; a no-op for the other recipes.
+  void end_step(const std::vector<comm::Communicator*>& groups);
+  float scale(int slot) const { return scale_[size_t(slot)]; }
+  uint64_t steps() const { return steps_; }  // end_step calls so far (cached quantisations compare it)
+  const std::vector<float>& history(int slot) const { return history_[size_t(slot)]; }
+
+  // Checkpoint form: "fp8.<name>.amax_history" [history_len] and "fp8.<name>.scale" [1] per slot.
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  // Restores a slot from tensors of the same names; false when a tensor is missing.
+  bool load_state(const std::vector<std::pair<std::string, Tensor>>& tensors);
+
+ private:
+  kernels::Fp8Tensor per_tensor(const Tensor& x, int slot, DType fmt);
+  Fp8Recipe r_;
+  std::vector<std::string> names_;
+  std::vector<DType> formats_;
+  std::vector<std::vector<float>> history_;  // [0] = the most recent completed step
+  std::vector<float> scale_, step_amax_;
+  uint64_t steps_ = 0;
+};
+
+}  // namespace tessel::nn
