@@ -11,31 +11,30 @@ namespace {
 
 int64_t tiles(int64_t n) { return (n + kFp8Tile - 1) / kFp8Tile; }
 
-// E4M3: bias 7, 3 mantissa bits, max 448 (0x7E), NaN 0x7F, smallest normal 2^-6, subnormal step 2^-9.
-inline uint8_t encode_e4m3(float x) {
+// Branch-free (selects only, so loops over it vectorise), for a format with M mantissa bits,
+// exponent bias B, largest finite |x| bits MAXBITS -> code MAXCODE, smallest normal bits MINNORM.
+// Normal range: drop 23 - M mantissa bits with round-to-nearest-even and rebias the exponent.
+// Subnormal range: |x| / step rounded to an integer (nearest even: adding and removing 2^23 in
+// fp32 rounds a value below 2^23 to an integer that way). The code of a subnormal is that integer.
+template <int M, int B, uint32_t MAXBITS, uint32_t MAXCODE, uint32_t MINNORM, int STEP_LOG2>
+inline uint8_t encode_fp8(float x) {
   const uint32_t u = f32_bits(x), a = u & 0x7fffffffu;
-  const uint8_t sign = uint8_t((u >> 24) & 0x80u);
-  if (a > 0x7f800000u) return sign | 0x7f;               // NaN
-  if (a >= 0x43e00000u) return sign | 0x7e;              // |x| >= 448 (and inf): saturate
-  if (a >= 0x3c800000u) {                                // |x| >= 2^-6: normal, round 20 bits away (RNE)
-    const uint32_t r = (a + 0x7ffffu + ((a >> 20) & 1u)) & 0xfff00000u;
-    return sign | uint8_t((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u));
-  }
-  return sign | uint8_t(std::nearbyint(bits_f32(a) * 512.0f));  // multiples of 2^-9 (8 = smallest normal)
+  const uint32_t sign = (u >> 24) & 0x80u;
+  constexpr int drop = 23 - M;
+  const uint32_t r = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) >> drop;  // exponent:mantissa, rounded
+  const uint32_t normal = r - (uint32_t(127 - B) << M);
+  const float scaled = bits_f32(a) * std::ldexp(1.0f, -STEP_LOG2);
+  const uint32_t sub = uint32_t((scaled + 8388608.0f) - 8388608.0f);
+  uint32_t code = a >= MINNORM ? normal : sub;
+  code = a >= MAXBITS ? MAXCODE : code;  // saturate (inf included)
+  code = a > 0x7f800000u ? 0x7fu : code;  // NaN
+  return uint8_t(sign | code);
 }
 
+// E4M3: bias 7, 3 mantissa bits, max 448 (0x7E), NaN 0x7F, smallest normal 2^-6, subnormal step 2^-9.
+inline uint8_t encode_e4m3(float x) { return encode_fp8<3, 7, 0x43e00000u, 0x7eu, 0x3c800000u, -9>(x); }
 // E5M2: bias 15, 2 mantissa bits, max 57344 (0x7B), NaN 0x7F, smallest normal 2^-14, step 2^-16.
-inline uint8_t encode_e5m2(float x) {
-  const uint32_t u = f32_bits(x), a = u & 0x7fffffffu;
-  const uint8_t sign = uint8_t((u >> 24) & 0x80u);
-  if (a > 0x7f800000u) return sign | 0x7f;
-  if (a >= 0x47600000u) return sign | 0x7b;              // |x| >= 57344: saturate
-  if (a >= 0x38800000u) {
-    const uint32_t r = (a + 0xfffffu + ((a >> 21) & 1u)) & 0xffe00000u;
-    return sign | uint8_t((((r >> 23) - 112u) << 2) | ((r >> 21) & 3u));
-  }
-  return sign | uint8_t(std::nearbyint(bits_f32(a) * 65536.0f));
-}
+inline uint8_t encode_e5m2(float x) { return encode_fp8<2, 15, 0x47600000u, 0x7bu, 0x38800000u, -16>(x); }
 
 template <bool E4M3, class T>
 void quantize_run(int64_t n, const T* x, float scale, uint8_t* out) {
@@ -58,6 +57,37 @@ void check_format(DType fmt) {
   TESSEL_CHECK(fmt == DType::e4m3 || fmt == DType::e5m2, "FP8 format must be e4m3 or e5m2, got {}", dtype_name(fmt));
 }
 
+// max |x|; NaN if any element is NaN.
+template <class T>
+float amax_run(int64_t n, const T* x) {
+  float m = 0.0f;
+  bool nan = false;
+#pragma omp simd reduction(max : m) reduction(|| : nan)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::fabs(float(x[i]));
+    nan = nan || v != v;
+    m = std::max(m, v);
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
+struct DecodeTables {
+  float e4m3[256], e5m2[256];
+  DecodeTables() {
+    for (int b = 0; b < 256; ++b) {
+      e4m3[b] = e4m3_to_f32(uint8_t(b));
+      e5m2[b] = e5m2_to_f32(uint8_t(b));
+    }
+  }
+};
+
+// out[i] = bf16(decode(q[i]) * scale_inv) through the format's 256-entry table.
+void dequantize_run(int64_t n, const uint8_t* q, DType fmt, float scale_inv, bf16* out) {
+  static const DecodeTables tables;
+  const float* table = fmt == DType::e4m3 ? tables.e4m3 : tables.e5m2;
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16(table[q[i]] * scale_inv);
+}
+
 }  // namespace
 
 float fp8_max(DType fmt) {
@@ -78,15 +108,15 @@ float fp8_scale_for(float a, DType fmt, int margin, bool pow2) {
 
 template <class T>
 float amax(int64_t n, const T* x) {
+  const int64_t chunk = 1 << 16;
+  if (n <= chunk) return amax_run(n, x);  // tiles: no parallel region (its setup costs more than 128 elements)
   float m = 0.0f;
-  bool nan = false;
-#pragma omp parallel for reduction(max : m) reduction(|| : nan) schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = std::fabs(float(x[i]));
-    nan = nan || std::isnan(v);
-    m = std::max(m, v);
+#pragma omp parallel for reduction(max : m) schedule(static)
+  for (int64_t b = 0; b < n; b += chunk) {
+    const float v = amax_run(std::min(chunk, n - b), x + b);
+    m = std::isnan(m) || std::isnan(v) ? NAN : std::max(m, v);
   }
-  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+  return m;
 }
 
 template <class T>
@@ -106,7 +136,7 @@ void fp8_quantize_row_tiles(int64_t R, int64_t C, const T* x, int64_t ldx, DType
   for (int64_t r = 0; r < R; ++r)
     for (int64_t t = 0; t < nt; ++t) {
       const int64_t c0 = t * kFp8Tile, w = std::min(kFp8Tile, C - c0);
-      const float s = fp8_scale_for(amax(w, x + r * ldx + c0), fmt, 0, pow2);
+      const float s = fp8_scale_for(amax_run(w, x + r * ldx + c0), fmt, 0, pow2);
       quantize_any(w, x + r * ldx + c0, s, fmt, out + r * C + c0);
       scale_inv[r * nt + t] = 1.0f / s;
     }
@@ -116,18 +146,22 @@ template <class T>
 void fp8_quantize_col_tiles_transposed(int64_t R, int64_t C, const T* x, int64_t ldx, DType fmt, bool pow2,
                                        uint8_t* out, float* scale_inv) {
   check_format(fmt);
-  const int64_t nt = tiles(R);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) {
-    float column[kFp8Tile];
-    for (int64_t t = 0; t < nt; ++t) {
+  constexpr int64_t kCols = 32;  // columns per work item: rows are read contiguously, then transposed
+  const int64_t nt = tiles(R), ncb = (C + kCols - 1) / kCols;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t t = 0; t < nt; ++t)
+    for (int64_t cb = 0; cb < ncb; ++cb) {
       const int64_t r0 = t * kFp8Tile, h = std::min(kFp8Tile, R - r0);
-      for (int64_t i = 0; i < h; ++i) column[i] = float(x[(r0 + i) * ldx + c]);
-      const float s = fp8_scale_for(amax(h, column), fmt, 0, pow2);
-      quantize_any(h, column, s, fmt, out + c * R + r0);
-      scale_inv[c * nt + t] = 1.0f / s;
+      const int64_t c0 = cb * kCols, w = std::min(kCols, C - c0);
+      float tile[kCols][kFp8Tile];  // [column][row] of this 128-row tile
+      for (int64_t i = 0; i < h; ++i)
+        for (int64_t j = 0; j < w; ++j) tile[j][i] = float(x[(r0 + i) * ldx + c0 + j]);
+      for (int64_t j = 0; j < w; ++j) {
+        const float s = fp8_scale_for(amax_run(h, tile[j]), fmt, 0, pow2);
+        quantize_any(h, tile[j], s, fmt, out + (c0 + j) * R + r0);
+        scale_inv[(c0 + j) * nt + t] = 1.0f / s;
+      }
     }
-  }
 }
 
 void fp8_quantize_blocks(int64_t R, int64_t C, const float* x, DType fmt, bool pow2, uint8_t* out, float* scale_inv) {
@@ -139,7 +173,7 @@ void fp8_quantize_blocks(int64_t R, int64_t C, const float* x, DType fmt, bool p
       const int64_t r0 = br * kFp8Tile, c0 = bc * kFp8Tile;
       const int64_t h = std::min(kFp8Tile, R - r0), w = std::min(kFp8Tile, C - c0);
       float m = 0.0f;
-      for (int64_t i = 0; i < h; ++i) m = std::max(m, amax(w, x + (r0 + i) * C + c0));
+      for (int64_t i = 0; i < h; ++i) m = std::max(m, amax_run(w, x + (r0 + i) * C + c0));
       const float s = fp8_scale_for(m, fmt, 0, pow2);
       for (int64_t i = 0; i < h; ++i) quantize_any(w, x + (r0 + i) * C + c0, s, fmt, out + (r0 + i) * C + c0);
       scale_inv[br * nc + bc] = 1.0f / s;
@@ -148,8 +182,9 @@ void fp8_quantize_blocks(int64_t R, int64_t C, const float* x, DType fmt, bool p
 
 void fp8_dequantize(int64_t n, const uint8_t* q, DType fmt, float scale_inv, bf16* out) {
   check_format(fmt);
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16(fp8_decode(q[i], fmt) * scale_inv);
+  const int64_t chunk = 1 << 16;
+#pragma omp parallel for schedule(static) if (n > chunk)
+  for (int64_t b = 0; b < n; b += chunk) dequantize_run(std::min(chunk, n - b), q + b, fmt, scale_inv, out + b);
 }
 
 void fp8_dequantize_row_tiles(int64_t R, int64_t C, const uint8_t* q, DType fmt, const float* scale_inv, bf16* out) {
@@ -157,7 +192,10 @@ void fp8_dequantize_row_tiles(int64_t R, int64_t C, const uint8_t* q, DType fmt,
   const int64_t nt = tiles(C);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) out[r * C + c] = bf16(fp8_decode(q[r * C + c], fmt) * scale_inv[r * nt + c / kFp8Tile]);
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t c0 = t * kFp8Tile, w = std::min(kFp8Tile, C - c0);
+      dequantize_run(w, q + r * C + c0, fmt, scale_inv[r * nt + t], out + r * C + c0);
+    }
 }
 
 void fp8_dequantize_blocks(int64_t R, int64_t C, const uint8_t* q, DType fmt, const float* scale_inv, bf16* out) {
@@ -165,8 +203,10 @@ void fp8_dequantize_blocks(int64_t R, int64_t C, const uint8_t* q, DType fmt, co
   const int64_t nc = tiles(C);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c)
-      out[r * C + c] = bf16(fp8_decode(q[r * C + c], fmt) * scale_inv[(r / kFp8Tile) * nc + c / kFp8Tile]);
+    for (int64_t t = 0; t < nc; ++t) {
+      const int64_t c0 = t * kFp8Tile, w = std::min(kFp8Tile, C - c0);
+      dequantize_run(w, q + r * C + c0, fmt, scale_inv[(r / kFp8Tile) * nc + t], out + r * C + c0);
+    }
 }
 
 template float amax(int64_t, const float*);
