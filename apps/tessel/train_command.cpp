@@ -87,9 +87,14 @@ int run_train(const TrainOptions& o) {
 
   int64_t start = 0;
   if (!cfg.checkpoint.dir.empty()) {
+    ckpt::NamedTensors extra;
     auto st = ckpt::load_latest_checkpoint(cfg.checkpoint.dir, trainer.model().params(), &trainer.optimizer(),
                                            [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); },
-                                           !trainer.model().plan().whole());
+                                           !trainer.model().plan().whole(), &extra);
+    if (st && trainer.model().fp8_state() && cfg.model.fp8.kind == nn::Fp8Recipe::Kind::delayed &&
+        !trainer.model().fp8_state()->load_state(extra) && lead)
+      std::fprintf(stderr, "warning: checkpoint in '%s' has no FP8 delayed-scaling state (saved without "
+                   "precision.fp8.recipe=delayed?): amax histories start empty\n", cfg.checkpoint.dir.c_str());
     if (st) {
       TESSEL_CHECK(st->seed == uint64_t(cfg.train.seed),
                    "checkpoint in '{}' was trained with train.seed {}, the config says {}", cfg.checkpoint.dir,
@@ -116,8 +121,11 @@ int run_train(const TrainOptions& o) {
     const ckpt::TrainState st{step, step * cfg.train.global_batch_size, uint64_t(cfg.train.seed)};
     const auto& c = pstate.coords();
     comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
+    const ckpt::NamedTensors fp8_state =
+        trainer.model().fp8_state() ? trainer.model().fp8_state()->state_tensors() : ckpt::NamedTensors{};
     const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), moments, st,
-                                                    cfg.to_yaml(), cfg.checkpoint.keep, &pstate.tp(), lead, stages);
+                                                    cfg.to_yaml(), cfg.checkpoint.keep, &pstate.tp(), lead, stages,
+                                                    fp8_state);
     if (lead) {
       std::printf("saved checkpoint %s\n", where.c_str());
       std::fflush(stdout);

@@ -1,6 +1,6 @@
 """Compares a parallel training run with the single-process reference on the same global batch.
 
-Usage: compare_runs.py REFERENCE RUN [--steps N]
+Usage: compare_runs.py REFERENCE RUN [--steps N] [--fp8]
 Each argument is a run's log.dir, holding metrics.jsonl, with its checkpoint.dir at <log.dir>/ckpt.
 Checked (fp32, relative):
   losses at every step                1e-5
@@ -12,6 +12,12 @@ Checked (fp32, relative):
                                       difference 1e-2 of its largest value (the same effect: a few
                                       elements of near-zero gradient move by ~1e-5 where the tensor
                                       holds values ~0.03; measured up to 4e-3 at tp2 x pp2 x vpp2 x dp2)
+With --fp8 (both runs train with an FP8 recipe): FP8 quantisation is discontinuous, so the ~1e-7
+differences summation order leaves in the parameters after step 1 flip a few FP8 codes at later
+steps (each a 2^-4..2^-3 relative change of that element), and the runs drift apart chaotically.
+Checked then: the step-1 loss 1e-6 (same scales and codes: the forward is the same up to summation
+order), the step-1 gradient norm 1e-4, every later loss 5e-3 (measured <= 2.1e-3); parameters are
+not compared.
 The key bias (GPT-2) is not compared: its exact gradient is zero (softmax is invariant to adding
 q . b_k to every key's score), so what both runs hold there is Adam-amplified rounding noise.
 Prints every figure; exits non-zero when any is out of tolerance.
@@ -45,10 +51,15 @@ def relative(a, b):
 def main():
     ref, run = sys.argv[1], sys.argv[2]
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 5
+    fp8 = "--fp8" in sys.argv
     loss_ref, loss_run = metric(ref, "loss"), metric(run, "loss")
     assert len(loss_ref) == len(loss_run) == steps, f"{run}: {len(loss_run)} steps logged, expected {steps}"
     loss_err = max(relative(loss_ref, loss_run))
     norm_err = relative(metric(ref, "grad_norm"), metric(run, "grad_norm"))
+    if fp8:
+        first = relative(loss_ref, loss_run)[0]
+        print(f"{run} (fp8): step-1 loss within {first:.1e}, step-1 grad norm {norm_err[0]:.1e}, losses {loss_err:.1e}")
+        sys.exit(0 if first < 1e-6 and norm_err[0] < 1e-4 and loss_err < 5e-3 else 1)
     ta, tb = tensors(ref), tensors(run)
     assert ta.keys() == tb.keys(), f"{run}: checkpoint tensors differ: {sorted(ta.keys() ^ tb.keys())}"
     l2_err = {k: float(np.linalg.norm(ta[k] - tb[k]) / max(float(np.linalg.norm(ta[k])), 1e-30)) for k in ta}

@@ -21,6 +21,7 @@ namespace {
 constexpr const char* kFormat = "tessel-checkpoint-1";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "state.safetensors";  // extra training state (FP8 scaling), when any
 
 std::string step_name(int64_t step) { return fmt::format("step_{:08d}", step); }
 
@@ -116,7 +117,7 @@ Tensor shard_of(const nn::ParamSpec& s, const Tensor& full) {
   return v;
 }
 
-using Named = std::vector<std::pair<std::string, Tensor>>;
+using Named = NamedTensors;
 
 // Pipeline stages hand their whole tensors to stage 0 (names as i32 code units, shapes as i64).
 void send_named(comm::Communicator& pp, const Named& list) {
@@ -166,7 +167,8 @@ void gather_stages(comm::Communicator* pp, Named& list) {
 
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
-                            comm::Communicator* tp, bool write, comm::Communicator* pp) {
+                            comm::Communicator* tp, bool write, comm::Communicator* pp,
+                            const NamedTensors& extra_state) {
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
   // Whole tensors first (collective over tp, then over pp), then only the writer touches the disk.
   Named model_tensors, optim_tensors;
@@ -179,8 +181,10 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
     optim_tensors.emplace_back("exp_avg." + s.name, m);
     optim_tensors.emplace_back("exp_avg_sq." + s.name, v);
   }
+  Named extra = extra_state;
   gather_stages(pp, model_tensors);
   gather_stages(pp, optim_tensors);
+  gather_stages(pp, extra);
   if (!write) return "";
   nlohmann::json tensors = nlohmann::json::object();
   for (const auto& [name, t] : model_tensors) {
@@ -198,9 +202,14 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
   const std::map<std::string, std::string> meta{{"format", kFormat}};
   write_safetensors((tmp / kModelFile).string(), meta, model_tensors);
   write_safetensors((tmp / kOptimFile).string(), meta, optim_tensors);
+  std::vector<const char*> written{kModelFile, kOptimFile};
+  if (!extra.empty()) {
+    write_safetensors((tmp / kStateFile).string(), meta, extra);
+    written.push_back(kStateFile);
+  }
 
   nlohmann::json files = nlohmann::json::object();
-  for (const char* f : {kModelFile, kOptimFile}) {
+  for (const char* f : written) {
     fsync_path(tmp / f, false);
     const auto [crc, size] = file_crc(tmp / f);
     files[f] = {{"crc32", crc}, {"bytes", size}};
@@ -235,7 +244,8 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
   return final_dir.string();
 }
 
-TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt, bool partial) {
+TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt, bool partial,
+                           NamedTensors* extra_state) {
   const fs::path d(ckpt_dir);
   nlohmann::json md;
   try {
@@ -245,7 +255,9 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
   }
   TESSEL_CHECK(md.value("format", "") == kFormat, "checkpoint '{}': format '{}' is not '{}'", ckpt_dir,
                md.value("format", ""), kFormat);
-  for (const char* f : {kModelFile, kOptimFile}) {
+  std::vector<const char*> listed{kModelFile, kOptimFile};
+  if (md["files"].contains(kStateFile)) listed.push_back(kStateFile);
+  for (const char* f : listed) {
     TESSEL_CHECK(md["files"].contains(f), "checkpoint '{}': metadata.json does not list {}", ckpt_dir, f);
     TESSEL_CHECK(fs::exists(d / f), "checkpoint '{}': {} is missing", ckpt_dir, f);
     const auto [crc, size] = file_crc(d / f);
@@ -287,6 +299,10 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
     }
     opt->set_steps_taken(md["optimizer_steps"].get<int64_t>());
   }
+  if (extra_state) {
+    extra_state->clear();
+    if (md["files"].contains(kStateFile)) *extra_state = read_safetensors((d / kStateFile).string()).tensors;
+  }
   TrainState st;
   st.step = md["step"].get<int64_t>();
   st.consumed_samples = md["consumed_samples"].get<int64_t>();
@@ -307,13 +323,14 @@ std::vector<std::string> checkpoint_candidates(const std::string& dir) {
 }
 
 std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
-                                                 const std::function<void(const std::string&)>& warn, bool partial) {
+                                                 const std::function<void(const std::string&)>& warn, bool partial,
+                                                 NamedTensors* extra_state) {
   const auto candidates = checkpoint_candidates(dir);
   if (candidates.empty()) return std::nullopt;
   std::string errors;
   for (const auto& c : candidates) {
     try {
-      return load_checkpoint((fs::path(dir) / c).string(), params, opt, partial);
+      return load_checkpoint((fs::path(dir) / c).string(), params, opt, partial, extra_state);
     } catch (const Error& e) {
       const std::string msg = e.what();
       // Another model's checkpoint is a configuration error, not damage: do not fall back past it.

@@ -20,6 +20,8 @@
 
 namespace tessel::ckpt {
 
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
 struct TrainState {
   int64_t step = 0;              // optimizer steps completed
   int64_t consumed_samples = 0;  // data position
@@ -37,10 +39,13 @@ struct FullMoments {
 // Saves and prunes to the newest `keep` checkpoints. Returns the checkpoint's directory.
 // Tensor-parallel shards are gathered over `tp` into whole tensors first, and pipeline stages' tensors
 // over `pp` onto its rank 0 (collective: every rank of each group calls it), so a checkpoint loads
-// under any layout; only ranks with write = true (a pp rank 0) write.
+// under any layout; only ranks with write = true (a pp rank 0) write. extra_state: named tensors of
+// other training state (FP8 scaling), the same on every rank of a stage, gathered over pp like the
+// parameters and written to state.safetensors.
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& moments,
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
-                            comm::Communicator* tp = nullptr, bool write = true, comm::Communicator* pp = nullptr);
+                            comm::Communicator* tp = nullptr, bool write = true, comm::Communicator* pp = nullptr,
+                            const NamedTensors& extra_state = {});
 // The same for an optimizer that owns every parameter.
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep);
@@ -51,12 +56,13 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
 // partial: params hold one pipeline stage, so the checkpoint may hold more tensors than they do.
 std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
                                                  const std::function<void(const std::string&)>& warn,
-                                                 bool partial = false);
+                                                 bool partial = false, NamedTensors* extra_state = nullptr);
 
 // Loads one checkpoint directory (no fallback). A tensor-parallel shard takes its slice of the saved
 // whole tensor. opt receives the moments of the range it owns.
+// extra_state (optional) receives state.safetensors' tensors (empty when the checkpoint has none).
 TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt,
-                           bool partial = false);
+                           bool partial = false, NamedTensors* extra_state = nullptr);
 
 // Step directories present in dir, newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);

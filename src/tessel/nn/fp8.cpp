@@ -53,7 +53,9 @@ kernels::Fp8Tensor Fp8State::per_tensor(const Tensor& x, int slot, DType fmt) {
     float& m = step_amax_[size_t(slot)];
     m = std::isnan(a) || std::isnan(m) ? NAN : std::max(m, a);
   } else {
-    s = kernels::fp8_scale_for(a, fmt, r_.margin, r_.pow2);
+    float global = a;
+    if (amax_group_) amax_group_->all_reduce(&global, 1, DType::f32, comm::ReduceOp::max);
+    s = kernels::fp8_scale_for(global, fmt, r_.margin, r_.pow2);
   }
   kernels::Fp8Tensor q{Tensor::empty(x.shape(), fmt), Tensor::empty({1}, DType::f32), kernels::Fp8Scaling::tensor};
   auto* out = static_cast<uint8_t*>(q.data.raw());

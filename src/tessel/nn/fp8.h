@@ -24,6 +24,9 @@ class Fp8State {
   const Fp8Recipe& recipe() const { return r_; }
   // A quantised tensor's slot (name: "<linear>.x" / ".w" / ".dy"), quantised to fmt.
   int add(const std::string& name, DType fmt);
+  // Current scaling under tensor parallelism: each tensor's amax is reduced (max) over this group
+  // before its scale is taken, so a sharded tensor gets the scale the whole tensor would.
+  void set_amax_group(comm::Communicator* g) { amax_group_ = g && g->size() > 1 ? g : nullptr; }
 
   // x [R, C] (f32 or bf16) for a GEMM contracting along C (row tiles under block scaling).
   kernels::Fp8Tensor quantize_rows(const Tensor& x, int slot, DType fmt);
@@ -53,6 +56,7 @@ class Fp8State {
   std::vector<std::vector<float>> history_;  // [0] = the most recent completed step
   std::vector<float> scale_, step_amax_;
   uint64_t steps_ = 0;
+  comm::Communicator* amax_group_ = nullptr;
 };
 
 }  // namespace tessel::nn

@@ -35,7 +35,10 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
   // the flat gradient buffer is final after each part (for overlapping data-parallel reduction).
   // Names carry global layer indices, so pipeline stages together hold the whole model's names.
   if (plan_.has_embedding) embed_ = std::make_unique<Embedding>(*ps_, cfg_, tp_, cp_);
-  if (cfg_.fp8.enabled()) fp8_ = std::make_unique<Fp8State>(cfg_.fp8);
+  if (cfg_.fp8.enabled()) {
+    fp8_ = std::make_unique<Fp8State>(cfg_.fp8);
+    fp8_->set_amax_group(tp_);
+  }
   for (const LayerRange& r : plan_.chunks) {
     TESSEL_CHECK(0 <= r.begin && r.begin < r.end && r.end <= cfg_.num_layers,
                  "pipeline chunk layers [{}, {}) outside the model's {} layers", r.begin, r.end, cfg_.num_layers);
