@@ -204,6 +204,17 @@ int run_bench(const BenchOptions& o) {
   if (param_max > param_bytes || grad_max > grad_bytes || opt_max > opt_bytes)
     std::printf("; largest rank: %.2f, %.2f, %.2f MB", param_max / 1e6, grad_max / 1e6, opt_max / 1e6);
   std::printf("\n");
+  // What one micro-batch's forward keeps for backward (one process holding the whole model; FP8
+  // Linears keep their inputs in FP8): measured from the saved tensors themselves.
+  nlohmann::json activation_mb = nullptr;
+  if (world.size() == 1) {
+    const data::Batch b = data.batch(0, mbs);
+    nn::Activations saved;
+    trainer.model().forward(b.tokens, b.targets, 0.0f, saved);
+    activation_mb = double(saved.bytes()) / 1e6;
+    std::printf("activations saved for backward: %.2f MB per micro-batch of %lld x %lld tokens\n",
+                double(saved.bytes()) / 1e6, static_cast<long long>(mbs), static_cast<long long>(m.seq_length));
+  }
 
   // The share of data-parallel communication hidden behind backward: the exposed time is the wait
   // for the gradient all-reduces after backward; the time they would take if not overlapped is
@@ -264,6 +275,8 @@ int run_bench(const BenchOptions& o) {
                       {"peak_rss_mb", rss},
                       {"params", local},
                       {"param_mb", param_bytes / 1e6},
+                      {"activation_mb_per_micro_batch", activation_mb},
+                      {"fp8_recipe", cfg.precision.fp8_recipe},
                       {"grad_mb", grad_bytes / 1e6},
                       {"optimizer_state_mb", opt_bytes / 1e6},
                       {"param_mb_max", param_max / 1e6},
