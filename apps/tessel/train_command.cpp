@@ -91,10 +91,11 @@ int run_train(const TrainOptions& o) {
     auto st = ckpt::load_latest_checkpoint(cfg.checkpoint.dir, trainer.model().params(), &trainer.optimizer(),
                                            [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); },
                                            !trainer.model().plan().whole(), &extra);
-    if (st && trainer.model().fp8_state() && cfg.model.fp8.kind == nn::Fp8Recipe::Kind::delayed &&
-        !trainer.model().fp8_state()->load_state(extra) && lead)
-      std::fprintf(stderr, "warning: checkpoint in '%s' has no FP8 delayed-scaling state (saved without "
-                   "precision.fp8.recipe=delayed?): amax histories start empty\n", cfg.checkpoint.dir.c_str());
+    if (st)
+      for (const auto& name : trainer.model().load_state_tensors(extra))
+        if (lead)
+          std::fprintf(stderr, "warning: checkpoint in '%s' has no %s (saved under another precision or MoE "
+                       "setting?): it starts afresh\n", cfg.checkpoint.dir.c_str(), name.c_str());
     if (st) {
       TESSEL_CHECK(st->seed == uint64_t(cfg.train.seed),
                    "checkpoint in '{}' was trained with train.seed {}, the config says {}", cfg.checkpoint.dir,
@@ -121,11 +122,9 @@ int run_train(const TrainOptions& o) {
     const ckpt::TrainState st{step, step * cfg.train.global_batch_size, uint64_t(cfg.train.seed)};
     const auto& c = pstate.coords();
     comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
-    const ckpt::NamedTensors fp8_state =
-        trainer.model().fp8_state() ? trainer.model().fp8_state()->state_tensors() : ckpt::NamedTensors{};
     const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), moments, st,
                                                     cfg.to_yaml(), cfg.checkpoint.keep, &pstate.tp(), lead, stages,
-                                                    fp8_state);
+                                                    trainer.model().state_tensors());
     if (lead) {
       std::printf("saved checkpoint %s\n", where.c_str());
       std::fflush(stdout);
@@ -175,6 +174,12 @@ int run_train(const TrainOptions& o) {
     const double mfu = flops_per_token * tps / 1e9 / peak_gflops;
     nlohmann::json j = {{"step", it}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                         {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt}};
+    if (m.num_experts > 0) {  // load balance per MoE layer: max / mean tokens per expert (1 = even)
+      j["moe_aux_loss"] = r.moe_aux_loss;
+      nlohmann::json per_layer = nlohmann::json::array();
+      for (int64_t l = m.moe_first_dense_layers; l < m.num_layers; ++l) per_layer.push_back(r.expert_load_max_mean[size_t(l)]);
+      j["expert_load_max_mean"] = per_layer;
+    }
     if (lead) {
       metrics << j.dump() << "\n";
       metrics.flush();

@@ -18,18 +18,22 @@ namespace {
 const std::string kSmall =
     " --set train.train_iters=8 --set train.lr_warmup_iters=2 --set model.num_layers=2 --set log.interval=1";
 
-TEST(TrainCli, ResumeIsBitExact) {
+// Also with state beside parameters and moments: the MoE expert biases of auxiliary-loss-free
+// balancing and FP8 delayed scaling's amax histories travel in the checkpoint's state.safetensors.
+class TrainResume : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrainResume, ResumeIsBitExact) {
   TempDir d;
-  const std::string cfg = config("synthetic.yaml");
+  const std::string cfg = config("synthetic.yaml") + GetParam();
   ASSERT_EQ(run_tessel("train " + cfg + kSmall + " --set log.dir=a --set checkpoint.dir=ca", d.path()).exit_code, 0);
-  const auto half = run_tessel("train " + cfg + kSmall + " --set log.dir=b --set checkpoint.dir=cb --set train.exit_interval=4",
+  const auto half = run_tessel("train " + cfg + kSmall + " --set log.dir=b --set checkpoint.dir=cb --set train.exit_interval=3",
                                d.path());
   ASSERT_EQ(half.exit_code, 0) << half.output;
   EXPECT_NE(half.output.find("saving and exiting"), std::string::npos) << half.output;
-  EXPECT_EQ(metric_values(d / "b/metrics.jsonl", "loss").size(), 4u);
+  EXPECT_EQ(metric_values(d / "b/metrics.jsonl", "loss").size(), 3u);
   const auto rest = run_tessel("train " + cfg + kSmall + " --set log.dir=b --set checkpoint.dir=cb", d.path());
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
-  EXPECT_NE(rest.output.find("resumed from checkpoint.dir cb at step 4"), std::string::npos) << rest.output;
+  EXPECT_NE(rest.output.find("resumed from checkpoint.dir cb at step 3"), std::string::npos) << rest.output;
   const auto straight = metric_values(d / "a/metrics.jsonl", "loss");
   const auto resumed = metric_values(d / "b/metrics.jsonl", "loss");
   ASSERT_EQ(straight.size(), 8u);
@@ -37,7 +41,23 @@ TEST(TrainCli, ResumeIsBitExact) {
   for (size_t i = 0; i < straight.size(); ++i) EXPECT_EQ(straight[i], resumed[i]) << "step " << i + 1;  // bit-exact
   EXPECT_EQ(metric_values(d / "a/metrics.jsonl", "grad_norm"), metric_values(d / "b/metrics.jsonl", "grad_norm"));
   EXPECT_LT(straight.back(), straight.front());
+  if (GetParam().find("num_experts") != std::string::npos) {
+    EXPECT_TRUE(std::filesystem::exists(d / "cb/step_00000003/state.safetensors"));
+    EXPECT_EQ(metric_values(d / "a/metrics.jsonl", "moe_aux_loss"), metric_values(d / "b/metrics.jsonl", "moe_aux_loss"));
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, TrainResume,
+    ::testing::Values(std::string(),
+                      std::string(" --set model.arch=mixtral --set model.num_experts=4 --set model.moe_router_topk=2"
+                                  " --set model.moe_router_score_function=sigmoid --set model.moe_router_enable_expert_bias=true"
+                                  " --set model.moe_router_bias_update_rate=0.05"
+                                  " --set model.moe_router_load_balancing_type=seq_aux_loss --set model.moe_aux_loss_coeff=0.01"
+                                  " --set model.moe_shared_expert_intermediate_size=32 --set model.moe_router_num_groups=2"
+                                  " --set model.moe_first_dense_layers=1"),
+                      std::string(" --set precision.fp8.recipe=delayed --set precision.compute=bf16")),
+    [](const auto& info) { return info.index == 0 ? std::string("dense") : info.index == 1 ? "moe" : "fp8"; });
 
 TEST(TrainCli, SigtermSavesAndExitsCleanly) {
   TempDir d;

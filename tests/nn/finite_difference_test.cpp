@@ -12,6 +12,7 @@
 #include "tessel/nn/linear.h"
 #include "tessel/nn/mlp.h"
 #include "tessel/nn/model.h"
+#include "tessel/nn/moe.h"
 #include "tessel/nn/norm.h"
 #include "tessel/nn/transformer_layer.h"
 
@@ -40,6 +41,16 @@ double dot(const Tensor& a, const Tensor& b) {
 
 using Forward = std::function<Tensor(const Tensor& x, Activations&)>;
 using Backward = std::function<Tensor(const Tensor& dy, Activations&)>;  // returns dx, accumulates param grads
+
+// The backward of a module with backward_input / backward_weight: dx, then the weight gradients.
+template <class Module>
+Backward input_then_weights(const Module& m) {
+  return [&m](const Tensor& dy, Activations& a) {
+    Tensor dx = m.backward_input(dy, a);
+    m.backward_weight(a);
+    return dx;
+  };
+}
 
 // Checks dL/dx (when x is a float tensor) and dL/dp for sampled elements of every parameter.
 void check_gradients(nn::ParamStore& ps, Tensor x, const Forward& fwd, const Backward& bwd, double tol = 2e-2) {
@@ -102,6 +113,14 @@ nn::ModelConfig small_config(const std::string& arch) {
 
 constexpr int64_t kBatch = 2;
 
+// Finalises and randomises ps, then checks module m on a random [kBatch x seq_length, hidden] input.
+template <class Module>
+void check_module(nn::ParamStore& ps, const Module& m, const nn::ModelConfig& cfg, const Forward& fwd) {
+  ps.finalize();
+  randomize_params(ps);
+  check_gradients(ps, random_tensor({kBatch * cfg.seq_length, cfg.hidden_size}, 1), fwd, input_then_weights(m));
+}
+
 TEST(FiniteDifference, LinearWithFusedPartsAndBias) {
   nn::ParamStore ps(DType::f32);
   nn::Linear lin(ps, {{"a", 5}, {"b", 3}}, 6, true, 0.1f);
@@ -109,11 +128,7 @@ TEST(FiniteDifference, LinearWithFusedPartsAndBias) {
   randomize_params(ps);
   check_gradients(
       ps, random_tensor({9, 6}, 1), [&](const Tensor& x, Activations& a) { return lin.forward(x, a); },
-      [&](const Tensor& dy, Activations& a) {
-        Tensor dx = lin.backward_input(dy, a);
-        lin.backward_weight(a);
-        return dx;
-      });
+      input_then_weights(lin));
 }
 
 class NormFd : public ::testing::TestWithParam<nn::Norm::Kind> {};
@@ -166,27 +181,32 @@ TEST_P(ArchFd, SelfAttention) {
   check_gradients(
       ps, random_tensor({kBatch * cfg.seq_length, cfg.hidden_size}, 1),
       [&](const Tensor& x, Activations& a) { return attn.forward(x, kBatch, a); },
-      [&](const Tensor& dy, Activations& a) {
-        Tensor dx = attn.backward_input(dy, a);
-        attn.backward_weight(a);
-        return dx;
-      });
+      input_then_weights(attn));
 }
 
 TEST_P(ArchFd, Mlp) {
   const auto cfg = small_config(GetParam());
   nn::ParamStore ps(DType::f32);
   nn::Mlp mlp(ps, "mlp", cfg, cfg.num_layers);
-  ps.finalize();
-  randomize_params(ps);
-  check_gradients(
-      ps, random_tensor({kBatch * cfg.seq_length, cfg.hidden_size}, 1),
-      [&](const Tensor& x, Activations& a) { return mlp.forward(x, a); },
-      [&](const Tensor& dy, Activations& a) {
-        Tensor dx = mlp.backward_input(dy, a);
-        mlp.backward_weight(a);
-        return dx;
-      });
+  check_module(ps, mlp, cfg, [&](const Tensor& x, Activations& a) { return mlp.forward(x, a); });
+}
+
+// Mixture of Experts: routed experts (top-2 of 4, each run on its own tokens), a shared expert and
+// the router (its gradient through the normalised gate weights). Finite differences hold the
+// selection as long as no step of h crosses a top-k boundary; the data here keeps clear margins.
+TEST(FiniteDifference, MixtureOfExperts) {
+  for (const char* score : {"softmax", "sigmoid"}) {
+    nn::ModelConfig cfg = small_config("llama");
+    cfg.num_experts = 4;
+    cfg.moe_router_topk = 2;
+    cfg.moe_ffn_hidden_size = 12;
+    cfg.moe_shared_expert_intermediate_size = 8;
+    cfg.moe_router_score_function = score;
+    cfg.moe_router_topk_scaling_factor = 1.5;
+    nn::ParamStore ps(DType::f32);
+    nn::Moe moe(ps, "moe", cfg, cfg.num_layers);
+    check_module(ps, moe, cfg, [&](const Tensor& x, Activations& a) { return moe.forward(x, 1.0f, a); });
+  }
 }
 
 TEST_P(ArchFd, TransformerLayer) {
@@ -200,11 +220,7 @@ TEST_P(ArchFd, TransformerLayer) {
   check_gradients(
       ps, random_tensor({kBatch * cfg.seq_length, cfg.hidden_size}, 1),
       [&](const Tensor& x, Activations& a) { return layer.forward(x, kBatch, a); },
-      [&](const Tensor& dy, Activations& a) {
-        Tensor dx = layer.backward_input(dy, a);
-        layer.backward_weight(a);
-        return dx;
-      });
+      input_then_weights(layer));
 }
 
 TEST_P(ArchFd, EmbeddingPositionsAndTiedHead) {

@@ -8,20 +8,21 @@
 namespace tessel::nn {
 
 namespace {
-std::vector<Linear::Part> up_parts(const std::string& prefix, const ModelConfig& cfg) {
-  if (cfg.is_llama()) return {{prefix + ".gate_proj", cfg.ffn_hidden_size}, {prefix + ".up_proj", cfg.ffn_hidden_size}};
-  return {{prefix + ".up_proj", cfg.ffn_hidden_size}};
+std::vector<Linear::Part> up_parts(const std::string& prefix, const ModelConfig& cfg, int64_t ffn) {
+  if (cfg.is_llama()) return {{prefix + ".gate_proj", ffn}, {prefix + ".up_proj", ffn}};
+  return {{prefix + ".up_proj", ffn}};
 }
+int64_t ffn_of(const ModelConfig& cfg, int64_t ffn) { return ffn > 0 ? ffn : cfg.ffn_hidden_size; }
 }  // namespace
 
 Mlp::Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-         comm::Communicator* tp)
+         comm::Communicator* tp, int64_t ffn)
     : ps_(ps),
       swiglu_(cfg.is_llama()),
-      F_(cfg.ffn_hidden_size / (tp ? tp->size() : 1)),
-      up_(ps, up_parts(prefix, cfg), cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std),
+      F_(ffn_of(cfg, ffn) / (tp ? tp->size() : 1)),
+      up_(ps, up_parts(prefix, cfg, ffn_of(cfg, ffn)), cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std),
           {TensorParallel::Mode::column, tp, cfg.sequence_parallel}),
-      down_(ps, {{prefix + ".down_proj", cfg.hidden_size}}, cfg.ffn_hidden_size, !cfg.is_llama(),
+      down_(ps, {{prefix + ".down_proj", cfg.hidden_size}}, ffn_of(cfg, ffn), !cfg.is_llama(),
             float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count))),
             {TensorParallel::Mode::row, tp, cfg.sequence_parallel}),
       key_h_(prefix + ".pre_act") {}

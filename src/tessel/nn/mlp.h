@@ -11,8 +11,9 @@ namespace tessel::nn {
 class Mlp {
  public:
   // tp (optional): up/gate column-parallel, down row-parallel; ffn_hidden_size must divide.
+  // ffn: the hidden size (0: cfg.ffn_hidden_size; MoE experts pass theirs).
   Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-      comm::Communicator* tp = nullptr);
+      comm::Communicator* tp = nullptr, int64_t ffn = 0);
   Tensor forward(const Tensor& y, Activations& saved) const;  // [N, d] -> [N, d] f32
   Tensor backward_input(const Tensor& dout, Activations& saved) const;
   void backward_weight(Activations& saved) const;

@@ -1,5 +1,7 @@
 #include "tessel/nn/model.h"
 
+#include <algorithm>
+
 #include "tessel/kernels/xent.h"
 #include "tessel/nn/fp8.h"
 #include "tessel/nn/sequence_parallel.h"
@@ -88,6 +90,51 @@ void sum_grads(ParamStore& ps, comm::Communicator& group, Pred selected) {
 }
 }  // namespace
 
+std::vector<double> Model::moe_end_step(const std::vector<comm::Communicator*>& groups) {
+  std::vector<double> ratio(static_cast<size_t>(cfg_.num_layers), 0.0);
+  for (size_t c = 0; c < plan_.chunks.size(); ++c)
+    for (int64_t i = plan_.chunks[c].begin; i < plan_.chunks[c].end; ++i)
+      if (Moe* m = layers_[chunk_first_[c] + size_t(i - plan_.chunks[c].begin)]->moe())
+        ratio[size_t(i)] = m->end_step(groups);
+  return ratio;
+}
+
+double Model::moe_take_aux_loss() {
+  double a = 0;
+  for (const auto& l : layers_)
+    if (l->moe()) a += l->moe()->take_aux_loss();
+  return a;
+}
+
+std::vector<std::pair<std::string, Tensor>> Model::state_tensors() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  if (fp8_) out = fp8_->state_tensors();
+  for (const auto& l : layers_)
+    if (Moe* m = l->moe(); m && cfg_.moe_router_enable_expert_bias) {
+      Tensor b = Tensor::empty({int64_t(m->expert_bias().size())}, DType::f32);
+      std::copy(m->expert_bias().begin(), m->expert_bias().end(), b.data<float>());
+      out.emplace_back(m->prefix() + ".expert_bias", b);
+    }
+  return out;
+}
+
+std::vector<std::string> Model::load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  std::vector<std::string> missing;
+  if (fp8_ && cfg_.fp8.kind == Fp8Recipe::Kind::delayed && !fp8_->load_state(tensors))
+    missing.push_back("FP8 delayed-scaling state");
+  for (const auto& l : layers_)
+    if (Moe* m = l->moe(); m && cfg_.moe_router_enable_expert_bias) {
+      const std::string name = m->prefix() + ".expert_bias";
+      auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& p) { return p.first == name; });
+      if (it == tensors.end() || it->second.numel() != int64_t(m->expert_bias().size())) {
+        missing.push_back(name);
+        continue;
+      }
+      std::copy(it->second.data<float>(), it->second.data<float>() + it->second.numel(), m->expert_bias().begin());
+    }
+  return missing;
+}
+
 void Model::reduce_tensor_parallel_grads() {
   if (tp_ && cfg_.sequence_parallel)
     sum_grads(*ps_, *tp_, [](const ParamSpec& s) { return s.shape == s.global_shape; });
@@ -135,9 +182,9 @@ Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens
       // Keep only the layer input; backward re-runs the layer forward to rebuild the rest.
       saved.put(recompute_key(i), x);
       Activations scratch;
-      x = layers_[i]->forward(x, batch, scratch);
+      x = layers_[i]->forward(x, batch, scratch, grad_scale);
     } else {
-      x = layers_[i]->forward(x, batch, saved);
+      x = layers_[i]->forward(x, batch, saved, grad_scale);
     }
   }
   if (!chunk_is_last_stage(chunk)) return x;

@@ -70,6 +70,17 @@ class Model {
   // The FP8 quantisation state of the layers' Linears (null without an FP8 recipe).
   Fp8State* fp8_state() { return fp8_.get(); }
 
+  // Mixture of Experts, after every micro-batch of a step: each MoE layer's tokens per expert summed
+  // over `groups`, expert biases moved, counters reset. Returns max / mean tokens per expert for
+  // every layer of the model (0 for dense layers and layers of other pipeline stages).
+  std::vector<double> moe_end_step(const std::vector<comm::Communicator*>& groups);
+  double moe_take_aux_loss();  // this rank's auxiliary losses of the step (already loss-scaled)
+
+  // Training state beside parameters and moments, for checkpoints: FP8 scaling histories and MoE
+  // expert biases, by name. load_state_tensors restores what it finds; returns the names missing.
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  std::vector<std::string> load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors);
+
   // Rows of the activations passed between stages for a micro-batch of `tokens` tokens: all of them,
   // or this rank's share under sequence parallelism.
   int64_t activation_rows(int64_t tokens) const;

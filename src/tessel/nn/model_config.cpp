@@ -1,11 +1,39 @@
 #include "tessel/nn/model_config.h"
 
+#include <algorithm>
+
 #include "tessel/core/check.h"
 
 namespace tessel::nn {
 
 void ModelConfig::validate() const {
-  TESSEL_CHECK(arch == "llama" || arch == "gpt2", "model.arch: '{}' is not supported (allowed: llama, gpt2)", arch);
+  TESSEL_CHECK(arch == "llama" || arch == "gpt2" || arch == "mixtral",
+               "model.arch: '{}' is not supported (allowed: llama, gpt2, mixtral; deepseek_v3 is not supported yet)",
+               arch);
+  TESSEL_CHECK(arch != "mixtral" || num_experts > 0, "model.arch mixtral needs model.num_experts > 0");
+  TESSEL_CHECK(num_experts == 0 || arch != "gpt2", "Mixture-of-Experts layers are SwiGLU (model.arch llama or "
+               "mixtral), not gpt2");
+  if (num_experts > 0) {
+    TESSEL_CHECK(moe_router_topk >= 1 && moe_router_topk <= num_experts,
+                 "model.moe_router_topk must be in [1, num_experts = {}], got {}", num_experts, moe_router_topk);
+    TESSEL_CHECK(moe_router_score_function == "softmax" || moe_router_score_function == "sigmoid",
+                 "model.moe_router_score_function: '{}' is not supported (allowed: softmax, sigmoid)",
+                 moe_router_score_function);
+    TESSEL_CHECK(moe_router_num_groups >= 1 && num_experts % moe_router_num_groups == 0 &&
+                     moe_router_group_topk >= 1 && moe_router_group_topk <= moe_router_num_groups &&
+                     moe_router_topk <= moe_router_group_topk * (num_experts / moe_router_num_groups),
+                 "model.moe_router_num_groups {} / moe_router_group_topk {}: the groups must divide num_experts {} "
+                 "and hold at least moe_router_topk {} experts", moe_router_num_groups, moe_router_group_topk,
+                 num_experts, moe_router_topk);
+    TESSEL_CHECK(moe_router_load_balancing_type == "none" || moe_router_load_balancing_type == "seq_aux_loss" ||
+                     moe_router_load_balancing_type == "aux_loss",
+                 "model.moe_router_load_balancing_type: '{}' is not supported (allowed: none, seq_aux_loss, aux_loss)",
+                 moe_router_load_balancing_type);
+    TESSEL_CHECK(!recompute, "model.recompute with Mixture-of-Experts layers is not supported yet");
+    TESSEL_CHECK(moe_first_dense_layers >= 0 && moe_ffn_hidden_size >= 0 && moe_shared_expert_intermediate_size >= 0,
+                 "model.moe_first_dense_layers, moe_ffn_hidden_size and moe_shared_expert_intermediate_size must be "
+                 ">= 0");
+  }
   auto positive = [](const char* key, int64_t v) {
     TESSEL_CHECK(v > 0, "model.{} must be a positive integer, got {}", key, v);
   };
@@ -34,7 +62,11 @@ int64_t ModelConfig::num_params() const {
   const int64_t d = hidden_size, dh = head_dim();
   const int64_t attn = d * (num_attention_heads + 2 * num_query_groups) * dh + num_attention_heads * dh * d;
   const int64_t mlp = (is_llama() ? 3 : 2) * d * ffn_hidden_size;
-  return num_layers * (attn + mlp);
+  if (num_experts == 0) return num_layers * (attn + mlp);
+  // Active parameters per token: k routed experts, the shared expert and the router.
+  const int64_t moe = 3 * d * (moe_router_topk * expert_ffn() + moe_shared_expert_intermediate_size) + num_experts * d;
+  const int64_t dense_layers = std::min(num_layers, moe_first_dense_layers);
+  return dense_layers * (attn + mlp) + (num_layers - dense_layers) * (attn + moe);
 }
 
 double ModelConfig::train_flops_per_token() const {

@@ -22,13 +22,32 @@ struct ModelConfig {
   bool tie_embeddings = false;
   double init_method_std = 0.02;
   bool recompute = false;           // full-layer activation recompute
+  // Mixture of Experts (num_experts > 0; Megatron's names): every layer from moe_first_dense_layers
+  // on replaces its MLP by a router, moe_router_topk of num_experts routed SwiGLU experts of
+  // moe_ffn_hidden_size and an optional shared expert of moe_shared_expert_intermediate_size.
+  int64_t num_experts = 0;
+  int64_t moe_router_topk = 2;
+  int64_t moe_ffn_hidden_size = 0;  // 0: ffn_hidden_size
+  int64_t moe_shared_expert_intermediate_size = 0;
+  int64_t moe_first_dense_layers = 0;
+  std::string moe_router_score_function = "softmax";  // softmax | sigmoid
+  bool moe_router_norm_topk_prob = true;              // gate weights of the chosen experts sum to 1
+  double moe_router_topk_scaling_factor = 1.0;
+  int64_t moe_router_num_groups = 1, moe_router_group_topk = 1;  // group-limited (node-limited) routing
+  bool moe_router_enable_expert_bias = false;         // auxiliary-loss-free balancing
+  double moe_router_bias_update_rate = 1e-3;          // gamma
+  std::string moe_router_load_balancing_type = "none";  // none | seq_aux_loss | aux_loss
+  double moe_aux_loss_coeff = 0.0;                    // alpha
+  double moe_z_loss_coeff = 0.0;
+  bool is_moe_layer(int64_t layer) const { return num_experts > 0 && layer >= moe_first_dense_layers; }
+  int64_t expert_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn_hidden_size; }
   DType compute = DType::f32;       // f32 | bf16 (GEMM inputs; accumulation and master weights fp32)
   // Runtime layout, not model shape (from the parallel section): activations outside the
   // tensor-parallel GEMMs split by rows over the tensor-parallel group (sequence_parallel.h).
   bool sequence_parallel = false;
   Fp8Recipe fp8;  // from precision.fp8: the transformer layers' Linears in FP8 when enabled
 
-  bool is_llama() const { return arch == "llama"; }
+  bool is_llama() const { return arch != "gpt2"; }  // llama, mixtral: RMSNorm, RoPE, SwiGLU
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   void validate() const;  // throws tessel::Error naming the bad key and what is allowed
   // Matmul parameters (excluding embeddings) and training FLOPs per token (6N + causal attention).

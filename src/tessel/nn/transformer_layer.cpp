@@ -17,14 +17,20 @@ TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64
       attn_(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers, std::move(rope), tp, cp),
       norm2_(ps, layer_prefix(index) + ".post_attention_layernorm", cfg.hidden_size, norm_kind(cfg),
              float(cfg.norm_epsilon)),
-      mlp_(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, tp) {}
+      mlp_(cfg.is_moe_layer(index) ? nullptr
+                                    : std::make_unique<Mlp>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, tp)),
+      moe_(cfg.is_moe_layer(index) ? std::make_unique<Moe>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers)
+                                   : nullptr) {
+  TESSEL_CHECK(!moe_ || !tp || tp->size() == 1,
+               "Mixture-of-Experts layers under tensor parallelism are not supported yet");
+}
 
-Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& saved) const {
+Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale) const {
   Tensor r0, r1;
   Tensor y = norm1_.forward(r, Tensor(), r0, saved);
   Tensor a = attn_.forward(y, batch, saved);
   Tensor y2 = norm2_.forward(r, a, r1, saved);
-  Tensor m = mlp_.forward(y2, saved);
+  Tensor m = moe_ ? moe_->forward(y2, grad_scale, saved) : mlp_->forward(y2, saved);
   ProfileScope prof("residual");
   Tensor out = Tensor::empty(r.shape(), DType::f32);
   kernels::add(out.numel(), r1.data<float>(), m.data<float>(), out.data<float>());
@@ -32,7 +38,7 @@ Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& sa
 }
 
 Tensor TransformerLayer::backward_input(const Tensor& dout, Activations& saved) const {
-  Tensor dy2 = mlp_.backward_input(dout, saved);
+  Tensor dy2 = moe_ ? moe_->backward_input(dout, saved) : mlp_->backward_input(dout, saved);
   Tensor dr1 = norm2_.backward(dy2, dout, saved);  // residual gradient plus the norm's
   Tensor dy = attn_.backward_input(dr1, saved);
   return norm1_.backward(dy, dr1, saved);
@@ -44,14 +50,17 @@ Tensor TransformerLayer::forward_decode(const Tensor& r, int64_t pos0, Tensor& k
   Tensor y = norm1_.forward(r, Tensor(), r0, scratch);
   Tensor a = attn_.forward_decode(y, pos0, k_cache, v_cache);
   Tensor y2 = norm2_.forward(r, a, r1, scratch);
-  Tensor m = mlp_.forward(y2, scratch);
+  Tensor m = moe_ ? moe_->forward(y2, 0.0f, scratch) : mlp_->forward(y2, scratch);
   Tensor out = Tensor::empty(r.shape(), DType::f32);
   kernels::add(out.numel(), r1.data<float>(), m.data<float>(), out.data<float>());
   return out;
 }
 
 void TransformerLayer::backward_weight(Activations& saved) const {
-  mlp_.backward_weight(saved);
+  if (moe_)
+    moe_->backward_weight(saved);
+  else
+    mlp_->backward_weight(saved);
   attn_.backward_weight(saved);
 }
 

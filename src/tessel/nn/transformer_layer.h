@@ -6,6 +6,7 @@
 
 #include "tessel/nn/attention.h"
 #include "tessel/nn/mlp.h"
+#include "tessel/nn/moe.h"
 #include "tessel/nn/norm.h"
 
 namespace tessel::nn {
@@ -15,7 +16,8 @@ class TransformerLayer {
   TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64_t index,
                    std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr,
                    comm::Communicator* cp = nullptr);
-  Tensor forward(const Tensor& r, int64_t batch, Activations& saved) const;  // r [N, d] f32
+  // r [N, d] f32. grad_scale: the micro-batch's loss scale (MoE auxiliary losses); 0 in evaluation.
+  Tensor forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale = 0.0f) const;
   Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dr [N, d] f32
   void backward_weight(Activations& saved) const;
   // Inference over positions pos0 .. pos0 + n - 1 with this layer's KV cache (see SelfAttention).
@@ -26,7 +28,11 @@ class TransformerLayer {
   Norm norm1_;
   SelfAttention attn_;
   Norm norm2_;
-  Mlp mlp_;
+  std::unique_ptr<Mlp> mlp_;  // dense layers
+  std::unique_ptr<Moe> moe_;  // Mixture-of-Experts layers (model.num_experts > 0)
+
+ public:
+  Moe* moe() const { return moe_.get(); }
 };
 
 }  // namespace tessel::nn

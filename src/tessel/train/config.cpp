@@ -56,6 +56,21 @@ struct Schema {
     m["tie_embeddings"] = bind_field(c.model.tie_embeddings, "model.tie_embeddings");
     m["init_method_std"] = bind_field(c.model.init_method_std, "model.init_method_std");
     m["recompute"] = bind_field(c.model.recompute, "model.recompute");
+    m["num_experts"] = bind_field(c.model.num_experts, "model.num_experts");
+    m["moe_router_topk"] = bind_field(c.model.moe_router_topk, "model.moe_router_topk");
+    m["moe_ffn_hidden_size"] = bind_field(c.model.moe_ffn_hidden_size, "model.moe_ffn_hidden_size");
+    m["moe_shared_expert_intermediate_size"] = bind_field(c.model.moe_shared_expert_intermediate_size, "model.moe_shared_expert_intermediate_size");
+    m["moe_first_dense_layers"] = bind_field(c.model.moe_first_dense_layers, "model.moe_first_dense_layers");
+    m["moe_router_score_function"] = bind_field(c.model.moe_router_score_function, "model.moe_router_score_function");
+    m["moe_router_norm_topk_prob"] = bind_field(c.model.moe_router_norm_topk_prob, "model.moe_router_norm_topk_prob");
+    m["moe_router_topk_scaling_factor"] = bind_field(c.model.moe_router_topk_scaling_factor, "model.moe_router_topk_scaling_factor");
+    m["moe_router_num_groups"] = bind_field(c.model.moe_router_num_groups, "model.moe_router_num_groups");
+    m["moe_router_group_topk"] = bind_field(c.model.moe_router_group_topk, "model.moe_router_group_topk");
+    m["moe_router_enable_expert_bias"] = bind_field(c.model.moe_router_enable_expert_bias, "model.moe_router_enable_expert_bias");
+    m["moe_router_bias_update_rate"] = bind_field(c.model.moe_router_bias_update_rate, "model.moe_router_bias_update_rate");
+    m["moe_router_load_balancing_type"] = bind_field(c.model.moe_router_load_balancing_type, "model.moe_router_load_balancing_type");
+    m["moe_aux_loss_coeff"] = bind_field(c.model.moe_aux_loss_coeff, "model.moe_aux_loss_coeff");
+    m["moe_z_loss_coeff"] = bind_field(c.model.moe_z_loss_coeff, "model.moe_z_loss_coeff");
 
     auto& t = sections["train"];
     t["train_iters"] = bind_field(c.train.train_iters, "train.train_iters");

@@ -114,12 +114,30 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   const double norm = opt_->step(lr);
   // Delayed FP8 scaling: one amax per tensor across tensor- and data-parallel ranks, next scales.
   if (auto* fp8 = model_->fp8_state()) fp8->end_step({tp_, dp_});
+  StepResult r;
+  r.loss = loss / double(tokens);
+  r.grad_norm = norm;
+  r.lr = lr;
+  if (cfg_.model.num_experts > 0) {
+    // Expert loads over every replica (the bias moves alike everywhere); each layer's ratio and the
+    // auxiliary losses from whichever pipeline stage holds it.
+    r.expert_load_max_mean = model_->moe_end_step({dp_});
+    double aux = model_->moe_take_aux_loss();
+    if (dp_) aux = comm::sum_in_rank_order(*dp_, aux);
+    if (pp_) {
+      aux = comm::sum_in_rank_order(*pp_, aux);
+      std::vector<float> ratio(r.expert_load_max_mean.begin(), r.expert_load_max_mean.end());
+      pp_->all_reduce(ratio.data(), int64_t(ratio.size()), DType::f32, comm::ReduceOp::sum);
+      r.expert_load_max_mean.assign(ratio.begin(), ratio.end());
+    }
+    r.moe_aux_loss = aux;
+  }
   if (sharded) {
     // All-gather the updated shards so every replica holds the whole model again.
     dp_->all_gather_v(ps.params_data() + opt_->own_begin(), ps.params_data(), shard_counts(), DType::f32);
     ps.refresh_compute_copy();
   }
-  return {loss / double(tokens), norm, lr};
+  return r;
 }
 
 void Trainer::reduce_tied_embedding() {

@@ -17,9 +17,11 @@
 namespace tessel::train {
 
 struct StepResult {
-  double loss;       // mean over the global batch's tokens
-  double grad_norm;  // before clipping
-  double lr;
+  double loss = 0;       // mean over the global batch's tokens
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  double moe_aux_loss = 0;                  // the MoE auxiliary losses' value in the objective
+  std::vector<double> expert_load_max_mean; // per layer: max / mean tokens per expert (0: dense)
 };
 
 class Trainer {

@@ -1,0 +1,133 @@
+#include "tessel/kernels/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "tessel/core/check.h"
+
+namespace tessel::kernels {
+
+void router_forward(const RouterConfig& c, int64_t N, const float* logits, const float* bias, float* scores,
+                    int32_t* chosen, float* weights) {
+  const int64_t E = c.experts, k = c.topk, G = c.num_groups, per_group = E / G;
+  TESSEL_CHECK(k >= 1 && k <= E && G >= 1 && E % G == 0 && c.group_topk >= 1 && c.group_topk <= G &&
+                   k <= c.group_topk * per_group,
+               "router: top-{} of {} experts in the best {} of {} groups is not possible", k, E, c.group_topk, G);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t) {
+    const float* u = logits + t * E;
+    float* s = scores + t * E;
+    if (c.sigmoid) {
+      for (int64_t e = 0; e < E; ++e) s[e] = 1.0f / (1.0f + std::exp(-u[e]));
+    } else {
+      const float mx = *std::max_element(u, u + E);
+      float sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += (s[e] = std::exp(u[e] - mx));
+      for (int64_t e = 0; e < E; ++e) s[e] /= sum;
+    }
+    std::vector<float> sel(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) sel[size_t(e)] = s[e] + (bias ? bias[e] : 0.0f);
+    if (G > 1) {  // keep the best group_topk groups by the sum of each group's two best scores
+      std::vector<std::pair<float, int64_t>> gs;
+      for (int64_t g = 0; g < G; ++g) {
+        std::vector<float> v(sel.begin() + g * per_group, sel.begin() + (g + 1) * per_group);
+        std::partial_sort(v.begin(), v.begin() + std::min<int64_t>(2, per_group), v.end(), std::greater<float>());
+        gs.emplace_back(v[0] + (per_group > 1 ? v[1] : 0.0f), g);
+      }
+      std::stable_sort(gs.begin(), gs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (int64_t r = c.group_topk; r < G; ++r)
+        for (int64_t e = 0; e < per_group; ++e) sel[size_t(gs[size_t(r)].second * per_group + e)] = -INFINITY;
+    }
+    std::vector<int32_t> idx(static_cast<size_t>(E));
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return sel[size_t(a)] > sel[size_t(b)] || (sel[size_t(a)] == sel[size_t(b)] && a < b);
+    });
+    float total = 0;
+    for (int64_t j = 0; j < k; ++j) total += s[idx[size_t(j)]];
+    for (int64_t j = 0; j < k; ++j) {
+      chosen[t * k + j] = idx[size_t(j)];
+      weights[t * k + j] = c.scaling_factor * (c.normalize ? s[idx[size_t(j)]] / total : s[idx[size_t(j)]]);
+    }
+  }
+}
+
+void router_weights_backward(const RouterConfig& c, int64_t N, const float* scores, const int32_t* chosen,
+                             const float* dweights, float* dscores) {
+  const int64_t E = c.experts, k = c.topk;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t) {
+    const float* s = scores + t * E;
+    const int32_t* ch = chosen + t * k;
+    const float* dw = dweights + t * k;
+    float* ds = dscores + t * E;
+    if (!c.normalize) {
+      for (int64_t j = 0; j < k; ++j) ds[ch[j]] += c.scaling_factor * dw[j];
+      continue;
+    }
+    // w_j = c s_j / S, S = sum of the chosen s: dw/ds_j = c (dw_j - sum_l dw_l s_l / S) / S
+    float S = 0, dot = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      S += s[ch[j]];
+      dot += dw[j] * s[ch[j]];
+    }
+    for (int64_t j = 0; j < k; ++j) ds[ch[j]] += c.scaling_factor * (dw[j] - dot / S) / S;
+  }
+}
+
+void router_scores_backward(const RouterConfig& c, int64_t N, const float* scores, const float* dscores,
+                            float* dlogits) {
+  const int64_t E = c.experts;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t) {
+    const float* s = scores + t * E;
+    const float* ds = dscores + t * E;
+    float* du = dlogits + t * E;
+    if (c.sigmoid) {
+      for (int64_t e = 0; e < E; ++e) du[e] = ds[e] * s[e] * (1.0f - s[e]);
+    } else {
+      float dot = 0;
+      for (int64_t e = 0; e < E; ++e) dot += ds[e] * s[e];
+      for (int64_t e = 0; e < E; ++e) du[e] = s[e] * (ds[e] - dot);
+    }
+  }
+}
+
+double sequence_balance_loss(const RouterConfig& c, int64_t N, int64_t T, float alpha, const float* scores,
+                             const int32_t* chosen, float grad_scale, float* dscores) {
+  const int64_t E = c.experts, k = c.topk;
+  TESSEL_CHECK(N % T == 0, "balance loss: {} rows are not whole sequences of {}", N, T);
+  double loss = 0;
+  for (int64_t b = 0; b < N / T; ++b) {
+    std::vector<double> f(static_cast<size_t>(E), 0.0), P(static_cast<size_t>(E), 0.0);
+    for (int64_t t = b * T; t < (b + 1) * T; ++t) {
+      for (int64_t j = 0; j < k; ++j) f[size_t(chosen[t * k + j])] += double(E) / double(k * T);
+      double sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += scores[t * E + e];
+      for (int64_t e = 0; e < E; ++e) P[size_t(e)] += scores[t * E + e] / sum / double(T);
+    }
+    for (int64_t e = 0; e < E; ++e) loss += double(alpha) * f[size_t(e)] * P[size_t(e)];
+    // dL/ds'[t, i] = alpha f_i / T; through s' = s / sum_j s: ds_i = (g_i - sum_j g_j s'_j) / sum_j s_j
+    for (int64_t t = b * T; t < (b + 1) * T; ++t) {
+      double sum = 0, dot = 0;
+      for (int64_t e = 0; e < E; ++e) sum += scores[t * E + e];
+      for (int64_t e = 0; e < E; ++e) dot += double(alpha) * f[size_t(e)] / double(T) * scores[t * E + e] / sum;
+      for (int64_t e = 0; e < E; ++e)
+        dscores[t * E + e] += float(grad_scale * (double(alpha) * f[size_t(e)] / double(T) - dot) / sum);
+    }
+  }
+  return loss;
+}
+
+void expert_order(int64_t N, int64_t k, int64_t E, const int32_t* chosen, std::vector<int64_t>& order,
+                  std::vector<int64_t>& counts) {
+  counts.assign(static_cast<size_t>(E), 0);
+  for (int64_t i = 0; i < N * k; ++i) ++counts[size_t(chosen[i])];
+  std::vector<int64_t> next(static_cast<size_t>(E), 0);
+  for (int64_t e = 1; e < E; ++e) next[size_t(e)] = next[size_t(e - 1)] + counts[size_t(e - 1)];
+  order.assign(static_cast<size_t>(N * k), 0);
+  for (int64_t i = 0; i < N * k; ++i) order[size_t(next[size_t(chosen[i])]++)] = i;
+}
+
+}  // namespace tessel::kernels

@@ -1,0 +1,57 @@
+#pragma once
+// Mixture-of-Experts block (replaces the MLP of a transformer layer; DeepSeek-V3 / Mixtral):
+//   router    logits = y @ W_r^T in fp32 (W_r [E, d] "gate.weight"), kernels/moe.h for selection
+//   experts   E SwiGLU MLPs of moe_ffn_hidden_size ("experts.<e>.{gate,up,down}_proj"), each run on
+//             its tokens only: the token copies are permuted into expert order and every expert's
+//             contiguous group is one GEMM (a grouped GEMM)
+//   shared    an optional SwiGLU MLP every token goes through ("shared_experts")
+//   out[t] = sum_j w[t, j] expert_{e_j}(y[t]) + shared(y[t])
+// Balancing: the sequence-wise auxiliary loss (moe_aux_loss_coeff; "aux_loss": the micro-batch as
+// one sequence) and the router z-loss add their gradients to the router; with
+// moe_router_enable_expert_bias a per-expert bias steers selection only and moves by +-gamma after
+// each step from the step's load (end_step), the auxiliary-loss-free method. Not yet: expert and
+// tensor parallelism of the experts, capacity factors (no token is dropped).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessel/kernels/moe.h"
+#include "tessel/nn/mlp.h"
+
+namespace tessel::nn {
+
+class Moe {
+ public:
+  Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count);
+
+  // y [N, d] (N = B x seq rows) -> [N, d] f32. grad_scale: the loss scale of this micro-batch (the
+  // auxiliary losses' gradients use it); the auxiliary losses' values accumulate into aux_loss().
+  Tensor forward(const Tensor& y, float grad_scale, Activations& saved) const;
+  Tensor backward_input(const Tensor& dout, Activations& saved) const;
+  void backward_weight(Activations& saved) const;
+
+  // After every micro-batch of a step: the step's tokens per expert summed over `groups`, the
+  // expert bias moved (when enabled), the load statistic returned (max / mean tokens per expert)
+  // and the counters reset. Collective over every group.
+  double end_step(const std::vector<comm::Communicator*>& groups);
+  double take_aux_loss();  // the step's auxiliary losses (summed over micro-batches), then reset
+  std::vector<float>& expert_bias() { return bias_; }
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  ParamStore& ps_;
+  std::string prefix_;
+  kernels::RouterConfig rc_;
+  int64_t d_, seq_;
+  int64_t router_offset_;
+  std::vector<std::unique_ptr<Mlp>> experts_;
+  std::unique_ptr<Mlp> shared_;
+  std::string balance_;
+  float alpha_, z_coeff_, gamma_;
+  bool use_bias_;
+  std::vector<float> bias_;
+  mutable std::vector<int64_t> load_;  // tokens per expert this step
+  mutable double aux_loss_ = 0;
+};
+
+}  // namespace tessel::nn
