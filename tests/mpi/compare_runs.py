@@ -8,7 +8,8 @@ Checked (fp32, relative):
   gradient norms at later steps       1e-4  (Adam's m / sqrt(v) is ~1 whatever a near-zero gradient's
                                              size, so summation-order noise becomes ~lr-sized
                                              parameter differences on such elements)
-  final parameters, per tensor        L2 norm of the difference 2e-4 of the tensor's; largest element
+  final parameters, per tensor        L2 norm of the difference 5e-4 of the tensor's (measured <= 2e-4,
+                                      MoE experts under context parallelism); largest element
                                       difference 1e-2 of its largest value (the same effect: a few
                                       elements of near-zero gradient move by ~1e-5 where the tensor
                                       holds values ~0.03; measured up to 4e-3 at tp2 x pp2 x vpp2 x dp2)
@@ -67,7 +68,7 @@ def main():
     worst_l2, worst_max = max(l2_err, key=l2_err.get), max(max_err, key=max_err.get)
     print(f"{run}: losses within {loss_err:.1e}, step-1 grad norm {norm_err[0]:.1e}, later {max(norm_err):.1e}; "
           f"parameters L2 {l2_err[worst_l2]:.1e} ({worst_l2}), largest element {max_err[worst_max]:.1e}")
-    ok = (loss_err < 1e-5 and norm_err[0] < 1e-6 and max(norm_err) < 1e-4 and l2_err[worst_l2] < 2e-4
+    ok = (loss_err < 1e-5 and norm_err[0] < 1e-6 and max(norm_err) < 1e-4 and l2_err[worst_l2] < 5e-4
           and max_err[worst_max] < 1e-2)
     sys.exit(0 if ok else 1)
 

@@ -51,6 +51,22 @@ run 2 gpt2-cp2 "${GPT2[@]}" --set $CP=2 && compare gpt2 gpt2-cp2
 run 8 gpt2-tp2-sp-cp2-pp2 "${GPT2[@]}" --set $TP=2 --set $SP=true --set $CP=2 --set $PP=2 && compare gpt2 gpt2-tp2-sp-cp2-pp2
 run 8 gpt2-tp2-pp2-vpp2-dp2 "${GPT2[@]}" --set $TP=2 --set $PP=2 --set $VPP=2 && compare gpt2 gpt2-tp2-pp2-vpp2-dp2
 
+# Mixture of Experts (sigmoid router with bias balancing, sequence-wise balance loss, shared expert,
+# a first dense layer): data, pipeline and context parallelism and ZeRO give the single run's.
+MOE=(--set model.arch=mixtral --set model.num_layers=4 --set model.num_experts=4 --set model.moe_router_topk=2
+     --set model.moe_router_score_function=sigmoid --set model.moe_router_enable_expert_bias=true
+     --set model.moe_router_bias_update_rate=0.01 --set model.moe_shared_expert_intermediate_size=32
+     --set model.moe_first_dense_layers=1 --set model.moe_router_load_balancing_type=seq_aux_loss
+     --set model.moe_aux_loss_coeff=0.01)
+single moe "${MOE[@]}"
+run 2 moe-dp2 "${MOE[@]}" && compare moe moe-dp2
+run 4 moe-pp2-dp2-zero "${MOE[@]}" --set $PP=2 --set parallel.use_distributed_optimizer=true && compare moe moe-pp2-dp2-zero
+# Under context parallelism the balance losses are refused (a rank holds parts of each sequence);
+# the bias balancing reduces its loads over data x context ranks.
+MOE_CP=("${MOE[@]}" --set model.moe_router_load_balancing_type=none)
+single moe-bias "${MOE_CP[@]}"
+run 2 moe-cp2 "${MOE_CP[@]}" --set $CP=2 && compare moe-bias moe-cp2
+
 # Checkpoints hold whole tensors gathered from every stage: stop at step 3, resume on pp2 (bit-exact
 # with the uninterrupted pp2 run), and resume the same checkpoint in one process.
 run 2 stop "${GPT2[@]}" --set $PP=2 --set train.exit_interval=3

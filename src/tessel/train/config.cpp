@@ -265,6 +265,15 @@ void Config::validate() const {
     TESSEL_CHECK(parallel.pipeline_layers_per_stage.empty(),
                  "parallel.pipeline_layers_per_stage is set but pipeline_model_parallel_size is 1");
   }
+  if (model.num_experts > 0) {
+    TESSEL_CHECK(parallel.tensor_model_parallel_size == 1,
+                 "Mixture-of-Experts layers (model.num_experts {}) with tensor_model_parallel_size {}: not supported "
+                 "yet", model.num_experts, parallel.tensor_model_parallel_size);
+    TESSEL_CHECK(model.moe_router_load_balancing_type == "none" || parallel.context_parallel_size == 1,
+                 "model.moe_router_load_balancing_type {} with context_parallel_size {}: not supported yet (a rank "
+                 "holds only parts of each sequence; the bias balancing, moe_router_enable_expert_bias, works)",
+                 model.moe_router_load_balancing_type, parallel.context_parallel_size);
+  }
   TESSEL_CHECK(!parallel.sequence_parallel || parallel.tensor_model_parallel_size > 1,
                "parallel.sequence_parallel needs tensor_model_parallel_size > 1 (it splits the tensor-parallel "
                "region's sequence)");
