@@ -90,7 +90,7 @@ int run_train(const TrainOptions& o) {
     ckpt::NamedTensors extra;
     auto st = ckpt::load_latest_checkpoint(cfg.checkpoint.dir, trainer.model().params(), &trainer.optimizer(),
                                            [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); },
-                                           !trainer.model().plan().whole(), &extra);
+                                           !trainer.model().plan().whole() || pstate.ep_size() > 1, &extra);
     if (st)
       for (const auto& name : trainer.model().load_state_tensors(extra))
         if (lead)
@@ -124,7 +124,7 @@ int run_train(const TrainOptions& o) {
     comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
     const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), moments, st,
                                                     cfg.to_yaml(), cfg.checkpoint.keep, &pstate.tp(), lead, stages,
-                                                    trainer.model().state_tensors());
+                                                    trainer.model().state_tensors(), &pstate.ep());
     if (lead) {
       std::printf("saved checkpoint %s\n", where.c_str());
       std::fflush(stdout);

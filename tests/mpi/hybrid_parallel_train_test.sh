@@ -61,6 +61,12 @@ MOE=(--set model.arch=mixtral --set model.num_layers=4 --set model.num_experts=4
 single moe "${MOE[@]}"
 run 2 moe-dp2 "${MOE[@]}" && compare moe moe-dp2
 run 4 moe-pp2-dp2-zero "${MOE[@]}" --set $PP=2 --set parallel.use_distributed_optimizer=true && compare moe moe-pp2-dp2-zero
+# Expert parallelism: each rank holds 4/ep experts; token copies travel by all-to-all(v).
+EP=parallel.expert_model_parallel_size
+run 2 moe-ep2 "${MOE[@]}" --set $EP=2 && compare moe moe-ep2
+run 4 moe-ep4 "${MOE[@]}" --set $EP=4 && compare moe moe-ep4
+run 4 moe-ep2-dp2 "${MOE[@]}" --set $EP=2 && compare moe moe-ep2-dp2
+run 4 moe-ep2-pp2 "${MOE[@]}" --set $EP=2 --set $PP=2 && compare moe moe-ep2-pp2
 # Under context parallelism the balance losses are refused (a rank holds parts of each sequence);
 # the bias balancing reduces its loads over data x context ranks.
 MOE_CP=("${MOE[@]}" --set model.moe_router_load_balancing_type=none)

@@ -152,7 +152,8 @@ void recv_named(comm::Communicator& pp, int from, Named& out) {
   }
 }
 
-// Every stage's tensors on pipeline rank 0, in stage order (collective over pp).
+// Every rank's tensors on rank 0 of the group, in rank order (collective over the group: pipeline
+// stages, or expert-parallel ranks).
 void gather_stages(comm::Communicator* pp, Named& list) {
   if (!pp || pp->size() == 1) return;
   if (pp->rank() != 0) {
@@ -168,20 +169,25 @@ void gather_stages(comm::Communicator* pp, Named& list) {
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
                             comm::Communicator* tp, bool write, comm::Communicator* pp,
-                            const NamedTensors& extra_state) {
+                            const NamedTensors& extra_state, comm::Communicator* ep) {
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
   // Whole tensors first (collective over tp, then over pp), then only the writer touches the disk.
   Named model_tensors, optim_tensors;
+  // Expert parallelism: rank 0 of the group keeps everything, the others contribute their experts.
+  const bool experts_only = ep && ep->size() > 1 && ep->rank() != 0;
   for (const auto& s : params.specs()) {
     const Tensor p = whole(s, params.params_data() + s.offset, tp);
     const Tensor m = whole(s, opt.exp_avg + s.offset, tp);
     const Tensor v = whole(s, opt.exp_avg_sq + s.offset, tp);
     if (s.tied_copy) continue;  // the first stage saves the tied embedding
+    if (experts_only && !s.expert) continue;
     model_tensors.emplace_back(s.name, p);
     optim_tensors.emplace_back("exp_avg." + s.name, m);
     optim_tensors.emplace_back("exp_avg_sq." + s.name, v);
   }
   Named extra = extra_state;
+  gather_stages(ep, model_tensors);  // experts onto the group's rank 0 first, then the stages
+  gather_stages(ep, optim_tensors);
   gather_stages(pp, model_tensors);
   gather_stages(pp, optim_tensors);
   gather_stages(pp, extra);

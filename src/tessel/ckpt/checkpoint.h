@@ -41,11 +41,12 @@ struct FullMoments {
 // over `pp` onto its rank 0 (collective: every rank of each group calls it), so a checkpoint loads
 // under any layout; only ranks with write = true (a pp rank 0) write. extra_state: named tensors of
 // other training state (FP8 scaling), the same on every rank of a stage, gathered over pp like the
-// parameters and written to state.safetensors.
+// parameters and written to state.safetensors. ep: expert-parallel ranks' experts are gathered onto
+// the group's rank 0 before the stages are (collective over ep).
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& moments,
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
                             comm::Communicator* tp = nullptr, bool write = true, comm::Communicator* pp = nullptr,
-                            const NamedTensors& extra_state = {});
+                            const NamedTensors& extra_state = {}, comm::Communicator* ep = nullptr);
 // The same for an optimizer that owns every parameter.
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep);

@@ -43,6 +43,7 @@ ParallelState::ParallelState(Communicator& world, ParallelSizes s) : world_(worl
   dp_cp_ = world.split(m.tp + s.tp * m.pp, m.cp + s.cp * m.dp);
   const int dpcp_index = m.cp + s.cp * m.dp;  // position in the DP x CP product
   ep_ = world.split((m.tp + s.tp * m.pp) * ((dp_ * s.cp) / s.ep) + dpcp_index / s.ep, dpcp_index % s.ep);
+  ep_dp_ = world.split((m.tp + s.tp * m.pp) * s.ep + dpcp_index % s.ep, dpcp_index / s.ep);
   const bool edge = m.pp == 0 || m.pp == s.pp - 1;
   embedding_ = world.split(edge ? m.tp + s.tp * (m.cp + s.cp * m.dp) : -1, m.pp);
 }

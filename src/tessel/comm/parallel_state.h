@@ -42,6 +42,8 @@ class ParallelState {
   Communicator& pp() { return *pp_; }
   Communicator& dp_cp() { return *dp_cp_; }
   Communicator& ep() { return *ep_; }
+  // Ranks holding the same experts (the DP x CP product divided by EP): expert gradients sum here.
+  Communicator& ep_dp() { return *ep_dp_; }
   Communicator* embedding() { return embedding_.get(); }  // null on middle pipeline stages
 
   // The decomposition, for any world rank (tests, logs).
@@ -54,7 +56,7 @@ class ParallelState {
   ParallelSizes s_;
   int dp_;
   RankCoords me_;
-  std::unique_ptr<Communicator> tp_, cp_, dp_g_, pp_, dp_cp_, ep_, embedding_;
+  std::unique_ptr<Communicator> tp_, cp_, dp_g_, pp_, dp_cp_, ep_, ep_dp_, embedding_;
 };
 
 }  // namespace tessel::comm

@@ -13,7 +13,8 @@ std::string recompute_key(size_t layer) { return "model.layers." + std::to_strin
 const char* kEmbeddingGrad = "model.embed_tokens.dout";  // the embedding's output gradient, kept from B for W
 }  // namespace
 
-Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& plan, comm::Communicator* cp)
+Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& plan, comm::Communicator* cp,
+             comm::Communicator* ep)
     : cfg_(cfg),
       plan_(plan.chunks.empty() ? whole_model_plan(cfg) : plan),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
@@ -51,7 +52,7 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
       const bool bf16_end = i < cfg_.fp8.bf16_layers_at_start || i >= cfg_.num_layers - cfg_.fp8.bf16_layers_at_end;
       ps_->set_fp8(bf16_end ? nullptr : fp8_.get());
       layer_begin_.push_back(ps_->numel());
-      layers_.push_back(std::make_unique<TransformerLayer>(*ps_, cfg_, i, rope_, tp_, cp_));
+      layers_.push_back(std::make_unique<TransformerLayer>(*ps_, cfg_, i, rope_, tp_, cp_, ep));
     }
   }
   ps_->set_fp8(nullptr);
@@ -72,23 +73,6 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
     }
 }
 
-namespace {
-// All-reduces (sum) the gradients of the selected parameters, packed into one message.
-template <class Pred>
-void sum_grads(ParamStore& ps, comm::Communicator& group, Pred selected) {
-  std::vector<float> packed;
-  for (const auto& s : ps.specs())
-    if (selected(s)) packed.insert(packed.end(), ps.grads_data() + s.offset, ps.grads_data() + s.offset + s.numel);
-  if (packed.empty()) return;
-  group.all_reduce(packed.data(), int64_t(packed.size()), DType::f32, comm::ReduceOp::sum);
-  size_t at = 0;
-  for (const auto& s : ps.specs())
-    if (selected(s)) {
-      std::copy_n(packed.data() + at, s.numel, ps.grads_data() + s.offset);
-      at += size_t(s.numel);
-    }
-}
-}  // namespace
 
 std::vector<double> Model::moe_end_step(const std::vector<comm::Communicator*>& groups) {
   std::vector<double> ratio(static_cast<size_t>(cfg_.num_layers), 0.0);

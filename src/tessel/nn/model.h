@@ -25,8 +25,9 @@ class Model {
   // ParamSpec.tied_copy whose gradient the trainer adds to the first stage's over the embedding group).
   // cp (optional): context parallelism; token batches are this rank's chunks ([B, T/cp], see
   // context_parallel.h: cp_local_slice) and attention runs around the ring.
+  // ep (optional): expert parallelism; each rank holds its share of every MoE layer's experts.
   explicit Model(const ModelConfig& cfg, comm::Communicator* tp = nullptr, const StagePlan& plan = {},
-                 comm::Communicator* cp = nullptr);
+                 comm::Communicator* cp = nullptr, comm::Communicator* ep = nullptr);
   bool tensor_parallel() const { return tp_ != nullptr; }
   const StagePlan& plan() const { return plan_; }
   int num_chunks() const { return int(plan_.chunks.size()); }

@@ -13,10 +13,11 @@ namespace tessel::nn {
 namespace {
 // Keys of what forward keeps for backward (under the layer's prefix).
 struct Keys {
-  std::string y, scores, chosen, weights, order, counts, outputs, daux;
+  std::string y, scores, chosen, weights, order, counts, outputs, daux, recv_counts, local_counts;
   explicit Keys(const std::string& p)
       : y(p + ".router_in"), scores(p + ".scores"), chosen(p + ".chosen"), weights(p + ".weights"),
-        order(p + ".order"), counts(p + ".counts"), outputs(p + ".expert_out"), daux(p + ".daux") {}
+        order(p + ".order"), counts(p + ".counts"), outputs(p + ".expert_out"), daux(p + ".daux"),
+        recv_counts(p + ".recv_counts"), local_counts(p + ".local_counts") {}
 };
 
 Tensor from_vector(const std::vector<int64_t>& v) {
@@ -26,7 +27,8 @@ Tensor from_vector(const std::vector<int64_t>& v) {
 }
 }  // namespace
 
-Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count)
+Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
+         comm::Communicator* ep)
     : ps_(ps),
       prefix_(prefix),
       d_(cfg.hidden_size),
@@ -44,9 +46,16 @@ Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int6
   rc_.num_groups = cfg.moe_router_num_groups;
   rc_.group_topk = cfg.moe_router_group_topk;
   router_offset_ = ps.add(prefix + ".gate.weight", {rc_.experts, d_}, Init::normal, float(cfg.init_method_std), true);
-  for (int64_t e = 0; e < rc_.experts; ++e)
+  ep_ = ep && ep->size() > 1 ? ep : nullptr;
+  const int64_t n = ep_ ? ep_->size() : 1;
+  TESSEL_CHECK(rc_.experts % n == 0, "expert_model_parallel_size {} must divide model.num_experts {}", n, rc_.experts);
+  local_ = rc_.experts / n;
+  first_ = ep_ ? local_ * ep_->rank() : 0;
+  const int64_t experts_begin = ps.numel();
+  for (int64_t e = first_; e < first_ + local_; ++e)
     experts_.push_back(std::make_unique<Mlp>(ps, prefix + ".experts." + std::to_string(e), cfg, layer_count, nullptr,
                                              cfg.expert_ffn()));
+  if (ep_) ps.mark_expert_range(experts_begin, ps.numel());
   if (cfg.moe_shared_expert_intermediate_size > 0)
     shared_ = std::make_unique<Mlp>(ps, prefix + ".shared_experts", cfg, layer_count, nullptr,
                                     cfg.moe_shared_expert_intermediate_size);
@@ -105,14 +114,16 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved) const
   for (int64_t p = 0; p < N * k; ++p)
     std::memcpy(static_cast<char*>(x_perm.raw()) + size_t(p) * row,
                 static_cast<const char*>(yc.raw()) + size_t(order[size_t(p)] / k) * row, row);
-  Tensor outputs = Tensor::empty({N * k, d_}, DType::f32);
-  int64_t begin = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = counts[size_t(e)];
-    if (n > 0)
-      outputs.slice(0, begin, begin + n)
-          .copy_from(experts_[size_t(e)]->forward(x_perm.slice(0, begin, begin + n).clone(), saved));
-    begin += n;
+  Tensor outputs;
+  if (ep_) {  // to the experts' ranks, through the local experts, and back in x_perm's order
+    std::vector<int64_t> recv_counts;
+    const Tensor mine = dispatch(x_perm, counts, recv_counts);
+    std::vector<int64_t> per_expert(static_cast<size_t>(local_), 0);
+    for (size_t i = 0; i < recv_counts.size(); ++i) per_expert[i % size_t(local_)] += recv_counts[i];
+    outputs = combine(run_experts(mine, per_expert, saved), counts, recv_counts);
+    saved.put(key.recv_counts, from_vector(recv_counts));
+  } else {
+    outputs = run_experts(x_perm, counts, saved);
   }
   // out[t] = sum_j w[t, j] x expert output of copy (t, j)
   Tensor out = shared_ ? shared_->forward(y, saved) : Tensor::zeros({N, d_}, DType::f32);
@@ -158,17 +169,21 @@ Tensor Moe::backward_input(const Tensor& dout, Activations& saved) const {
     dweights.data<float>()[c] = float(dot);
   }
   Tensor dy = shared_ ? shared_->backward_input(dout, saved) : Tensor::zeros({N, d_}, DType::f32);
-  int64_t begin = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = counts.data<int64_t>()[e];
-    if (n > 0) {
-      const Tensor dx = experts_[size_t(e)]->backward_input(dcopy.slice(0, begin, begin + n).clone(), saved);
-      for (int64_t p = begin; p < begin + n; ++p) {
-        const int64_t t = ord[p] / k;
-        for (int64_t i = 0; i < d_; ++i) dy.data<float>()[t * d_ + i] += dx.data<float>()[(p - begin) * d_ + i];
-      }
-    }
-    begin += n;
+  std::vector<int64_t> cnt(counts.data<int64_t>(), counts.data<int64_t>() + E);
+  Tensor dx_perm;
+  if (ep_) {  // the same two exchanges as forward, for the gradients
+    const Tensor rc = saved.get(key.recv_counts);
+    std::vector<int64_t> recv_counts(rc.data<int64_t>(), rc.data<int64_t>() + rc.numel()), again;
+    std::vector<int64_t> per_expert(static_cast<size_t>(local_), 0);
+    for (size_t i = 0; i < recv_counts.size(); ++i) per_expert[i % size_t(local_)] += recv_counts[i];
+    dx_perm = combine(experts_backward(dispatch(dcopy, cnt, again), per_expert, saved), cnt, recv_counts);
+    saved.erase(key.recv_counts);
+  } else {
+    dx_perm = experts_backward(dcopy, cnt, saved);
+  }
+  for (int64_t p = 0; p < N * k; ++p) {
+    const int64_t t = ord[p] / k;
+    for (int64_t i = 0; i < d_; ++i) dy.data<float>()[t * d_ + i] += dx_perm.data<float>()[p * d_ + i];
   }
   // Router: gate-weight gradients through the selection's affinities, plus the auxiliary losses'.
   Tensor dscores = Tensor::zeros({N, E}, DType::f32), dlogits = Tensor::empty({N, E}, DType::f32);
@@ -187,13 +202,113 @@ Tensor Moe::backward_input(const Tensor& dout, Activations& saved) const {
 
 void Moe::backward_weight(Activations& saved) const {
   const Keys key(prefix_);
-  const Tensor counts = saved.get(key.counts);
-  for (int64_t e = 0; e < rc_.experts; ++e)
-    if (counts.data<int64_t>()[e] > 0) experts_[size_t(e)]->backward_weight(saved);
+  const Tensor lc = saved.get(key.local_counts);
+  for (int64_t e = 0; e < local_; ++e)
+    if (lc.data<int64_t>()[e] > 0) experts_[size_t(e)]->backward_weight(saved);
   if (shared_) shared_->backward_weight(saved);
   kernels::matmul(saved.get(key.daux), true, saved.get(key.y), false, ps_.grad_at(router_offset_, {rc_.experts, d_}),
                   true);
-  for (const auto& k2 : {key.counts, key.daux, key.y}) saved.erase(k2);
+  for (const auto& k2 : {key.counts, key.daux, key.y, key.local_counts}) saved.erase(k2);
+}
+
+namespace {
+// The grouped GEMM on the CPU: fn(e, rows of expert e) for each local expert's contiguous group of
+// x (counts[e] rows each), results [rows, d] f32 in the same order.
+template <class Fn>
+Tensor per_expert(const Tensor& x, const std::vector<int64_t>& counts, int64_t d, Fn&& fn) {
+  Tensor out = Tensor::empty({x.size(0), d}, DType::f32);
+  int64_t begin = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    const int64_t n = counts[e];
+    if (n > 0) out.slice(0, begin, begin + n).copy_from(fn(e, x.slice(0, begin, begin + n).clone()));
+    begin += n;
+  }
+  return out;
+}
+}  // namespace
+
+Tensor Moe::run_experts(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved) const {
+  // counts: rows per local expert (without expert parallelism: per expert, local_ == E)
+  saved.put(Keys(prefix_).local_counts, from_vector(counts));
+  return per_expert(x, counts, d_, [&](size_t e, const Tensor& rows) { return experts_[e]->forward(rows, saved); });
+}
+
+Tensor Moe::experts_backward(const Tensor& dy, const std::vector<int64_t>& counts, Activations& saved) const {
+  return per_expert(dy, counts, d_,
+                    [&](size_t e, const Tensor& rows) { return experts_[e]->backward_input(rows, saved); });
+}
+
+namespace {
+// Where each (source rank s, local expert e) block of received rows starts, source-major ([s][e],
+// as all-to-all delivers them) and expert-major ([e][s], as the experts take them).
+struct BlockStarts {
+  std::vector<int64_t> by_source, by_expert;
+  BlockStarts(const std::vector<int64_t>& counts, int n, int64_t L)
+      : by_source(static_cast<size_t>(n * L)), by_expert(static_cast<size_t>(n * L)) {
+    for (int64_t i = 0, at = 0; i < n * L; ++i) {
+      by_source[size_t(i)] = at;
+      at += counts[size_t(i)];
+    }
+    for (int64_t e = 0, at = 0; e < L; ++e)
+      for (int64_t s = 0; s < n; ++s) {
+        by_expert[size_t(s * L + e)] = at;
+        at += counts[size_t(s * L + e)];
+      }
+  }
+};
+
+// Copies block i (counts[i] rows) from `from` at from_start[i] to `to` at to_start[i].
+void move_blocks(const Tensor& from, const std::vector<int64_t>& from_start, Tensor& to,
+                 const std::vector<int64_t>& to_start, const std::vector<int64_t>& counts) {
+  for (size_t i = 0; i < counts.size(); ++i)
+    if (counts[i] > 0)
+      to.slice(0, to_start[i], to_start[i] + counts[i]).copy_from(from.slice(0, from_start[i], from_start[i] + counts[i]));
+}
+
+// Elements sent to / received from each rank: rows of each rank's block of experts x d.
+std::vector<int64_t> per_rank_elements(const std::vector<int64_t>& counts, int n, int64_t L, int64_t d) {
+  std::vector<int64_t> out(static_cast<size_t>(n), 0);
+  for (int o = 0; o < n; ++o)
+    for (int64_t e = 0; e < L; ++e) out[size_t(o)] += counts[size_t(o * L + e)] * d;
+  return out;
+}
+}  // namespace
+
+// rows [sum counts, d] in global expert order (rank o's experts are a contiguous block). Returns the
+// rows this rank's experts received, grouped by local expert (then by source rank); recv_counts
+// [n x local] holds the rows from source s for local expert e at s * local + e.
+Tensor Moe::dispatch(const Tensor& rows, const std::vector<int64_t>& counts, std::vector<int64_t>& recv_counts) const {
+  ProfileScope prof("moe_dispatch");
+  const int n = ep_->size();
+  std::vector<int64_t> send_counts(counts.begin(), counts.end());
+  recv_counts.assign(static_cast<size_t>(n * local_), 0);
+  ep_->all_to_all(send_counts.data(), recv_counts.data(), local_, DType::i64);  // rows per (rank, expert)
+  int64_t total = 0;
+  for (int64_t c : recv_counts) total += c;
+  Tensor by_source = Tensor::empty({total, d_}, rows.dtype());
+  const Tensor src = rows.is_contiguous() ? rows : rows.clone();
+  ep_->all_to_all_v(src.raw(), per_rank_elements(counts, n, local_, d_), by_source.raw(),
+                    per_rank_elements(recv_counts, n, local_, d_), rows.dtype());
+  Tensor grouped = Tensor::empty({total, d_}, rows.dtype());
+  const BlockStarts starts(recv_counts, n, local_);
+  move_blocks(by_source, starts.by_source, grouped, starts.by_expert, recv_counts);
+  return grouped;
+}
+
+// The inverse of dispatch for f32 rows grouped by local expert: back to their source ranks, in the
+// source's global expert order.
+Tensor Moe::combine(const Tensor& rows, const std::vector<int64_t>& counts, const std::vector<int64_t>& recv_counts) const {
+  ProfileScope prof("moe_combine_exchange");
+  const int n = ep_->size();
+  Tensor by_source = Tensor::empty({rows.size(0), d_}, DType::f32);
+  const BlockStarts starts(recv_counts, n, local_);
+  move_blocks(rows, starts.by_expert, by_source, starts.by_source, recv_counts);
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  Tensor back = Tensor::empty({total, d_}, DType::f32);
+  ep_->all_to_all_v(by_source.raw(), per_rank_elements(recv_counts, n, local_, d_), back.raw(),
+                    per_rank_elements(counts, n, local_, d_), DType::f32);
+  return back;
 }
 
 double Moe::end_step(const std::vector<comm::Communicator*>& groups) {

@@ -9,7 +9,10 @@
 // Balancing: the sequence-wise auxiliary loss (moe_aux_loss_coeff; "aux_loss": the micro-batch as
 // one sequence) and the router z-loss add their gradients to the router; with
 // moe_router_enable_expert_bias a per-expert bias steers selection only and moves by +-gamma after
-// each step from the step's load (end_step), the auxiliary-loss-free method. Not yet: expert and
+// each step from the step's load (end_step), the auxiliary-loss-free method.
+// Expert parallelism (ep): rank r of the group holds experts [r E/n, (r+1) E/n); every rank routes
+// its own tokens, the copies go to the experts' ranks with an all-to-all(v) over the group, come back
+// the same way, and are combined where they came from (backward: the same two exchanges). Not yet:
 // tensor parallelism of the experts, capacity factors (no token is dropped).
 #include <memory>
 #include <string>
@@ -22,7 +25,8 @@ namespace tessel::nn {
 
 class Moe {
  public:
-  Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count);
+  Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
+      comm::Communicator* ep = nullptr);
 
   // y [N, d] (N = B x seq rows) -> [N, d] f32. grad_scale: the loss scale of this micro-batch (the
   // auxiliary losses' gradients use it); the auxiliary losses' values accumulate into aux_loss().
@@ -35,6 +39,7 @@ class Moe {
   // and the counters reset. Collective over every group.
   double end_step(const std::vector<comm::Communicator*>& groups);
   double take_aux_loss();  // the step's auxiliary losses (summed over micro-batches), then reset
+  int64_t first_local_expert() const { return first_; }
   std::vector<float>& expert_bias() { return bias_; }
   const std::string& prefix() const { return prefix_; }
 
@@ -44,6 +49,16 @@ class Moe {
   kernels::RouterConfig rc_;
   int64_t d_, seq_;
   int64_t router_offset_;
+  // Runs the local experts on rows grouped by local expert (counts per local expert); saved for backward.
+  Tensor run_experts(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved) const;
+  Tensor experts_backward(const Tensor& dy, const std::vector<int64_t>& counts, Activations& saved) const;
+  // Expert parallelism: rows in expert order (counts per global expert) to the experts' ranks and
+  // back. dispatch returns the received rows grouped by local expert and the per-(source, local
+  // expert) counts; combine is its inverse.
+  Tensor dispatch(const Tensor& rows, const std::vector<int64_t>& counts, std::vector<int64_t>& recv_counts) const;
+  Tensor combine(const Tensor& rows, const std::vector<int64_t>& counts, const std::vector<int64_t>& recv_counts) const;
+  comm::Communicator* ep_ = nullptr;
+  int64_t first_ = 0, local_ = 0;  // this rank's experts [first_, first_ + local_)
   std::vector<std::unique_ptr<Mlp>> experts_;
   std::unique_ptr<Mlp> shared_;
   std::string balance_;

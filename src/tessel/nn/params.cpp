@@ -26,6 +26,11 @@ void ParamStore::set_replica(int64_t offset, int replicas, int replica) {
   TESSEL_FAIL("set_replica: no parameter at offset {}", offset);
 }
 
+void ParamStore::mark_expert_range(int64_t begin, int64_t end) {
+  for (auto& s : specs_)
+    if (s.offset >= begin && s.offset < end) s.expert = true;
+}
+
 void ParamStore::mark_tied_copy(int64_t offset) {
   for (auto& s : specs_)
     if (s.offset == offset) {

@@ -4,10 +4,12 @@
 // Parameters registered one after another are adjacent, so a fused QKV or gate/up weight is a plain
 // view over its parts. Initial values are drawn from Philox keyed by (seed, name, global element
 // index): a shard holds exactly the values of the unsharded tensor.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "tessel/comm/communicator.h"
 #include "tessel/core/tensor.h"
 
 namespace tessel::nn {
@@ -34,6 +36,9 @@ struct ParamSpec {
   // gradient, summed over those ranks (Model::reduce_tensor_parallel_grads); replica 0 counts in the norm.
   int replicas = 1;
   int replica = 0;
+  // A routed expert's parameter under expert parallelism: other expert-parallel ranks hold other
+  // experts, so its gradient sums over the expert-data-parallel group, not the data-parallel one.
+  bool expert = false;
 };
 
 class ParamStore {
@@ -51,6 +56,7 @@ class ParamStore {
                     float std, bool weight_decay);
   void mark_tied_copy(int64_t offset);
   void set_replica(int64_t offset, int replicas, int replica);
+  void mark_expert_range(int64_t begin, int64_t end);  // every parameter registered in [begin, end)
   void finalize();
   void initialize(uint64_t seed);
 
@@ -93,5 +99,22 @@ class ParamStore {
 // indices are global (spec.global_shape).
 void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, int64_t rows, int64_t col_begin,
                       int64_t cols, float* out);
+
+// All-reduces (sum) over `group` the gradients of the parameters selected(spec) picks, packed into
+// one message.
+template <class Pred>
+void sum_grads(ParamStore& ps, comm::Communicator& group, Pred selected) {
+  std::vector<float> packed;
+  for (const auto& s : ps.specs())
+    if (selected(s)) packed.insert(packed.end(), ps.grads_data() + s.offset, ps.grads_data() + s.offset + s.numel);
+  if (packed.empty()) return;
+  group.all_reduce(packed.data(), int64_t(packed.size()), DType::f32, comm::ReduceOp::sum);
+  size_t at = 0;
+  for (const auto& s : ps.specs())
+    if (selected(s)) {
+      std::copy_n(packed.data() + at, s.numel, ps.grads_data() + s.offset);
+      at += size_t(s.numel);
+    }
+}
 
 }  // namespace tessel::nn

@@ -12,14 +12,14 @@ Norm::Kind norm_kind(const ModelConfig& c) { return c.is_llama() ? Norm::Kind::r
 
 TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64_t index,
                                    std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp,
-                                   comm::Communicator* cp)
+                                   comm::Communicator* cp, comm::Communicator* ep)
     : norm1_(ps, layer_prefix(index) + ".input_layernorm", cfg.hidden_size, norm_kind(cfg), float(cfg.norm_epsilon)),
       attn_(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers, std::move(rope), tp, cp),
       norm2_(ps, layer_prefix(index) + ".post_attention_layernorm", cfg.hidden_size, norm_kind(cfg),
              float(cfg.norm_epsilon)),
       mlp_(cfg.is_moe_layer(index) ? nullptr
                                     : std::make_unique<Mlp>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, tp)),
-      moe_(cfg.is_moe_layer(index) ? std::make_unique<Moe>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers)
+      moe_(cfg.is_moe_layer(index) ? std::make_unique<Moe>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, ep)
                                    : nullptr) {
   TESSEL_CHECK(!moe_ || !tp || tp->size() == 1,
                "Mixture-of-Experts layers under tensor parallelism are not supported yet");

@@ -15,7 +15,7 @@ class TransformerLayer {
  public:
   TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64_t index,
                    std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr,
-                   comm::Communicator* cp = nullptr);
+                   comm::Communicator* cp = nullptr, comm::Communicator* ep = nullptr);
   // r [N, d] f32. grad_scale: the micro-batch's loss scale (MoE auxiliary losses); 0 in evaluation.
   Tensor forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale = 0.0f) const;
   Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dr [N, d] f32

@@ -17,7 +17,7 @@ AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin, int64_t own
       cfg_(cfg),
       begin_(own_begin),
       end_(own_end < 0 ? ps.numel() : own_end),
-      groups_{multi_rank(groups.shard), multi_rank(groups.tp), multi_rank(groups.pp)} {
+      groups_{multi_rank(groups.shard), multi_rank(groups.tp), multi_rank(groups.pp), multi_rank(groups.ep)} {
   TESSEL_CHECK(0 <= begin_ && begin_ <= end_ && end_ <= ps.numel(), "AdamW: owned range [{}, {}) outside [0, {})",
                begin_, end_, ps.numel());
   m_ = Tensor::zeros({end_ - begin_}, DType::f32);
@@ -30,12 +30,14 @@ double AdamW::step(double lr) {
   // count on its rank 0 only, replicated key/value slices on their replica 0; tensor-parallel shards
   // and pipeline stages add up.
   const bool tp_lead = !groups_.tp || groups_.tp->rank() == 0;
-  double sq = 0;
+  double sq = 0, sq_experts = 0;  // experts differ across expert-parallel ranks; the rest is replicated
   for (const auto& s : ps_.specs()) {
     if (s.tied_copy || s.replica != 0 || (s.shape == s.global_shape && !tp_lead)) continue;
     const int64_t b = std::max(begin_, s.offset), e = std::min(end_, s.offset + s.numel);
-    if (b < e) sq += kernels::sum_squares(e - b, ps_.grads_data() + b);
+    if (b < e) (s.expert ? sq_experts : sq) += kernels::sum_squares(e - b, ps_.grads_data() + b);
   }
+  if (groups_.ep) sq_experts = comm::sum_in_rank_order(*groups_.ep, sq_experts);
+  sq += sq_experts;
   // In rank order, group after group: the same value to the last bit on every rank.
   for (comm::Communicator* g : {groups_.shard, groups_.tp, groups_.pp})
     if (g) sq = comm::sum_in_rank_order(*g, sq);

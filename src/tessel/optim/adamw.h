@@ -26,6 +26,7 @@ struct NormGroups {
   comm::Communicator* shard = nullptr;  // data-parallel ranks owning the other shards (distributed optimizer)
   comm::Communicator* tp = nullptr;     // tensor-parallel ranks: replicated parameters count once
   comm::Communicator* pp = nullptr;     // pipeline stages: tied copies (ParamSpec.tied_copy) count once
+  comm::Communicator* ep = nullptr;     // expert-parallel ranks: their experts (ParamSpec.expert) add up
 };
 
 class AdamW {

@@ -247,9 +247,15 @@ void Config::validate() const {
   positive("pipeline_model_parallel_size", parallel.pipeline_model_parallel_size);
   positive("virtual_pipeline_model_parallel_size", parallel.virtual_pipeline_model_parallel_size);
   positive("context_parallel_size", parallel.context_parallel_size);
-  TESSEL_CHECK(parallel.expert_model_parallel_size == 1,
-               "parallel.expert_model_parallel_size = {}: not supported yet (no Mixture-of-Experts layers; allowed: 1)",
-               parallel.expert_model_parallel_size);
+  positive("expert_model_parallel_size", parallel.expert_model_parallel_size);
+  if (parallel.expert_model_parallel_size > 1) {
+    TESSEL_CHECK(model.num_experts > 0 && model.num_experts % parallel.expert_model_parallel_size == 0,
+                 "parallel.expert_model_parallel_size {} needs Mixture-of-Experts layers whose model.num_experts ({}) "
+                 "it divides", parallel.expert_model_parallel_size, model.num_experts);
+    TESSEL_CHECK(!parallel.use_distributed_optimizer,
+                 "parallel.use_distributed_optimizer with expert_model_parallel_size {}: not supported yet",
+                 parallel.expert_model_parallel_size);
+  }
   TESSEL_CHECK(parallel.pipeline_schedule == "1f1b" || parallel.pipeline_schedule == "interleaved",
                "parallel.pipeline_schedule: '{}' is not supported (allowed: 1f1b, interleaved; with "
                "virtual_pipeline_model_parallel_size > 1 1f1b runs interleaved)", parallel.pipeline_schedule);

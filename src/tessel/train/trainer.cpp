@@ -31,8 +31,10 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
     tp_ = tp;
     pp_ = multi_rank(&groups->pp());
     embedding_ = pp_ && cfg_.model.tie_embeddings ? groups->embedding() : nullptr;
+    ep_ = multi_rank(&groups->ep());
+    ep_dp_ = ep_ ? multi_rank(&groups->ep_dp()) : nullptr;
   }
-  model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups), cp_);
+  model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups), cp_, ep_);
   model_->params().initialize(uint64_t(cfg_.train.seed));
   if (pp_) {
     const int64_t local = cfg_.grad_accumulation_steps() / data_parallel_size();
@@ -50,9 +52,9 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
     int64_t begin = 0;
     for (int r = 0; r < dp_->rank(); ++r) begin += counts[size_t(r)];
     opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, begin, begin + counts[size_t(dp_->rank())],
-                                          optim::NormGroups{dp_, tp, pp_});
+                                          optim::NormGroups{dp_, tp, pp_, ep_});
   } else {
-    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, 0, -1, optim::NormGroups{nullptr, tp, pp_});
+    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, 0, -1, optim::NormGroups{nullptr, tp, pp_, ep_});
   }
   schedule_.lr = cfg_.train.lr;
   schedule_.min_lr = cfg_.train.min_lr;
@@ -87,7 +89,8 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   double loss = 0;
   const bool sharded = !opt_->owns_all();
   std::unique_ptr<optim::GradReducer> reducer;
-  if (dp_ && !sharded)
+  // Expert parallelism reduces after backward instead (experts over their own group).
+  if (dp_ && !sharded && !ep_)
     reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_data(), cfg_.parallel.ddp_bucket_size);
   nn::Model::GradsReady ready;
   if (reducer) ready = [&](int64_t b, int64_t e) { reducer->ready(b, e); };
@@ -100,6 +103,7 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
                                        k + 1 == micro_batches.size() ? ready : nullptr);
   }
   if (reducer) reducer->finish();
+  if (ep_) reduce_expert_parallel_grads();
   if (dp_) loss = comm::sum_in_rank_order(*dp_, loss);
   if (embedding_) reduce_tied_embedding();
   model_->reduce_tensor_parallel_grads();
@@ -138,6 +142,14 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
     ps.refresh_compute_copy();
   }
   return r;
+}
+
+void Trainer::reduce_expert_parallel_grads() {
+  // Each rank's experts differ from its data-parallel peers' (same shapes, other experts): the
+  // experts' gradients sum over the ranks holding the same experts, everything else over dp.
+  auto& ps = model_->params();
+  if (dp_) nn::sum_grads(ps, *dp_, [](const nn::ParamSpec& s) { return !s.expert; });
+  if (ep_dp_) nn::sum_grads(ps, *ep_dp_, [](const nn::ParamSpec& s) { return s.expert; });
 }
 
 void Trainer::reduce_tied_embedding() {

@@ -50,12 +50,15 @@ class Trainer {
   std::vector<int64_t> shard_counts() const;  // elements owned by each dp rank (distributed optimizer)
   // Sums the tied embedding's gradient of the first and last pipeline stages (embedding group).
   void reduce_tied_embedding();
+  void reduce_expert_parallel_grads();
   Config cfg_;
   comm::Communicator* dp_ = nullptr;   // gradient reduction (and optimizer sharding) group: dp, or dp x cp
   comm::Communicator* cp_ = nullptr;   // context parallelism
   comm::Communicator* pp_ = nullptr;   // pipeline stages (null: the whole model here)
   comm::Communicator* tp_ = nullptr;
   comm::Communicator* embedding_ = nullptr;
+  comm::Communicator* ep_ = nullptr;     // expert parallelism
+  comm::Communicator* ep_dp_ = nullptr;  // ranks holding the same experts
   pipeline::Schedule schedule_ops_;
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<optim::AdamW> opt_;
