@@ -88,7 +88,9 @@ int run_bench(const BenchOptions& o) {
                                {"pp", "pipeline-parallel", &ctx.groups->pp()},
                                {"cp", "context-parallel", &ctx.groups->cp()},
                                {"dp_cp", "data x context-parallel", ctx.groups->cp_size() > 1 ? &ctx.groups->dp_cp() : nullptr},
-                               {"embedding", "embedding", ctx.groups->embedding()}};
+                               {"embedding", "embedding", ctx.groups->embedding()},
+                               {"ep", "expert-parallel", &ctx.groups->ep()},
+                               {"ep_dp", "expert-data-parallel", ctx.groups->ep_size() > 1 ? &ctx.groups->ep_dp() : nullptr}};
   const bool zero = !trainer.optimizer().owns_all();  // distributed optimizer: gradients reduce-scattered after backward
   // Gradients are summed over the data-parallel ranks, and over the context-parallel ones as well when
   // context parallelism splits the sequences (they hold the same weights).
@@ -97,7 +99,9 @@ int run_bench(const BenchOptions& o) {
   // The exposed part of that gradient all-reduce is the wait after backward (the GradReducer's
   // "dp_grad_wait" profiler scope): the profiler is on for the measured steps then, but its table is
   // printed only with --profile.
-  const bool time_dp_wait = grad_group.size() > 1 && !zero;
+  // Expert parallelism reduces the gradients after backward too (experts and the rest over their groups).
+  const bool after_backward = zero || ctx.groups->ep_size() > 1;
+  const bool time_dp_wait = grad_group.size() > 1 && !after_backward;
   std::vector<double> times;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     std::vector<data::Batch> mbs_list;
@@ -223,11 +227,13 @@ int run_bench(const BenchOptions& o) {
   // mean over all ranks; the wait also holds any lag of the slowest replica's backward, so the share
   // is a lower bound. With the distributed optimizer the reduce-scatter runs after backward.
   nlohmann::json dp_exposed = nullptr, dp_blocking = nullptr, dp_hidden = nullptr;
-  if (grad_group.size() > 1 && zero) {
+  if (grad_group.size() > 1 && after_backward) {
     dp_hidden = 0.0;
-    std::printf("%s communication hidden behind backward: 0%% (distributed optimizer: gradients are "
-                "reduce-scattered and parameters all-gathered after backward, not overlapped)\n",
-                grad_label);
+    std::printf("%s communication hidden behind backward: 0%% (%s)\n", grad_label,
+                zero ? "distributed optimizer: gradients are reduce-scattered and parameters all-gathered after "
+                       "backward, not overlapped"
+                     : "expert parallelism: gradients are all-reduced after backward, experts over the "
+                       "expert-data-parallel group, not overlapped");
   } else if (time_dp_wait) {
     const auto it = Profiler::get().stats.find("dp_grad_wait");
     const double exposed_rank = it == Profiler::get().stats.end() ? 0.0 : it->second.seconds / steps;
