@@ -67,6 +67,14 @@ run 2 moe-ep2 "${MOE[@]}" --set $EP=2 && compare moe moe-ep2
 run 4 moe-ep4 "${MOE[@]}" --set $EP=4 && compare moe moe-ep4
 run 4 moe-ep2-dp2 "${MOE[@]}" --set $EP=2 && compare moe moe-ep2-dp2
 run 4 moe-ep2-pp2 "${MOE[@]}" --set $EP=2 --set $PP=2 && compare moe moe-ep2-pp2
+# Multi-head latent attention (low-rank query, compressed key/value, shared RoPE key): heads split
+# under tensor parallelism, layers across pipeline stages.
+MLA=(--set model.arch=deepseek_v3 --set model.num_layers=2 --set model.q_lora_rank=24 --set model.kv_lora_rank=32
+     --set model.qk_head_dim=16 --set model.qk_pos_emb_head_dim=8 --set model.v_head_dim=16)
+single mla "${MLA[@]}"
+run 2 mla-tp2 "${MLA[@]}" --set $TP=2 && compare mla mla-tp2
+run 2 mla-pp2 "${MLA[@]}" --set $PP=2 && compare mla mla-pp2
+
 # Under context parallelism the balance losses are refused (a rank holds parts of each sequence);
 # the bias balancing reduces its loads over data x context ranks.
 MOE_CP=("${MOE[@]}" --set model.moe_router_load_balancing_type=none)

@@ -12,6 +12,7 @@
 #include "tessel/nn/linear.h"
 #include "tessel/nn/mlp.h"
 #include "tessel/nn/model.h"
+#include "tessel/nn/mla.h"
 #include "tessel/nn/moe.h"
 #include "tessel/nn/norm.h"
 #include "tessel/nn/transformer_layer.h"
@@ -206,6 +207,24 @@ TEST(FiniteDifference, MixtureOfExperts) {
     nn::ParamStore ps(DType::f32);
     nn::Moe moe(ps, "moe", cfg, cfg.num_layers);
     check_module(ps, moe, cfg, [&](const Tensor& x, Activations& a) { return moe.forward(x, 1.0f, a); });
+  }
+}
+
+// Multi-head latent attention, with and without the low-rank query: latent norms, the shared RoPE
+// key, the padded values.
+TEST(FiniteDifference, MultiLatentAttention) {
+  for (const int64_t q_lora : {0, 12}) {
+    nn::ModelConfig cfg = small_config("llama");
+    cfg.arch = "deepseek_v3";
+    cfg.q_lora_rank = q_lora;
+    cfg.kv_lora_rank = 10;
+    cfg.qk_head_dim = 6;
+    cfg.qk_pos_emb_head_dim = 4;
+    cfg.v_head_dim = 5;
+    auto rope = std::make_shared<kernels::RopeTable>(cfg.seq_length, cfg.qk_pos_emb_head_dim, cfg.rotary_base);
+    nn::ParamStore ps(DType::f32);
+    nn::MlaAttention mla(ps, "attn", cfg, cfg.num_layers, rope);
+    check_module(ps, mla, cfg, [&](const Tensor& x, Activations& a) { return mla.forward(x, kBatch, a); });
   }
 }
 

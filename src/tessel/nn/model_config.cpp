@@ -7,9 +7,16 @@
 namespace tessel::nn {
 
 void ModelConfig::validate() const {
-  TESSEL_CHECK(arch == "llama" || arch == "gpt2" || arch == "mixtral",
-               "model.arch: '{}' is not supported (allowed: llama, gpt2, mixtral; deepseek_v3 is not supported yet)",
-               arch);
+  TESSEL_CHECK(arch == "llama" || arch == "gpt2" || arch == "mixtral" || arch == "deepseek_v3",
+               "model.arch: '{}' is not supported (allowed: llama, gpt2, mixtral, deepseek_v3)", arch);
+  if (mla()) {
+    TESSEL_CHECK(arch != "gpt2", "model.multi_latent_attention needs a llama-family arch, not gpt2");
+    TESSEL_CHECK(kv_lora_rank > 0 && qk_head_dim > 0 && qk_pos_emb_head_dim > 0 && qk_pos_emb_head_dim % 2 == 0 &&
+                     v_head_dim > 0 && v_head_dim <= qk_head_dim + qk_pos_emb_head_dim && q_lora_rank >= 0,
+                 "multi-latent attention: model.kv_lora_rank {}, qk_head_dim {}, qk_pos_emb_head_dim {} (even), "
+                 "v_head_dim {} (at most qk_head_dim + qk_pos_emb_head_dim) must be positive, q_lora_rank {} >= 0",
+                 kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim, q_lora_rank);
+  }
   TESSEL_CHECK(arch != "mixtral" || num_experts > 0, "model.arch mixtral needs model.num_experts > 0");
   TESSEL_CHECK(num_experts == 0 || arch != "gpt2", "Mixture-of-Experts layers are SwiGLU (model.arch llama or "
                "mixtral), not gpt2");
@@ -50,8 +57,8 @@ void ModelConfig::validate() const {
   TESSEL_CHECK(num_attention_heads % num_query_groups == 0,
                "model.num_attention_heads ({}) must be divisible by model.num_query_groups ({})", num_attention_heads,
                num_query_groups);
-  TESSEL_CHECK(!is_llama() || head_dim() % 2 == 0, "RoPE needs an even head dimension; hidden_size/heads = {}",
-               head_dim());
+  TESSEL_CHECK(!is_llama() || mla() || head_dim() % 2 == 0,
+               "RoPE needs an even head dimension; hidden_size/heads = {}", head_dim());
   TESSEL_CHECK(norm_epsilon > 0, "model.norm_epsilon must be > 0, got {}", norm_epsilon);
   TESSEL_CHECK(rotary_base > 1, "model.rotary_base must be > 1, got {}", rotary_base);
   TESSEL_CHECK(compute == DType::f32 || compute == DType::bf16,

@@ -39,6 +39,14 @@ struct ModelConfig {
   std::string moe_router_load_balancing_type = "none";  // none | seq_aux_loss | aux_loss
   double moe_aux_loss_coeff = 0.0;                    // alpha
   double moe_z_loss_coeff = 0.0;
+  // Multi-head latent attention (DeepSeek-V3; Megatron's names): arch deepseek_v3 turns it on.
+  bool multi_latent_attention = false;
+  int64_t q_lora_rank = 0;   // 0: queries straight from the hidden state
+  int64_t kv_lora_rank = 32;
+  int64_t qk_head_dim = 16;          // per-head query/key dims without RoPE ("nope")
+  int64_t qk_pos_emb_head_dim = 8;   // the decoupled RoPE dims (one key shared by all heads)
+  int64_t v_head_dim = 16;
+  bool mla() const { return multi_latent_attention || arch == "deepseek_v3"; }
   bool is_moe_layer(int64_t layer) const { return num_experts > 0 && layer >= moe_first_dense_layers; }
   int64_t expert_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn_hidden_size; }
   DType compute = DType::f32;       // f32 | bf16 (GEMM inputs; accumulation and master weights fp32)
@@ -47,7 +55,7 @@ struct ModelConfig {
   bool sequence_parallel = false;
   Fp8Recipe fp8;  // from precision.fp8: the transformer layers' Linears in FP8 when enabled
 
-  bool is_llama() const { return arch != "gpt2"; }  // llama, mixtral: RMSNorm, RoPE, SwiGLU
+  bool is_llama() const { return arch != "gpt2"; }  // llama, mixtral, deepseek_v3: RMSNorm, RoPE, SwiGLU
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   void validate() const;  // throws tessel::Error naming the bad key and what is allowed
   // Matmul parameters (excluding embeddings) and training FLOPs per token (6N + causal attention).

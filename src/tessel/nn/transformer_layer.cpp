@@ -14,13 +14,20 @@ TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64
                                    std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp,
                                    comm::Communicator* cp, comm::Communicator* ep)
     : norm1_(ps, layer_prefix(index) + ".input_layernorm", cfg.hidden_size, norm_kind(cfg), float(cfg.norm_epsilon)),
-      attn_(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers, std::move(rope), tp, cp),
+      attn_(cfg.mla() ? nullptr
+                      : std::make_unique<SelfAttention>(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers,
+                                                        rope, tp, cp)),
+      mla_(cfg.mla() ? std::make_unique<MlaAttention>(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers, rope,
+                                                      tp)
+                     : nullptr),
       norm2_(ps, layer_prefix(index) + ".post_attention_layernorm", cfg.hidden_size, norm_kind(cfg),
              float(cfg.norm_epsilon)),
       mlp_(cfg.is_moe_layer(index) ? nullptr
                                     : std::make_unique<Mlp>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, tp)),
       moe_(cfg.is_moe_layer(index) ? std::make_unique<Moe>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, ep)
                                    : nullptr) {
+  TESSEL_CHECK(!mla_ || !cp || cp->size() == 1, "multi-latent attention under context parallelism is not supported yet");
+  TESSEL_CHECK(!mla_ || !cfg.sequence_parallel, "multi-latent attention with sequence parallelism is not supported yet");
   TESSEL_CHECK(!moe_ || !tp || tp->size() == 1,
                "Mixture-of-Experts layers under tensor parallelism are not supported yet");
 }
@@ -28,7 +35,7 @@ TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64
 Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale) const {
   Tensor r0, r1;
   Tensor y = norm1_.forward(r, Tensor(), r0, saved);
-  Tensor a = attn_.forward(y, batch, saved);
+  Tensor a = mla_ ? mla_->forward(y, batch, saved) : attn_->forward(y, batch, saved);
   Tensor y2 = norm2_.forward(r, a, r1, saved);
   Tensor m = moe_ ? moe_->forward(y2, grad_scale, saved) : mlp_->forward(y2, saved);
   ProfileScope prof("residual");
@@ -40,15 +47,21 @@ Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& sa
 Tensor TransformerLayer::backward_input(const Tensor& dout, Activations& saved) const {
   Tensor dy2 = moe_ ? moe_->backward_input(dout, saved) : mlp_->backward_input(dout, saved);
   Tensor dr1 = norm2_.backward(dy2, dout, saved);  // residual gradient plus the norm's
-  Tensor dy = attn_.backward_input(dr1, saved);
+  Tensor dy = mla_ ? mla_->backward_input(dr1, saved) : attn_->backward_input(dr1, saved);
   return norm1_.backward(dy, dr1, saved);
+}
+
+int64_t TransformerLayer::kv_width() const {
+  TESSEL_CHECK(attn_, "generation with multi-latent attention is not supported yet");
+  return attn_->kv_width();
 }
 
 Tensor TransformerLayer::forward_decode(const Tensor& r, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const {
   Activations scratch;
   Tensor r0, r1;
   Tensor y = norm1_.forward(r, Tensor(), r0, scratch);
-  Tensor a = attn_.forward_decode(y, pos0, k_cache, v_cache);
+  TESSEL_CHECK(attn_, "generation with multi-latent attention is not supported yet");
+  Tensor a = attn_->forward_decode(y, pos0, k_cache, v_cache);
   Tensor y2 = norm2_.forward(r, a, r1, scratch);
   Tensor m = moe_ ? moe_->forward(y2, 0.0f, scratch) : mlp_->forward(y2, scratch);
   Tensor out = Tensor::empty(r.shape(), DType::f32);
@@ -61,7 +74,10 @@ void TransformerLayer::backward_weight(Activations& saved) const {
     moe_->backward_weight(saved);
   else
     mlp_->backward_weight(saved);
-  attn_.backward_weight(saved);
+  if (mla_)
+    mla_->backward_weight(saved);
+  else
+    attn_->backward_weight(saved);
 }
 
 }  // namespace tessel::nn

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tessel/nn/attention.h"
+#include "tessel/nn/mla.h"
 #include "tessel/nn/mlp.h"
 #include "tessel/nn/moe.h"
 #include "tessel/nn/norm.h"
@@ -22,11 +23,12 @@ class TransformerLayer {
   void backward_weight(Activations& saved) const;
   // Inference over positions pos0 .. pos0 + n - 1 with this layer's KV cache (see SelfAttention).
   Tensor forward_decode(const Tensor& r, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const;
-  int64_t kv_width() const { return attn_.kv_width(); }
+  int64_t kv_width() const;
 
  private:
   Norm norm1_;
-  SelfAttention attn_;
+  std::unique_ptr<SelfAttention> attn_;  // or, with model.multi_latent_attention:
+  std::unique_ptr<MlaAttention> mla_;
   Norm norm2_;
   std::unique_ptr<Mlp> mlp_;  // dense layers
   std::unique_ptr<Moe> moe_;  // Mixture-of-Experts layers (model.num_experts > 0)

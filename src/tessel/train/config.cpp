@@ -56,6 +56,12 @@ struct Schema {
     m["tie_embeddings"] = bind_field(c.model.tie_embeddings, "model.tie_embeddings");
     m["init_method_std"] = bind_field(c.model.init_method_std, "model.init_method_std");
     m["recompute"] = bind_field(c.model.recompute, "model.recompute");
+    m["multi_latent_attention"] = bind_field(c.model.multi_latent_attention, "model.multi_latent_attention");
+    m["q_lora_rank"] = bind_field(c.model.q_lora_rank, "model.q_lora_rank");
+    m["kv_lora_rank"] = bind_field(c.model.kv_lora_rank, "model.kv_lora_rank");
+    m["qk_head_dim"] = bind_field(c.model.qk_head_dim, "model.qk_head_dim");
+    m["qk_pos_emb_head_dim"] = bind_field(c.model.qk_pos_emb_head_dim, "model.qk_pos_emb_head_dim");
+    m["v_head_dim"] = bind_field(c.model.v_head_dim, "model.v_head_dim");
     m["num_experts"] = bind_field(c.model.num_experts, "model.num_experts");
     m["moe_router_topk"] = bind_field(c.model.moe_router_topk, "model.moe_router_topk");
     m["moe_ffn_hidden_size"] = bind_field(c.model.moe_ffn_hidden_size, "model.moe_ffn_hidden_size");

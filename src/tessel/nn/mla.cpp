@@ -1,0 +1,180 @@
+#include "tessel/nn/mla.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "tessel/core/profiler.h"
+#include "tessel/kernels/attention.h"
+#include "tessel/kernels/cast.h"
+
+namespace tessel::nn {
+
+namespace {
+int64_t tp_size(comm::Communicator* tp) { return tp && tp->size() > 1 ? tp->size() : 1; }
+
+// Columns [c0, c0 + w) of an f32 [N, C] tensor, contiguous.
+Tensor columns(const Tensor& x, int64_t c0, int64_t w) { return x.slice(1, c0, c0 + w).clone(); }
+}  // namespace
+
+MlaAttention::MlaAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
+                           std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp)
+    : ps_(ps),
+      tp_(tp && tp->size() > 1 ? tp : nullptr),
+      H_(cfg.num_attention_heads / tp_size(tp)),
+      nope_(cfg.qk_head_dim),
+      rope_dim_(cfg.qk_pos_emb_head_dim),
+      v_(cfg.v_head_dim),
+      kv_lora_(cfg.kv_lora_rank),
+      T_(cfg.seq_length),
+      rope_(std::move(rope)),
+      kv_a_(ps, {{prefix + ".kv_a_proj_with_mqa", cfg.kv_lora_rank + cfg.qk_pos_emb_head_dim}}, cfg.hidden_size, false,
+            float(cfg.init_method_std)),
+      kv_norm_(ps, prefix + ".kv_a_layernorm", cfg.kv_lora_rank, Norm::Kind::rms, float(cfg.norm_epsilon)),
+      kv_b_(ps, {{prefix + ".kv_b_proj", cfg.num_attention_heads * (cfg.qk_head_dim + cfg.v_head_dim)}},
+            cfg.kv_lora_rank, false, float(cfg.init_method_std), {TensorParallel::Mode::column, tp}),
+      o_(ps, {{prefix + ".o_proj", cfg.hidden_size}}, cfg.num_attention_heads * cfg.v_head_dim, false,
+         float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count))), {TensorParallel::Mode::row, tp}) {
+  TESSEL_CHECK(cfg.num_attention_heads % tp_size(tp) == 0,
+               "tensor_model_parallel_size {} must divide model.num_attention_heads ({})", tp_size(tp),
+               cfg.num_attention_heads);
+  const int64_t q_out = cfg.num_attention_heads * (cfg.qk_head_dim + cfg.qk_pos_emb_head_dim);
+  if (cfg.q_lora_rank > 0) {
+    q_a_ = std::make_unique<Linear>(ps, std::vector<Linear::Part>{{prefix + ".q_a_proj", cfg.q_lora_rank}},
+                                    cfg.hidden_size, false, float(cfg.init_method_std));
+    q_norm_ = std::make_unique<Norm>(ps, prefix + ".q_a_layernorm", cfg.q_lora_rank, Norm::Kind::rms,
+                                     float(cfg.norm_epsilon));
+    q_b_ = std::make_unique<Linear>(ps, std::vector<Linear::Part>{{prefix + ".q_b_proj", q_out}}, cfg.q_lora_rank,
+                                    false, float(cfg.init_method_std), TensorParallel{TensorParallel::Mode::column, tp});
+  } else {
+    q_ = std::make_unique<Linear>(ps, std::vector<Linear::Part>{{prefix + ".q_proj", q_out}}, cfg.hidden_size, false,
+                                  float(cfg.init_method_std), TensorParallel{TensorParallel::Mode::column, tp});
+  }
+  key_q_ = prefix + ".mla_q";
+  key_k_ = prefix + ".mla_k";
+  key_v_ = prefix + ".mla_v";
+  key_out_ = prefix + ".mla_out";
+  key_lse_ = prefix + ".mla_lse";
+}
+
+Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved) const {
+  const int64_t N = y.size(0), D = qk(), ld = H_ * D;
+  TESSEL_CHECK(N == batch * T_, "MLA: {} rows is not batch {} x seq_length {}", N, batch, T_);
+  // Queries [N, H, nope + rope], the buffer the kernel reads.
+  Tensor q;
+  if (q_a_) {
+    Tensor r;
+    q = q_b_->forward(q_norm_->forward(q_a_->forward(y, saved), Tensor(), r, saved), saved);
+  } else {
+    q = q_->forward(y, saved);
+  }
+  const Tensor kva = kv_a_.forward(y, saved);  // [N, kv_lora + rope]
+  Tensor r2;
+  const Tensor kv = kv_b_.forward(kv_norm_.forward(columns(kva, 0, kv_lora_), Tensor(), r2, saved), saved);
+  Tensor kpe = columns(kva, kv_lora_, rope_dim_);
+  Tensor k = Tensor::empty({N, ld}, DType::f32), v = Tensor::zeros({N, ld}, DType::f32);
+  {
+    ProfileScope prof("rope");
+    kernels::rope_apply(*rope_, N, 1, kpe.data<float>(), rope_dim_, false);
+    for (int64_t h = 0; h < H_; ++h) kernels::rope_apply(*rope_, N, 1, q.data<float>() + h * D + nope_, ld, false);
+  }
+  const float* kvp = kv.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H_; ++h) {
+      const float* src = kvp + n * H_ * (nope_ + v_) + h * (nope_ + v_);
+      float* kd = k.data<float>() + n * ld + h * D;
+      std::copy_n(src, nope_, kd);
+      std::copy_n(kpe.data<float>() + n * rope_dim_, rope_dim_, kd + nope_);
+      std::copy_n(src + nope_, v_, v.data<float>() + n * ld + h * D);
+    }
+  Tensor out = Tensor::empty({N, ld}, ps_.compute_dtype());
+  Tensor lse = Tensor::empty({batch, H_, T_}, DType::f32);
+  const kernels::AttentionShape s{batch, T_, H_, H_, D, true, float(1.0 / std::sqrt(double(D)))};
+  {
+    ProfileScope prof("attention_fwd", 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(D) / 2);
+    if (out.dtype() == DType::bf16)
+      kernels::attention_fwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<bf16>(), ld,
+                             lse.data<float>());
+    else
+      kernels::attention_fwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<float>(), ld,
+                             lse.data<float>());
+  }
+  // The first v columns of each head go to the output projection.
+  Tensor outv = Tensor::empty({N, H_ * v_}, ps_.compute_dtype());
+  const size_t es = dtype_size(out.dtype());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H_; ++h)
+      std::memcpy(static_cast<char*>(outv.raw()) + size_t(n * H_ * v_ + h * v_) * es,
+                  static_cast<const char*>(out.raw()) + size_t(n * ld + h * D) * es, size_t(v_) * es);
+  saved.put(key_q_, q);
+  saved.put(key_k_, k);
+  saved.put(key_v_, v);
+  saved.put(key_out_, out);
+  saved.put(key_lse_, lse);
+  return o_.forward(outv, saved);
+}
+
+Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) const {
+  const Tensor dov = o_.backward_input(dout, saved);  // [N, H * v] f32
+  const Tensor q = saved.get(key_q_), k = saved.get(key_k_), v = saved.get(key_v_);
+  const Tensor out = saved.get(key_out_), lse = saved.get(key_lse_);
+  for (const auto& key : {key_q_, key_k_, key_v_, key_out_, key_lse_}) saved.erase(key);
+  const int64_t N = q.size(0), D = qk(), ld = H_ * D, batch = N / T_;
+  Tensor dpad = Tensor::zeros({N, ld}, DType::f32);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H_; ++h)
+      std::copy_n(dov.data<float>() + n * H_ * v_ + h * v_, v_, dpad.data<float>() + n * ld + h * D);
+  Tensor dq = Tensor::empty({N, ld}, DType::f32), dk = Tensor::empty({N, ld}, DType::f32);
+  Tensor dv = Tensor::empty({N, ld}, DType::f32);
+  const kernels::AttentionShape s{batch, T_, H_, H_, D, true, float(1.0 / std::sqrt(double(D)))};
+  {
+    ProfileScope prof("attention_bwd", 2.5 * 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(D) / 2);
+    if (out.dtype() == DType::bf16)
+      kernels::attention_bwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<bf16>(), ld,
+                             dpad.data<float>(), ld, lse.data<float>(), dq.data<float>(), ld, dk.data<float>(), ld,
+                             dv.data<float>(), ld);
+    else
+      kernels::attention_bwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<float>(), ld,
+                             dpad.data<float>(), ld, lse.data<float>(), dq.data<float>(), ld, dk.data<float>(), ld,
+                             dv.data<float>(), ld);
+  }
+  // Keys: per-head nope parts and values back into kv_b's layout; the shared rope key sums its heads.
+  Tensor dkv = Tensor::empty({N, H_ * (nope_ + v_)}, DType::f32), dkpe = Tensor::zeros({N, rope_dim_}, DType::f32);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H_; ++h) {
+      float* dst = dkv.data<float>() + n * H_ * (nope_ + v_) + h * (nope_ + v_);
+      std::copy_n(dk.data<float>() + n * ld + h * D, nope_, dst);
+      std::copy_n(dv.data<float>() + n * ld + h * D, v_, dst + nope_);
+      for (int64_t j = 0; j < rope_dim_; ++j) dkpe.data<float>()[n * rope_dim_ + j] += dk.data<float>()[n * ld + h * D + nope_ + j];
+    }
+  if (tp_) tp_->all_reduce(dkpe.raw(), dkpe.numel(), DType::f32, comm::ReduceOp::sum);  // every rank's heads
+  {
+    ProfileScope prof("rope");
+    kernels::rope_apply(*rope_, N, 1, dkpe.data<float>(), rope_dim_, true);
+    for (int64_t h = 0; h < H_; ++h) kernels::rope_apply(*rope_, N, 1, dq.data<float>() + h * D + nope_, ld, true);
+  }
+  const Tensor dckv = kv_norm_.backward(kv_b_.backward_input(dkv, saved), Tensor(), saved);  // [N, kv_lora]
+  Tensor dkva = Tensor::empty({N, kv_lora_ + rope_dim_}, DType::f32);
+  dkva.slice(1, 0, kv_lora_).copy_from(dckv);
+  dkva.slice(1, kv_lora_, kv_lora_ + rope_dim_).copy_from(dkpe);
+  Tensor dy = kv_a_.backward_input(dkva, saved);
+  const Tensor dyq = q_a_ ? q_a_->backward_input(q_norm_->backward(q_b_->backward_input(dq, saved), Tensor(), saved), saved)
+                          : q_->backward_input(dq, saved);
+  kernels::add(dy.numel(), dy.data<float>(), dyq.data<float>(), dy.data<float>());
+  return dy;
+}
+
+void MlaAttention::backward_weight(Activations& saved) const {
+  o_.backward_weight(saved);
+  kv_b_.backward_weight(saved);
+  kv_a_.backward_weight(saved);
+  if (q_a_) {
+    q_b_->backward_weight(saved);
+    q_a_->backward_weight(saved);
+  } else {
+    q_->backward_weight(saved);
+  }
+}
+
+}  // namespace tessel::nn

@@ -1,0 +1,47 @@
+#pragma once
+// Multi-head latent attention (DeepSeek-V2/V3 report section 2.1.1), Hugging Face DeepSeek-V3 names:
+//   query   c_q = RMSNorm(y @ q_a_proj^T) [N, q_lora_rank]; q = c_q @ q_b_proj^T [N, H, nope + rope]
+//           (or q = y @ q_proj^T when q_lora_rank is 0)
+//   key/val [c_kv | k_pe] = y @ kv_a_proj_with_mqa^T [N, kv_lora_rank + rope]; c_kv = RMSNorm(c_kv);
+//           [k_nope | v] = c_kv @ kv_b_proj^T [N, H, nope + v]; k_pe is one RoPE key shared by all heads
+//   scores  (q_nope . k_nope + rope(q_pe) . rope(k_pe)) / sqrt(nope + rope), causal
+//   out     o_proj(attention over v) [N, d]
+// The tiled attention kernel takes one head size: q and k are [N, H, nope + rope] and v is padded
+// with zeros to it (the padded output columns are zero and dropped).
+// Tensor parallelism splits the heads (q_b, kv_b column-parallel, o row-parallel); the latent
+// projections and their norms are replicated, their inputs' gradients arrive whole through the
+// column-parallel backward, and the shared k_pe's gradient is summed over the group.
+#include <memory>
+#include <string>
+
+#include "tessel/kernels/rope.h"
+#include "tessel/nn/linear.h"
+#include "tessel/nn/model_config.h"
+#include "tessel/nn/norm.h"
+
+namespace tessel::nn {
+
+class MlaAttention {
+ public:
+  // rope: a table for qk_pos_emb_head_dim.
+  MlaAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
+               std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr);
+  Tensor forward(const Tensor& y, int64_t batch, Activations& saved) const;  // y [N, d] -> [N, d] f32
+  Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dy [N, d] f32
+  void backward_weight(Activations& saved) const;
+
+ private:
+  int64_t qk() const { return nope_ + rope_dim_; }
+  ParamStore& ps_;
+  comm::Communicator* tp_;
+  int64_t H_, nope_, rope_dim_, v_, kv_lora_, T_;  // H_: this rank's heads
+  std::shared_ptr<const kernels::RopeTable> rope_;
+  std::unique_ptr<Linear> q_a_, q_b_, q_;  // q_a + norm + q_b, or q alone
+  std::unique_ptr<Norm> q_norm_;
+  Linear kv_a_;
+  Norm kv_norm_;
+  Linear kv_b_, o_;
+  std::string key_q_, key_k_, key_v_, key_out_, key_lse_;
+};
+
+}  // namespace tessel::nn
