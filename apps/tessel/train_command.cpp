@@ -174,6 +174,7 @@ int run_train(const TrainOptions& o) {
     const double mfu = flops_per_token * tps / 1e9 / peak_gflops;
     nlohmann::json j = {{"step", it}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                         {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt}};
+    if (m.mtp_num_layers > 0) j["mtp_loss"] = r.mtp_loss;
     if (m.num_experts > 0) {  // load balance per MoE layer: max / mean tokens per expert (1 = even)
       j["moe_aux_loss"] = r.moe_aux_loss;
       nlohmann::json per_layer = nlohmann::json::array();

@@ -15,13 +15,14 @@ COMMON=(--set train.train_iters=5 --set train.lr_warmup_iters=1 --set model.num_
 GPT2=(--set model.arch=gpt2 --set model.num_query_groups=4 --set model.tie_embeddings=true)
 single() {  # log dir, extra args...
   local dir=$1; shift
-  OMP_NUM_THREADS=2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir="$dir" \
+  OMP_NUM_THREADS=2 "$TESSEL" train "${CONFIG:-$CONFIGS/synthetic.yaml}" "${COMMON[@]}" --set log.dir="$dir" \
     --set checkpoint.dir="$dir/ckpt" "$@" > "$dir.log"
 }
 run() {  # np, log dir, extra args...
   local np=$1 dir=$2; shift 2
   OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np "$np" "$TESSEL" train \
-    "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir="$dir" --set checkpoint.dir="$dir/ckpt" "$@" > "$dir.log" 2>&1
+    "${CONFIG:-$CONFIGS/synthetic.yaml}" "${COMMON[@]}" --set log.dir="$dir" --set checkpoint.dir="$dir/ckpt" "$@" \
+    > "$dir.log" 2>&1
 }
 compare() { /usr/bin/python3 "$HERE/compare_runs.py" "$@"; }
 PP=parallel.pipeline_model_parallel_size VPP=parallel.virtual_pipeline_model_parallel_size
@@ -74,6 +75,17 @@ MLA=(--set model.arch=deepseek_v3 --set model.num_layers=2 --set model.q_lora_ra
 single mla "${MLA[@]}"
 run 2 mla-tp2 "${MLA[@]}" --set $TP=2 && compare mla mla-tp2
 run 2 mla-pp2 "${MLA[@]}" --set $PP=2 && compare mla mla-pp2
+
+# configs/deepseek-v3-tiny.yaml (MLA, dense then MoE layers with a shared expert, grouped sigmoid
+# routing with bias balancing and the sequence-wise loss, one multi-token-prediction module), shrunk:
+# data and expert parallelism give the single run's losses and parameters.
+DS=(--set model.num_layers=3 --set model.seq_length=64 --set model.vocab_size=256 --set data.path=synthetic)
+export CONFIG=$CONFIGS/deepseek-v3-tiny.yaml
+single deepseek "${DS[@]}"
+run 2 deepseek-dp2 "${DS[@]}" && compare deepseek deepseek-dp2
+run 2 deepseek-ep2 "${DS[@]}" --set $EP=2 && compare deepseek deepseek-ep2
+run 4 deepseek-ep4 "${DS[@]}" --set $EP=4 && compare deepseek deepseek-ep4
+unset CONFIG
 
 # Under context parallelism the balance losses are refused (a rank holds parts of each sequence);
 # the bias balancing reduces its loads over data x context ranks.

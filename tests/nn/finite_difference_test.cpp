@@ -272,6 +272,57 @@ TEST_P(ArchFd, EmbeddingPositionsAndTiedHead) {
       3e-2);
 }
 
+// DeepSeek-V3's model: MLA, a first dense layer then MoE layers with a shared expert and a sigmoid
+// router (all experts chosen here, so the objective is smooth), and two multi-token-prediction
+// modules sharing the embedding and the head. The scalar is
+// the whole objective, the main loss plus mtp_loss_scaling_factor / D x the modules' losses.
+TEST(FiniteDifference, DeepSeekV3ModelWithMultiTokenPrediction) {
+  auto cfg = small_config("llama");
+  cfg.arch = "deepseek_v3";
+  cfg.num_layers = 2;
+  cfg.kv_lora_rank = 8;
+  cfg.q_lora_rank = 8;
+  cfg.qk_head_dim = 4;
+  cfg.qk_pos_emb_head_dim = 4;
+  cfg.v_head_dim = 4;
+  cfg.num_experts = 4;
+  cfg.moe_router_topk = 4;  // every expert chosen: no top-k boundary for a finite step to cross
+  cfg.moe_ffn_hidden_size = 8;
+  cfg.moe_shared_expert_intermediate_size = 8;
+  cfg.moe_router_score_function = "sigmoid";
+  cfg.moe_first_dense_layers = 1;
+  cfg.mtp_num_layers = 2;
+  cfg.mtp_loss_scaling_factor = 0.5;
+  nn::Model model(cfg);
+  randomize_params(model.params());
+  Tensor tokens = Tensor::empty({kBatch, cfg.seq_length}, DType::i64);
+  Tensor targets = Tensor::empty({kBatch, cfg.seq_length}, DType::i64);
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    tokens.data<int64_t>()[i] = (i * 5 + 3) % cfg.vocab_size;
+    targets.data<int64_t>()[i] = (i * 7 + 1) % cfg.vocab_size;
+  }
+  auto objective = [&](float scale, bool backward) {
+    nn::Activations saved;
+    double loss = model.forward(tokens, targets, scale, saved);
+    const double mtp = model.take_mtp_loss().first;
+    if (backward) model.backward(saved);
+    return loss + cfg.mtp_loss_scaling_factor / double(cfg.mtp_num_layers) * mtp;
+  };
+  check_gradients(
+      model.params(), Tensor(),
+      [&](const Tensor&, Activations&) {
+        Tensor l = Tensor::empty({1}, DType::f32);
+        l.data<float>()[0] = float(objective(1.0f, false));
+        return l;
+      },
+      [&](const Tensor& dy, Activations&) {
+        model.params().zero_grads();
+        objective(dy.data<float>()[0], true);
+        return Tensor();
+      },
+      3e-2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, ArchFd, ::testing::Values("llama", "gpt2"));
 
 }  // namespace

@@ -61,12 +61,12 @@ void Embedding::add_position_grads(const Tensor& dout) const {
   }
 }
 
-Tensor Embedding::forward(const Tensor& tokens, Activations& saved) const {
+Tensor Embedding::forward(const Tensor& tokens, Activations& saved, const std::string& tag) const {
   ProfileScope prof("embedding");
   TESSEL_CHECK(tokens.dim() == 2 && tokens.size(1) == T_local_ && tokens.dtype() == DType::i64,
                "embedding: tokens must be i64 [batch, {}], got {}", T_local_, tokens.str());
   const int64_t N = tokens.numel();
-  saved.put(key_tokens_, tokens);
+  saved.put(key_tokens_ + tag, tokens);
   if (!tp_ && !cp_) {  // one fused kernel: token rows plus positions (row n at position n % T)
     Tensor out = Tensor::empty({N, D_}, DType::f32);
     kernels::embedding_fwd(N, D_, V_, tokens.data<int64_t>(), ps_.params_data() + w_offset_,
@@ -104,9 +104,9 @@ Tensor Embedding::forward_at(const Tensor& tokens, int64_t pos0) const {
   return out;
 }
 
-void Embedding::backward(const Tensor& dout, Activations& saved) const {
+void Embedding::backward(const Tensor& dout, Activations& saved, const std::string& tag) const {
   ProfileScope prof("embedding");
-  const Tensor& tokens = saved.get(key_tokens_);
+  const Tensor& tokens = saved.get(key_tokens_ + tag);
   if (!tp_ && !cp_) {
     kernels::embedding_bwd(tokens.numel(), D_, tokens.data<int64_t>(), dout.data<float>(),
                            ps_.grads_data() + w_offset_, pos_offset_ >= 0 ? ps_.grads_data() + pos_offset_ : nullptr,
@@ -122,7 +122,7 @@ void Embedding::backward(const Tensor& dout, Activations& saved) const {
     }
     if (pos_offset_ >= 0) add_position_grads(dout);
   }
-  saved.erase(key_tokens_);
+  saved.erase(key_tokens_ + tag);
 }
 
 }  // namespace tessel::nn

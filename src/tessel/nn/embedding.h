@@ -15,8 +15,9 @@ class Embedding {
   // With cfg.sequence_parallel the output (and dout) is this rank's rows of the micro-batch.
   // cp (optional): tokens are this rank's context-parallel chunks ([B, T/cp]); positions are global.
   Embedding(ParamStore& ps, const ModelConfig& cfg, comm::Communicator* tp = nullptr, comm::Communicator* cp = nullptr);
-  Tensor forward(const Tensor& tokens, Activations& saved) const;  // tokens [B, T] i64 -> [B*T, d] f32
-  void backward(const Tensor& dout, Activations& saved) const;     // accumulates dW (and dpos)
+  // tokens [B, T] i64 -> [B*T, d] f32. tag: distinguishes several uses in one micro-batch (MTP).
+  Tensor forward(const Tensor& tokens, Activations& saved, const std::string& tag = "") const;
+  void backward(const Tensor& dout, Activations& saved, const std::string& tag = "") const;  // dW (and dpos)
   // Inference: tokens [n] i64 at positions pos0 .. pos0 + n - 1 of one sequence -> [n, d] f32.
   Tensor forward_at(const Tensor& tokens, int64_t pos0) const;
   int64_t weight_offset() const { return w_offset_; }

@@ -52,7 +52,8 @@ Tensor LmHead::logits_of_rows(const Tensor& xc) const {
   return out;
 }
 
-double LmHead::forward_loss(const Tensor& x, const Tensor& targets, float grad_scale, Activations& saved) const {
+double LmHead::forward_loss(const Tensor& x, const Tensor& targets, float grad_scale, Activations& saved,
+                            const std::string& tag) const {
   const Tensor xc = all_rows(x);
   Tensor lg = logits_of_rows(xc);
   const int64_t N = lg.size(0);
@@ -71,13 +72,13 @@ double LmHead::forward_loss(const Tensor& x, const Tensor& targets, float grad_s
     dlogits = lg;  // written in place over the logits
     loss = kernels::softmax_xent(N, V_, lg.data<float>(), targets.data<int64_t>(), grad_scale, lg.data<float>());
   }
-  saved.put(key_x_, xc);
-  saved.put(key_dlogits_, dlogits);
+  saved.put(key_x_ + tag, xc);
+  saved.put(key_dlogits_ + tag, dlogits);
   return loss;
 }
 
-Tensor LmHead::backward_input(Activations& saved) const {
-  const Tensor& dl = saved.get(key_dlogits_);
+Tensor LmHead::backward_input(Activations& saved, const std::string& tag) const {
+  const Tensor& dl = saved.get(key_dlogits_ + tag);
   Tensor dx = Tensor::empty({dl.size(0), D_}, DType::f32);
   ProfileScope prof("gemm_dgrad", 2.0 * double(dl.size(0)) * double(D_) * double(V_));
   kernels::matmul(dl, false, ps_.compute_at(w_offset_, {V_, D_}), false, dx, false);
@@ -87,15 +88,15 @@ Tensor LmHead::backward_input(Activations& saved) const {
   return dx;
 }
 
-void LmHead::backward_weight(Activations& saved) const {
-  const Tensor& dl = saved.get(key_dlogits_);
-  const Tensor& x = saved.get(key_x_);
+void LmHead::backward_weight(Activations& saved, const std::string& tag) const {
+  const Tensor& dl = saved.get(key_dlogits_ + tag);
+  const Tensor& x = saved.get(key_x_ + tag);
   {
     ProfileScope prof("gemm_wgrad", 2.0 * double(dl.size(0)) * double(D_) * double(V_));
     kernels::matmul(dl, true, x, false, ps_.grad_at(w_offset_, {V_, D_}), true);
   }
-  saved.erase(key_x_);
-  saved.erase(key_dlogits_);
+  saved.erase(key_x_ + tag);
+  saved.erase(key_dlogits_ + tag);
 }
 
 }  // namespace tessel::nn

@@ -20,9 +20,11 @@ class LmHead {
   Tensor logits(const Tensor& x) const;  // [N, V] f32 (this rank's vocabulary slice under tp), nothing saved
   double loss_sum(const Tensor& x, const Tensor& targets) const;  // evaluation
   // Returns the summed loss over rows; saves x and dlogits = d(loss * grad_scale)/dlogits.
-  double forward_loss(const Tensor& x, const Tensor& targets, float grad_scale, Activations& saved) const;
-  Tensor backward_input(Activations& saved) const;  // dx [N, d] f32
-  void backward_weight(Activations& saved) const;
+  // tag: distinguishes several uses of the head in one micro-batch (multi-token prediction).
+  double forward_loss(const Tensor& x, const Tensor& targets, float grad_scale, Activations& saved,
+                      const std::string& tag = "") const;
+  Tensor backward_input(Activations& saved, const std::string& tag = "") const;  // dx [N, d] f32
+  void backward_weight(Activations& saved, const std::string& tag = "") const;
 
  private:
   Tensor all_rows(const Tensor& x) const;  // x in the compute dtype, all-gathered under sequence parallelism

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tessel/kernels/cast.h"
 #include "tessel/kernels/xent.h"
 #include "tessel/nn/fp8.h"
 #include "tessel/nn/sequence_parallel.h"
@@ -66,6 +67,28 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
     head_ = std::make_unique<LmHead>(*ps_, cfg_, embed_ ? embed_->weight_offset() : -1, tp_);
     head_end_ = ps_->numel();
   }
+  mtp_begin_ = ps_->numel();
+  if (cfg_.mtp_num_layers > 0) {
+    TESSEL_CHECK(plan_.whole() && !cp_, "multi-token prediction needs the whole model on one pipeline stage and whole "
+                 "sequences: not supported yet with pipeline or context parallelism");
+    TESSEL_CHECK(!cfg_.sequence_parallel, "multi-token prediction with sequence parallelism is not supported yet");
+    const Norm::Kind rms = Norm::Kind::rms;
+    for (int64_t k = 0; k < cfg_.mtp_num_layers; ++k) {
+      // Named as Hugging Face DeepSeek-V3 names them: the layers after the main model's.
+      const int64_t index = cfg_.num_layers + k;
+      const std::string p = "model.layers." + std::to_string(index);
+      MtpModule m;
+      m.enorm = std::make_unique<Norm>(*ps_, p + ".enorm", cfg_.hidden_size, rms, float(cfg_.norm_epsilon));
+      m.hnorm = std::make_unique<Norm>(*ps_, p + ".hnorm", cfg_.hidden_size, rms, float(cfg_.norm_epsilon));
+      m.eh_proj = std::make_unique<Linear>(*ps_, std::vector<Linear::Part>{{p + ".eh_proj", cfg_.hidden_size}},
+                                           2 * cfg_.hidden_size, false, float(cfg_.init_method_std));
+      m.layer = std::make_unique<TransformerLayer>(*ps_, cfg_, index, rope_, tp_, cp_, ep);
+      m.head_norm = std::make_unique<Norm>(*ps_, p + ".shared_head.norm", cfg_.hidden_size, rms,
+                                           float(cfg_.norm_epsilon));
+      mtp_.push_back(std::move(m));
+    }
+  }
+  mtp_end_ = ps_->numel();
   ps_->finalize();
   for (const auto& s : ps_->specs())
     if (s.replicas > 1) {  // every replicated key/value slice is shared by the same ranks
@@ -176,7 +199,69 @@ Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens
   Tensor xf;
   const Tensor y = final_norm_->forward(x, Tensor(), xf, saved);
   *loss += head_->forward_loss(y, targets, grad_scale, saved);
+  if (!mtp_.empty()) mtp_forward(x, targets, grad_scale, saved);
   return Tensor();
+}
+
+namespace {
+std::string mtp_tag(size_t k) { return ".mtp" + std::to_string(k + 1); }
+
+// Module k (from 1) at position i embeds token i + k = targets[i + k - 1] and predicts token
+// i + k + 1 = targets[i + k]; positions past the window embed token 0 and predict nothing (-1).
+Tensor shifted(const Tensor& targets, int64_t by, int64_t fill) {
+  const int64_t B = targets.size(0), T = targets.size(1);
+  Tensor out = Tensor::empty({B, T}, DType::i64);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < T; ++i)
+      out.data<int64_t>()[b * T + i] = i + by < T ? targets.data<int64_t>()[b * T + i + by] : fill;
+  return out;
+}
+}  // namespace
+
+void Model::mtp_forward(Tensor h, const Tensor& targets, float grad_scale, Activations& saved) {
+  const float scale = grad_scale * float(cfg_.mtp_loss_scaling_factor / double(mtp_.size()));
+  const int64_t batch = batch_of(h.size(0));
+  for (size_t k = 0; k < mtp_.size(); ++k) {
+    const MtpModule& m = mtp_[k];
+    const Tensor emb = embed_->forward(shifted(targets, int64_t(k), 0), saved, mtp_tag(k));
+    Tensor re, rh;
+    const Tensor en = m.enorm->forward(emb, Tensor(), re, saved), hn = m.hnorm->forward(h, Tensor(), rh, saved);
+    Tensor cat = Tensor::empty({en.size(0), 2 * cfg_.hidden_size}, en.dtype());
+    cat.slice(1, 0, cfg_.hidden_size).copy_from(en);
+    cat.slice(1, cfg_.hidden_size, 2 * cfg_.hidden_size).copy_from(hn);
+    h = m.layer->forward(m.eh_proj->forward(cat, saved), batch, saved, grad_scale);
+    Tensor rf;
+    const Tensor predict = shifted(targets, int64_t(k) + 1, -1);
+    mtp_loss_sum_ += head_->forward_loss(m.head_norm->forward(h, Tensor(), rf, saved), predict, scale, saved, mtp_tag(k));
+    for (int64_t i = 0; i < predict.numel(); ++i) mtp_tokens_ += predict.data<int64_t>()[i] >= 0;
+  }
+}
+
+Tensor Model::mtp_backward(Activations& saved, const GradsReady& ready) {
+  Tensor dh_next;  // the gradient module k + 1 sends back into h_k
+  for (size_t k = mtp_.size(); k-- > 0;) {
+    const MtpModule& m = mtp_[k];
+    const Tensor dy = head_->backward_input(saved, mtp_tag(k));
+    head_->backward_weight(saved, mtp_tag(k));
+    Tensor dh = m.head_norm->backward(dy, Tensor(), saved);
+    if (dh_next.defined()) kernels::add(dh.numel(), dh.data<float>(), dh_next.data<float>(), dh.data<float>());
+    const Tensor dz = m.layer->backward_input(dh, saved);
+    m.layer->backward_weight(saved);
+    const Tensor dcat = m.eh_proj->backward_input(dz, saved);
+    m.eh_proj->backward_weight(saved);
+    embed_->backward(m.enorm->backward(dcat.slice(1, 0, cfg_.hidden_size).clone(), Tensor(), saved), saved,
+                     mtp_tag(k));
+    dh_next = m.hnorm->backward(dcat.slice(1, cfg_.hidden_size, 2 * cfg_.hidden_size).clone(), Tensor(), saved);
+  }
+  report(ready, mtp_begin_, mtp_end_);
+  return dh_next;
+}
+
+std::pair<double, int64_t> Model::take_mtp_loss() {
+  const std::pair<double, int64_t> r{mtp_loss_sum_, mtp_tokens_};
+  mtp_loss_sum_ = 0;
+  mtp_tokens_ = 0;
+  return r;
 }
 
 void Model::layer_weights(size_t l, Activations& saved, const GradsReady& ready) {
@@ -195,6 +280,11 @@ Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, 
     }
     dx = final_norm_->backward(dy, Tensor(), saved);
     if (weights) report(ready, layers_end_, head_begin_);  // the final norm
+    if (!mtp_.empty()) {  // only on a whole model (one stage), where weights are always computed here
+      TESSEL_CHECK(weights, "multi-token prediction with a split weight-gradient pass is not supported yet");
+      const Tensor dh = mtp_backward(saved, ready);
+      kernels::add(dx.numel(), dx.data<float>(), dh.data<float>(), dx.data<float>());
+    }
   }
   const size_t first = chunk_first_[size_t(chunk)];
   for (size_t i = first + size_t(plan_.chunks[size_t(chunk)].size()); i-- > first;) {

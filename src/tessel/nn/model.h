@@ -71,6 +71,10 @@ class Model {
   // The FP8 quantisation state of the layers' Linears (null without an FP8 recipe).
   Fp8State* fp8_state() { return fp8_.get(); }
 
+  // Multi-token prediction: this rank's summed cross-entropy of every module and the number of
+  // predicted tokens since the last call (then reset).
+  std::pair<double, int64_t> take_mtp_loss();
+
   // Mixture of Experts, after every micro-batch of a step: each MoE layer's tokens per expert summed
   // over `groups`, expert biases moved, counters reset. Returns max / mean tokens per expert for
   // every layer of the model (0 for dense layers and layers of other pipeline stages).
@@ -97,6 +101,10 @@ class Model {
  private:
   Tensor hidden(const Tensor& tokens, Activations& saved);  // final-norm output (evaluation)
   void require_whole(const char* what) const;
+  // Multi-token prediction after the main model (h: the last layer's output [N, d] f32): adds each
+  // module's loss; backward returns the gradient it sends back into h.
+  void mtp_forward(Tensor h, const Tensor& targets, float grad_scale, Activations& saved);
+  Tensor mtp_backward(Activations& saved, const GradsReady& ready);
   int64_t sequence_split() const;          // ranks the activation rows are split over (1: none)
   int64_t batch_of(int64_t rows) const;    // sequences in a micro-batch whose activations have `rows` rows here
   // Layer l's (an index into layers_) weight gradients, then its range reported as ready.
@@ -116,6 +124,15 @@ class Model {
   std::vector<size_t> chunk_first_;                        // index into layers_ of each chunk's first layer
   std::unique_ptr<Norm> final_norm_;
   std::unique_ptr<LmHead> head_;
+  struct MtpModule {  // DeepSeek-V3: h_k = layer(eh_proj([enorm(emb(t_{i+k})), hnorm(h_{k-1})]))
+    std::unique_ptr<Norm> enorm, hnorm, head_norm;
+    std::unique_ptr<Linear> eh_proj;
+    std::unique_ptr<TransformerLayer> layer;
+  };
+  std::vector<MtpModule> mtp_;
+  int64_t mtp_begin_ = 0, mtp_end_ = 0;
+  double mtp_loss_sum_ = 0;
+  int64_t mtp_tokens_ = 0;
   std::vector<int64_t> layer_begin_;  // flat offset of each held layer's first parameter
   int64_t layers_end_ = 0;             // first offset after the layers (the final norm, if held)
   int64_t head_begin_ = 0, head_end_ = 0;

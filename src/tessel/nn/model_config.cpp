@@ -59,6 +59,10 @@ void ModelConfig::validate() const {
                num_query_groups);
   TESSEL_CHECK(!is_llama() || mla() || head_dim() % 2 == 0,
                "RoPE needs an even head dimension; hidden_size/heads = {}", head_dim());
+  TESSEL_CHECK(mtp_num_layers >= 0 && mtp_loss_scaling_factor >= 0,
+               "model.mtp_num_layers ({}) and mtp_loss_scaling_factor ({}) must be >= 0", mtp_num_layers,
+               mtp_loss_scaling_factor);
+  TESSEL_CHECK(mtp_num_layers == 0 || is_llama(), "multi-token prediction needs a llama-family arch, not gpt2");
   TESSEL_CHECK(norm_epsilon > 0, "model.norm_epsilon must be > 0, got {}", norm_epsilon);
   TESSEL_CHECK(rotary_base > 1, "model.rotary_base must be > 1, got {}", rotary_base);
   TESSEL_CHECK(compute == DType::f32 || compute == DType::bf16,

@@ -46,6 +46,10 @@ struct ModelConfig {
   int64_t qk_head_dim = 16;          // per-head query/key dims without RoPE ("nope")
   int64_t qk_pos_emb_head_dim = 8;   // the decoupled RoPE dims (one key shared by all heads)
   int64_t v_head_dim = 16;
+  // Multi-token prediction (DeepSeek-V3 section 2.2; Megatron's names): mtp_num_layers modules after
+  // the main model, module k predicting the token k + 1 ahead, loss weight mtp_loss_scaling_factor / D.
+  int64_t mtp_num_layers = 0;
+  double mtp_loss_scaling_factor = 0.1;
   bool mla() const { return multi_latent_attention || arch == "deepseek_v3"; }
   bool is_moe_layer(int64_t layer) const { return num_experts > 0 && layer >= moe_first_dense_layers; }
   int64_t expert_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn_hidden_size; }

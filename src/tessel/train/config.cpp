@@ -56,6 +56,8 @@ struct Schema {
     m["tie_embeddings"] = bind_field(c.model.tie_embeddings, "model.tie_embeddings");
     m["init_method_std"] = bind_field(c.model.init_method_std, "model.init_method_std");
     m["recompute"] = bind_field(c.model.recompute, "model.recompute");
+    m["mtp_num_layers"] = bind_field(c.model.mtp_num_layers, "model.mtp_num_layers");
+    m["mtp_loss_scaling_factor"] = bind_field(c.model.mtp_loss_scaling_factor, "model.mtp_loss_scaling_factor");
     m["multi_latent_attention"] = bind_field(c.model.multi_latent_attention, "model.multi_latent_attention");
     m["q_lora_rank"] = bind_field(c.model.q_lora_rank, "model.q_lora_rank");
     m["kv_lora_rank"] = bind_field(c.model.kv_lora_rank, "model.kv_lora_rank");
@@ -285,6 +287,12 @@ void Config::validate() const {
                  "model.moe_router_load_balancing_type {} with context_parallel_size {}: not supported yet (a rank "
                  "holds only parts of each sequence; the bias balancing, moe_router_enable_expert_bias, works)",
                  model.moe_router_load_balancing_type, parallel.context_parallel_size);
+  }
+  if (model.mtp_num_layers > 0) {
+    TESSEL_CHECK(parallel.pipeline_model_parallel_size == 1 && parallel.context_parallel_size == 1,
+                 "model.mtp_num_layers with pipeline_model_parallel_size {} / context_parallel_size {}: not supported "
+                 "yet (the modules need the embedding and the head on one stage, and whole sequences)",
+                 parallel.pipeline_model_parallel_size, parallel.context_parallel_size);
   }
   TESSEL_CHECK(!parallel.sequence_parallel || parallel.tensor_model_parallel_size > 1,
                "parallel.sequence_parallel needs tensor_model_parallel_size > 1 (it splits the tensor-parallel "

@@ -122,6 +122,14 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   r.loss = loss / double(tokens);
   r.grad_norm = norm;
   r.lr = lr;
+  if (cfg_.model.mtp_num_layers > 0) {
+    auto [sum, count] = model_->take_mtp_loss();
+    if (dp_) {
+      sum = comm::sum_in_rank_order(*dp_, sum);
+      dp_->all_reduce(&count, 1, DType::i64, comm::ReduceOp::sum);
+    }
+    r.mtp_loss = count > 0 ? sum / double(count) : 0.0;
+  }
   if (cfg_.model.num_experts > 0) {
     // Expert loads over every replica (the bias moves alike everywhere); each layer's ratio and the
     // auxiliary losses from whichever pipeline stage holds it.

@@ -21,6 +21,7 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   double moe_aux_loss = 0;                  // the MoE auxiliary losses' value in the objective
+  double mtp_loss = 0;                      // multi-token prediction: mean cross-entropy over modules and tokens
   std::vector<double> expert_load_max_mean; // per layer: max / mean tokens per expert (0: dense)
 };
 
