@@ -114,6 +114,13 @@ nn::ModelConfig small_config(const std::string& arch) {
 
 constexpr int64_t kBatch = 2;
 
+// [kBatch, seq_length] token ids (i * a + b) mod vocab_size.
+Tensor token_ids(const nn::ModelConfig& cfg, int64_t a, int64_t b) {
+  Tensor t = Tensor::empty({kBatch, cfg.seq_length}, DType::i64);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = (i * a + b) % cfg.vocab_size;
+  return t;
+}
+
 // Finalises and randomises ps, then checks module m on a random [kBatch x seq_length, hidden] input.
 template <class Module>
 void check_module(nn::ParamStore& ps, const Module& m, const nn::ModelConfig& cfg, const Forward& fwd) {
@@ -250,12 +257,7 @@ TEST_P(ArchFd, EmbeddingPositionsAndTiedHead) {
   cfg.recompute = true;
   nn::Model model(cfg);
   randomize_params(model.params());
-  Tensor tokens = Tensor::empty({kBatch, cfg.seq_length}, DType::i64);
-  Tensor targets = Tensor::empty({kBatch, cfg.seq_length}, DType::i64);
-  for (int64_t i = 0; i < tokens.numel(); ++i) {
-    tokens.data<int64_t>()[i] = (i * 5 + 3) % cfg.vocab_size;
-    targets.data<int64_t>()[i] = (i * 7 + 1) % cfg.vocab_size;
-  }
+  const Tensor tokens = token_ids(cfg, 5, 3), targets = token_ids(cfg, 7, 1);
   // L = sum of token losses: the scalar is the model's own loss; R is the unit "gradient scale".
   check_gradients(
       model.params(), Tensor(),
@@ -295,12 +297,7 @@ TEST(FiniteDifference, DeepSeekV3ModelWithMultiTokenPrediction) {
   cfg.mtp_loss_scaling_factor = 0.5;
   nn::Model model(cfg);
   randomize_params(model.params());
-  Tensor tokens = Tensor::empty({kBatch, cfg.seq_length}, DType::i64);
-  Tensor targets = Tensor::empty({kBatch, cfg.seq_length}, DType::i64);
-  for (int64_t i = 0; i < tokens.numel(); ++i) {
-    tokens.data<int64_t>()[i] = (i * 5 + 3) % cfg.vocab_size;
-    targets.data<int64_t>()[i] = (i * 7 + 1) % cfg.vocab_size;
-  }
+  const Tensor tokens = token_ids(cfg, 5, 3), targets = token_ids(cfg, 7, 1);
   auto objective = [&](float scale, bool backward) {
     nn::Activations saved;
     double loss = model.forward(tokens, targets, scale, saved);
