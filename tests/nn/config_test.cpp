@@ -48,7 +48,25 @@ TEST(Config, UnknownSectionAndBadValues) {
             std::string::npos);
   EXPECT_NE(error_of("", {"model.num_attention_heads=3"}).find("divisible"), std::string::npos);
   EXPECT_NE(error_of("", {"nokey"}).find("section.key=value"), std::string::npos);
-  EXPECT_NE(error_of("", {"parallel.expert_model_parallel_size=2"}).find("not supported yet"), std::string::npos);
+  // Expert parallelism needs experts it divides; MoE and MLA keys are checked with their names.
+  EXPECT_NE(error_of("", {"parallel.expert_model_parallel_size=2"}).find("needs Mixture-of-Experts layers"),
+            std::string::npos);
+  EXPECT_EQ(error_of("", {"model.arch=mixtral", "model.num_experts=4", "parallel.expert_model_parallel_size=2"}), "");
+  EXPECT_NE(error_of("", {"model.arch=mixtral", "model.num_experts=4", "parallel.expert_model_parallel_size=2",
+                          "parallel.use_distributed_optimizer=true"})
+                .find("not supported yet"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"model.arch=mixtral"}).find("needs model.num_experts > 0"), std::string::npos);
+  EXPECT_NE(error_of("", {"model.arch=mixtral", "model.num_experts=4", "model.moe_router_topk=5"})
+                .find("moe_router_topk must be in [1, num_experts = 4]"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"model.arch=mixtral", "model.num_experts=4", "parallel.tensor_model_parallel_size=2"})
+                .find("not supported yet"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"model.arch=deepseek_v3", "model.qk_pos_emb_head_dim=3"}).find("(even)"), std::string::npos);
+  EXPECT_NE(error_of("", {"model.mtp_num_layers=1", "parallel.pipeline_model_parallel_size=2", "model.num_layers=2"})
+                .find("not supported yet"),
+            std::string::npos);
   EXPECT_EQ(error_of("", {"parallel.tensor_model_parallel_size=2", "parallel.use_distributed_optimizer=true"}), "");
   EXPECT_EQ(error_of("", {"parallel.tensor_model_parallel_size=2"}), "");
   // Pipeline layouts: an even split, or explicit layers per virtual stage that sum to the model's.
