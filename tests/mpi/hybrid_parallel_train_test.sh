@@ -68,6 +68,12 @@ run 2 moe-ep2 "${MOE[@]}" --set $EP=2 && compare moe moe-ep2
 run 4 moe-ep4 "${MOE[@]}" --set $EP=4 && compare moe moe-ep4
 run 4 moe-ep2-dp2 "${MOE[@]}" --set $EP=2 && compare moe moe-ep2-dp2
 run 4 moe-ep2-pp2 "${MOE[@]}" --set $EP=2 --set $PP=2 && compare moe moe-ep2-pp2
+# Under tensor parallelism the experts are replicated; with sequence parallelism each rank routes its
+# rows (the balance losses are refused there, the bias balancing sums loads over the group).
+MOE_SP=("${MOE[@]}" --set model.moe_router_load_balancing_type=none)
+single moe-nobal "${MOE_SP[@]}"
+run 4 moe-ep2-tp2 "${MOE_SP[@]}" --set $EP=2 --set $TP=2 && compare moe-nobal moe-ep2-tp2
+run 2 moe-tp2-sp "${MOE_SP[@]}" --set $TP=2 --set $SP=true && compare moe-nobal moe-tp2-sp
 # Multi-head latent attention (low-rank query, compressed key/value, shared RoPE key): heads split
 # under tensor parallelism, layers across pipeline stages.
 MLA=(--set model.arch=deepseek_v3 --set model.num_layers=2 --set model.q_lora_rank=24 --set model.kv_lora_rank=32
@@ -89,9 +95,7 @@ unset CONFIG
 
 # Under context parallelism the balance losses are refused (a rank holds parts of each sequence);
 # the bias balancing reduces its loads over data x context ranks.
-MOE_CP=("${MOE[@]}" --set model.moe_router_load_balancing_type=none)
-single moe-bias "${MOE_CP[@]}"
-run 2 moe-cp2 "${MOE_CP[@]}" --set $CP=2 && compare moe-bias moe-cp2
+run 2 moe-cp2 "${MOE_SP[@]}" --set $CP=2 && compare moe-nobal moe-cp2
 
 # Checkpoints hold whole tensors gathered from every stage: stop at step 3, resume on pp2 (bit-exact
 # with the uninterrupted pp2 run), and resume the same checkpoint in one process.

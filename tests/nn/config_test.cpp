@@ -60,7 +60,8 @@ TEST(Config, UnknownSectionAndBadValues) {
   EXPECT_NE(error_of("", {"model.arch=mixtral", "model.num_experts=4", "model.moe_router_topk=5"})
                 .find("moe_router_topk must be in [1, num_experts = 4]"),
             std::string::npos);
-  EXPECT_NE(error_of("", {"model.arch=mixtral", "model.num_experts=4", "parallel.tensor_model_parallel_size=2"})
+  EXPECT_NE(error_of("", {"model.arch=mixtral", "model.num_experts=4", "parallel.tensor_model_parallel_size=2",
+                          "parallel.sequence_parallel=true", "model.moe_router_load_balancing_type=seq_aux_loss"})
                 .find("not supported yet"),
             std::string::npos);
   EXPECT_NE(error_of("", {"model.arch=deepseek_v3", "model.qk_pos_emb_head_dim=3"}).find("(even)"), std::string::npos);

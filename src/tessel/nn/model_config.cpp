@@ -70,21 +70,31 @@ void ModelConfig::validate() const {
 }
 
 int64_t ModelConfig::num_params() const {
-  const int64_t d = hidden_size, dh = head_dim();
-  const int64_t attn = d * (num_attention_heads + 2 * num_query_groups) * dh + num_attention_heads * dh * d;
+  const int64_t d = hidden_size, dh = head_dim(), H = num_attention_heads;
+  const int64_t qk = qk_head_dim + qk_pos_emb_head_dim;
+  const int64_t attn =
+      mla() ? (q_lora_rank > 0 ? d * q_lora_rank + q_lora_rank * H * qk : d * H * qk) +
+                  d * (kv_lora_rank + qk_pos_emb_head_dim) + kv_lora_rank * H * (qk_head_dim + v_head_dim) +
+                  H * v_head_dim * d
+            : d * (H + 2 * num_query_groups) * dh + H * dh * d;
   const int64_t mlp = (is_llama() ? 3 : 2) * d * ffn_hidden_size;
-  if (num_experts == 0) return num_layers * (attn + mlp);
-  // Active parameters per token: k routed experts, the shared expert and the router.
+  // Active parameters per token of an MoE layer's MLP: k routed experts, the shared expert, the router.
   const int64_t moe = 3 * d * (moe_router_topk * expert_ffn() + moe_shared_expert_intermediate_size) + num_experts * d;
-  const int64_t dense_layers = std::min(num_layers, moe_first_dense_layers);
-  return dense_layers * (attn + mlp) + (num_layers - dense_layers) * (attn + moe);
+  int64_t total = 0;
+  for (int64_t l = 0; l < num_layers + mtp_num_layers; ++l) total += attn + (is_moe_layer(l) ? moe : mlp);
+  // A multi-token-prediction module also projects [emb; h] (2d -> d) and runs the shared head (added
+  // in train_flops_per_token with the main head).
+  return total + mtp_num_layers * 2 * d * d;
 }
 
 double ModelConfig::train_flops_per_token() const {
   // 6 x (matmul params + LM head) + causal attention: QK^T and PV, 2 x 2 x T x d per layer forward,
   // halved by the causal mask, times 3 for forward + backward (REFERENCE.md).
-  const double head = double(vocab_size) * double(hidden_size);
-  const double attn = 6.0 * 2.0 * double(num_layers) * double(seq_length) * double(hidden_size) / 2.0;
+  const double head = double(1 + mtp_num_layers) * double(vocab_size) * double(hidden_size);
+  // Attention's QK^T and PV use the head dims: MLA's query/key (nope + rope) and value dims per head.
+  const double width = mla() ? double(num_attention_heads) * double(qk_head_dim + qk_pos_emb_head_dim + v_head_dim) / 2.0
+                             : double(hidden_size);
+  const double attn = 6.0 * 2.0 * double(num_layers + mtp_num_layers) * double(seq_length) * width / 2.0;
   return 6.0 * (double(num_params()) + head) + attn;
 }
 

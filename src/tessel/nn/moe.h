@@ -12,8 +12,11 @@
 // each step from the step's load (end_step), the auxiliary-loss-free method.
 // Expert parallelism (ep): rank r of the group holds experts [r E/n, (r+1) E/n); every rank routes
 // its own tokens, the copies go to the experts' ranks with an all-to-all(v) over the group, come back
-// the same way, and are combined where they came from (backward: the same two exchanges). Not yet:
-// tensor parallelism of the experts, capacity factors (no token is dropped).
+// the same way, and are combined where they came from (backward: the same two exchanges).
+// Under tensor parallelism the experts are replicated, not split: every rank of the group runs the
+// block on the same rows (or, with sequence parallelism, on its own rows, the replicated gradients
+// then summed with the others). Not yet: splitting experts over tensor parallelism, capacity factors
+// (no token is dropped).
 #include <memory>
 #include <string>
 #include <vector>

@@ -28,8 +28,6 @@ TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64
                                    : nullptr) {
   TESSEL_CHECK(!mla_ || !cp || cp->size() == 1, "multi-latent attention under context parallelism is not supported yet");
   TESSEL_CHECK(!mla_ || !cfg.sequence_parallel, "multi-latent attention with sequence parallelism is not supported yet");
-  TESSEL_CHECK(!moe_ || !tp || tp->size() == 1,
-               "Mixture-of-Experts layers under tensor parallelism are not supported yet");
 }
 
 Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale) const {

@@ -280,9 +280,9 @@ void Config::validate() const {
                  "parallel.pipeline_layers_per_stage is set but pipeline_model_parallel_size is 1");
   }
   if (model.num_experts > 0) {
-    TESSEL_CHECK(parallel.tensor_model_parallel_size == 1,
-                 "Mixture-of-Experts layers (model.num_experts {}) with tensor_model_parallel_size {}: not supported "
-                 "yet", model.num_experts, parallel.tensor_model_parallel_size);
+    TESSEL_CHECK(!parallel.sequence_parallel || model.moe_router_load_balancing_type == "none",
+                 "model.moe_router_load_balancing_type {} with sequence parallelism: not supported yet (a rank holds "
+                 "only some rows of each sequence; the bias balancing works)", model.moe_router_load_balancing_type);
     TESSEL_CHECK(model.moe_router_load_balancing_type == "none" || parallel.context_parallel_size == 1,
                  "model.moe_router_load_balancing_type {} with context_parallel_size {}: not supported yet (a rank "
                  "holds only parts of each sequence; the bias balancing, moe_router_enable_expert_bias, works)",

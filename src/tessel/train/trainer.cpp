@@ -133,7 +133,8 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   if (cfg_.model.num_experts > 0) {
     // Expert loads over every replica (the bias moves alike everywhere); each layer's ratio and the
     // auxiliary losses from whichever pipeline stage holds it.
-    r.expert_load_max_mean = model_->moe_end_step({dp_});
+    // Under sequence parallelism each tensor-parallel rank routed only its rows: their loads add up too.
+    r.expert_load_max_mean = model_->moe_end_step({dp_, cfg_.parallel.sequence_parallel ? tp_ : nullptr});
     double aux = model_->moe_take_aux_loss();
     if (dp_) aux = comm::sum_in_rank_order(*dp_, aux);
     if (pp_) {
