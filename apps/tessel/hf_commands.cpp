@@ -23,7 +23,9 @@ int run_export(const ExportOptions& o) {
   if (!lm.config.data.tokenizer.empty() && fs::exists(lm.config.data.tokenizer))
     fs::copy_file(lm.config.data.tokenizer, fs::path(o.out) / "tokenizer.model", fs::copy_options::overwrite_existing);
   std::printf("exported %s (step %lld) to %s: config.json, model.safetensors (%s naming)\n", lm.checkpoint_dir.c_str(),
-              (long long)lm.step, o.out.c_str(), lm.config.model.is_llama() ? "Hugging Face Llama" : "GPT-2");
+              (long long)lm.step, o.out.c_str(), lm.config.model.num_experts > 0 ? "Hugging Face Mixtral"
+              : lm.config.model.is_llama()   ? "Hugging Face Llama"
+                                             : "GPT-2");
   return 0;
 }
 
@@ -50,6 +52,12 @@ int run_import(const ImportOptions& o) {
       "model.rotary_base=" + fmt::format("{}", m.rotary_base),
       std::string("model.tie_embeddings=") + (m.tie_embeddings ? "true" : "false"),
   };
+  if (m.num_experts > 0)  // Mixtral
+    sets.insert(sets.end(), {"model.num_experts=" + std::to_string(m.num_experts),
+                             "model.moe_router_topk=" + std::to_string(m.moe_router_topk),
+                             "model.moe_ffn_hidden_size=" + std::to_string(m.moe_ffn_hidden_size),
+                             "model.moe_router_load_balancing_type=" + m.moe_router_load_balancing_type,
+                             "model.moe_aux_loss_coeff=" + fmt::format("{}", m.moe_aux_loss_coeff)});
   sets.insert(sets.end(), o.sets.begin(), o.sets.end());
   const train::Config cfg = train::Config::from_yaml_text("", sets, o.hf + "/config.json");
   nn::Model model(cfg.model);

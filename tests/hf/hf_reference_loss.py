@@ -65,6 +65,18 @@ def causal_attention(q, k, v):  # [B, H, T, Dh]
     return torch.softmax(s, -1) @ v
 
 
+def mixtral_moe(c, W, p, y):  # Hugging Face MixtralSparseMoeBlock: softmax, top-k, renormalised
+    probs = torch.softmax(y @ W[p + "gate.weight"].T, -1)
+    w, idx = torch.topk(probs, c["num_experts_per_tok"], -1)
+    w = w / w.sum(-1, keepdim=True)
+    out = torch.zeros_like(y)
+    for e in range(c["num_local_experts"]):
+        q = f"{p}experts.{e}."
+        h = (torch.nn.functional.silu(y @ W[q + "w1.weight"].T) * (y @ W[q + "w3.weight"].T)) @ W[q + "w2.weight"].T
+        out = out + h * (w * (idx == e)).sum(-1, keepdim=True)
+    return out
+
+
 def llama_logits(c, W, tokens):
     B, T = tokens.shape
     d, H = c["hidden_size"], c["num_attention_heads"]
@@ -90,6 +102,9 @@ def llama_logits(c, W, tokens):
         a = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, H * Dh)
         x = x + a @ W[p + "self_attn.o_proj.weight"].T
         y = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
+        if c["model_type"] == "mixtral":
+            x = x + mixtral_moe(c, W, p + "block_sparse_moe.", y)
+            continue
         g = y @ W[p + "mlp.gate_proj.weight"].T
         u = y @ W[p + "mlp.up_proj.weight"].T
         x = x + (torch.nn.functional.silu(g) * u) @ W[p + "mlp.down_proj.weight"].T
@@ -137,7 +152,7 @@ def main():
     if a.max_samples:
         n = min(n, a.max_samples)
     windows = torch.tensor(np.stack([stream[i * T: i * T + T + 1] for i in range(n)]))
-    fwd = llama_logits if c["model_type"] == "llama" else gpt2_logits
+    fwd = gpt2_logits if c["model_type"] == "gpt2" else llama_logits
     logits = fwd(c, W, windows[:, :-1])
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
     print(f"{loss.item():.10f}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# export-hf / import-hf end to end, per flavour: train a tiny model on a generated corpus, export it,
+# export-hf / import-hf end to end, per flavour (Llama with GQA and tied, GPT-2, Mixtral MoE): train a tiny model on a generated corpus, export it,
 # compute its loss with the independent PyTorch implementation (hf_reference_loss.py) and compare
 # with `tessel eval`; import the export and export again: the two Hugging Face files are identical.
 # Usage: hf_roundtrip_test.sh TESSEL_BINARY CONFIG_DIR
@@ -48,6 +48,8 @@ sys.exit(0 if rel < 1e-5 else 1)"
 check llama-gqa --set model.num_query_groups=2 --set model.tie_embeddings=false
 check llama-tied --set model.num_query_groups=4 --set model.tie_embeddings=true
 check gpt2 --set model.arch=gpt2 --set model.num_query_groups=4 --set model.tie_embeddings=true
+check mixtral --set model.arch=mixtral --set model.num_experts=4 --set model.moe_router_topk=2 \
+  --set model.num_query_groups=2 --set model.moe_router_load_balancing_type=aux_loss --set model.moe_aux_loss_coeff=0.01
 
 # A sharded export (two files + model.safetensors.index.json, as large Hugging Face models ship)
 # imports to the same model.

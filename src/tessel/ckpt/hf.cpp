@@ -43,14 +43,64 @@ std::map<std::string, Tensor> named(const nn::ParamStore& ps) {
   return m;
 }
 
+// Mixtral's names for the MoE block (tessel keeps DeepSeek-V3's "mlp.gate" / "mlp.experts.<e>.*_proj").
+const std::vector<std::pair<std::string, std::string>> kMixtralNames = {
+    {".mlp.gate.weight", ".block_sparse_moe.gate.weight"},
+    {".gate_proj.weight", ".w1.weight"},
+    {".down_proj.weight", ".w2.weight"},
+    {".up_proj.weight", ".w3.weight"},
+    {".mlp.experts.", ".block_sparse_moe.experts."}};
+
+std::string rename(std::string name, bool to_hf) {
+  for (const auto& [ours, theirs] : kMixtralNames) {
+    const std::string& from = to_hf ? ours : theirs;
+    const std::string& to = to_hf ? theirs : ours;
+    if (const size_t at = name.find(from); at != std::string::npos) name.replace(at, from.size(), to);
+  }
+  return name;
+}
+
+// A Mixtral export: every layer MoE, softmax top-k over renormalised weights, no shared expert.
+void check_mixtral_compatible(const nn::ModelConfig& c) {
+  TESSEL_CHECK(c.moe_first_dense_layers == 0 && c.moe_shared_expert_intermediate_size == 0 &&
+                   c.moe_router_score_function == "softmax" && c.moe_router_norm_topk_prob &&
+                   c.moe_router_topk_scaling_factor == 1.0 && c.moe_router_num_groups == 1 &&
+                   !c.moe_router_enable_expert_bias,
+               "export-hf: this MoE model has no Hugging Face Mixtral form (needs every layer MoE, a softmax router "
+               "with renormalised top-k, no shared expert, no groups, no expert bias)");
+}
+
 }  // namespace
 
 void export_hf(const nn::ModelConfig& c, const nn::ParamStore& ps, const std::string& out_dir) {
   fs::create_directories(out_dir);
   auto p = named(ps);
   std::vector<std::pair<std::string, Tensor>> out;
+  out.reserve(ps.specs().size() + 8);
   nlohmann::ordered_json cfg;
-  if (c.is_llama()) {
+  TESSEL_CHECK(!c.mla() && c.mtp_num_layers == 0,
+               "export-hf: DeepSeek-V3 models (multi-latent attention, multi-token prediction) are not supported yet");
+  if (c.is_llama() && c.num_experts > 0) {
+    check_mixtral_compatible(c);
+    for (const auto& s : ps.specs()) out.emplace_back(rename(s.name, true), p[s.name]);
+    cfg = {{"architectures", {"MixtralForCausalLM"}},
+           {"model_type", "mixtral"},
+           {"hidden_size", c.hidden_size},
+           {"intermediate_size", c.expert_ffn()},
+           {"num_attention_heads", c.num_attention_heads},
+           {"num_key_value_heads", c.num_query_groups},
+           {"num_hidden_layers", c.num_layers},
+           {"num_local_experts", c.num_experts},
+           {"num_experts_per_tok", c.moe_router_topk},
+           {"router_aux_loss_coef", c.moe_aux_loss_coeff},
+           {"vocab_size", c.vocab_size},
+           {"max_position_embeddings", c.seq_length},
+           {"rms_norm_eps", c.norm_epsilon},
+           {"rope_theta", c.rotary_base},
+           {"tie_word_embeddings", c.tie_embeddings},
+           {"hidden_act", "silu"},
+           {"torch_dtype", "float32"}};
+  } else if (c.is_llama()) {
     for (const auto& s : ps.specs()) out.emplace_back(s.name, p[s.name]);
     cfg = {{"architectures", {"LlamaForCausalLM"}},
            {"model_type", "llama"},
@@ -151,10 +201,17 @@ HfImport import_hf(const std::string& dir) {
   const std::string type = cfg.value("model_type", "");
   HfImport r;
   auto& m = r.model;
-  if (type == "llama") {
-    m.arch = "llama";
+  if (type == "llama" || type == "mixtral") {
+    m.arch = type;
     m.hidden_size = cfg.at("hidden_size");
     m.ffn_hidden_size = cfg.at("intermediate_size");
+    if (type == "mixtral") {  // softmax top-k over renormalised weights, every layer MoE
+      m.num_experts = cfg.at("num_local_experts");
+      m.moe_router_topk = cfg.at("num_experts_per_tok");
+      m.moe_ffn_hidden_size = m.ffn_hidden_size;
+      m.moe_aux_loss_coeff = cfg.value("router_aux_loss_coef", 0.0);
+      m.moe_router_load_balancing_type = m.moe_aux_loss_coeff > 0 ? "aux_loss" : "none";
+    }
     m.num_attention_heads = cfg.at("num_attention_heads");
     m.num_query_groups = cfg.value("num_key_value_heads", m.num_attention_heads);
     m.num_layers = cfg.at("num_hidden_layers");
@@ -169,7 +226,7 @@ HfImport import_hf(const std::string& dir) {
       // embedding as lm_head: neither is a parameter here.
       if (n.size() >= 19 && n.compare(n.size() - 19, 19, "rotary_emb.inv_freq") == 0) continue;
       if (m.tie_embeddings && n == "lm_head.weight") continue;
-      r.tensors.emplace_back(n, t);
+      r.tensors.emplace_back(type == "mixtral" ? rename(n, false) : n, t);
     }
   } else if (type == "gpt2") {
     m.arch = "gpt2";
@@ -211,7 +268,8 @@ HfImport import_hf(const std::string& dir) {
     o.emplace_back("model.norm.bias", take("transformer.ln_f.bias"));
     if (!m.tie_embeddings) o.emplace_back("lm_head.weight", take("lm_head.weight"));
   } else {
-    TESSEL_FAIL("import-hf: model_type '{}' in {}/config.json is not supported (allowed: llama, gpt2)", type, dir);
+    TESSEL_FAIL("import-hf: model_type '{}' in {}/config.json is not supported (allowed: llama, mixtral, gpt2)",
+                type, dir);
   }
   m.validate();
   return r;
