@@ -80,32 +80,14 @@ void export_hf(const nn::ModelConfig& c, const nn::ParamStore& ps, const std::st
   nlohmann::ordered_json cfg;
   TESSEL_CHECK(!c.mla() && c.mtp_num_layers == 0,
                "export-hf: DeepSeek-V3 models (multi-latent attention, multi-token prediction) are not supported yet");
-  if (c.is_llama() && c.num_experts > 0) {
-    check_mixtral_compatible(c);
-    for (const auto& s : ps.specs()) out.emplace_back(rename(s.name, true), p[s.name]);
-    cfg = {{"architectures", {"MixtralForCausalLM"}},
-           {"model_type", "mixtral"},
+  if (c.is_llama()) {
+    const bool moe = c.num_experts > 0;  // Mixtral: Llama plus MoE blocks under their own names
+    if (moe) check_mixtral_compatible(c);
+    for (const auto& s : ps.specs()) out.emplace_back(moe ? rename(s.name, true) : s.name, p[s.name]);
+    cfg = {{"architectures", {moe ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
+           {"model_type", moe ? "mixtral" : "llama"},
            {"hidden_size", c.hidden_size},
-           {"intermediate_size", c.expert_ffn()},
-           {"num_attention_heads", c.num_attention_heads},
-           {"num_key_value_heads", c.num_query_groups},
-           {"num_hidden_layers", c.num_layers},
-           {"num_local_experts", c.num_experts},
-           {"num_experts_per_tok", c.moe_router_topk},
-           {"router_aux_loss_coef", c.moe_aux_loss_coeff},
-           {"vocab_size", c.vocab_size},
-           {"max_position_embeddings", c.seq_length},
-           {"rms_norm_eps", c.norm_epsilon},
-           {"rope_theta", c.rotary_base},
-           {"tie_word_embeddings", c.tie_embeddings},
-           {"hidden_act", "silu"},
-           {"torch_dtype", "float32"}};
-  } else if (c.is_llama()) {
-    for (const auto& s : ps.specs()) out.emplace_back(s.name, p[s.name]);
-    cfg = {{"architectures", {"LlamaForCausalLM"}},
-           {"model_type", "llama"},
-           {"hidden_size", c.hidden_size},
-           {"intermediate_size", c.ffn_hidden_size},
+           {"intermediate_size", moe ? c.expert_ffn() : c.ffn_hidden_size},
            {"num_attention_heads", c.num_attention_heads},
            {"num_key_value_heads", c.num_query_groups},
            {"num_hidden_layers", c.num_layers},
@@ -115,8 +97,14 @@ void export_hf(const nn::ModelConfig& c, const nn::ParamStore& ps, const std::st
            {"rope_theta", c.rotary_base},
            {"tie_word_embeddings", c.tie_embeddings},
            {"hidden_act", "silu"},
-           {"attention_bias", false},
            {"torch_dtype", "float32"}};
+    if (moe) {
+      cfg["num_local_experts"] = c.num_experts;
+      cfg["num_experts_per_tok"] = c.moe_router_topk;
+      cfg["router_aux_loss_coef"] = c.moe_aux_loss_coeff;
+    } else {
+      cfg["attention_bias"] = false;
+    }
   } else {
     TESSEL_CHECK(c.num_query_groups == c.num_attention_heads,
                  "export-hf: GPT-2 naming has no grouped-query attention (num_query_groups {} != heads {})",
