@@ -67,6 +67,7 @@ EP=parallel.expert_model_parallel_size
 run 2 moe-ep2 "${MOE[@]}" --set $EP=2 && compare moe moe-ep2
 run 4 moe-ep4 "${MOE[@]}" --set $EP=4 && compare moe moe-ep4
 run 4 moe-ep2-dp2 "${MOE[@]}" --set $EP=2 && compare moe moe-ep2-dp2
+run 4 moe-ep2-dp2-zero "${MOE[@]}" --set $EP=2 --set parallel.use_distributed_optimizer=true && compare moe moe-ep2-dp2-zero
 run 4 moe-ep2-pp2 "${MOE[@]}" --set $EP=2 --set $PP=2 && compare moe moe-ep2-pp2
 # Under tensor parallelism the experts are replicated; with sequence parallelism each rank routes its
 # rows (the balance losses are refused there, the bias balancing sums loads over the group).

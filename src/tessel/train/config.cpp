@@ -260,9 +260,6 @@ void Config::validate() const {
     TESSEL_CHECK(model.num_experts > 0 && model.num_experts % parallel.expert_model_parallel_size == 0,
                  "parallel.expert_model_parallel_size {} needs Mixture-of-Experts layers whose model.num_experts ({}) "
                  "it divides", parallel.expert_model_parallel_size, model.num_experts);
-    TESSEL_CHECK(!parallel.use_distributed_optimizer,
-                 "parallel.use_distributed_optimizer with expert_model_parallel_size {}: not supported yet",
-                 parallel.expert_model_parallel_size);
   }
   TESSEL_CHECK(parallel.pipeline_schedule == "1f1b" || parallel.pipeline_schedule == "interleaved",
                "parallel.pipeline_schedule: '{}' is not supported (allowed: 1f1b, interleaved; with "

@@ -46,13 +46,16 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
   oc.eps = cfg_.train.adam_eps;
   oc.weight_decay = cfg_.train.weight_decay;
   oc.clip_grad = cfg_.train.clip_grad;
-  if (dp_ && cfg_.parallel.use_distributed_optimizer) {
-    // ZeRO-1: rank r keeps master-weight updates and Adam moments for its contiguous shard only.
+  // ZeRO-1 shards over the ranks holding identical parameters: the data-parallel group, or under
+  // expert parallelism the ranks holding the same experts.
+  if (cfg_.parallel.use_distributed_optimizer) shard_ = ep_ ? ep_dp_ : dp_;
+  if (shard_) {
+    // Rank r keeps master-weight updates and Adam moments for its contiguous shard only.
     const auto counts = shard_counts();
     int64_t begin = 0;
-    for (int r = 0; r < dp_->rank(); ++r) begin += counts[size_t(r)];
-    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, begin, begin + counts[size_t(dp_->rank())],
-                                          optim::NormGroups{dp_, tp, pp_, ep_});
+    for (int r = 0; r < shard_->rank(); ++r) begin += counts[size_t(r)];
+    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, begin, begin + counts[size_t(shard_->rank())],
+                                          optim::NormGroups{shard_, tp, pp_, ep_});
   } else {
     opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, 0, -1, optim::NormGroups{nullptr, tp, pp_, ep_});
   }
@@ -103,7 +106,10 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
                                        k + 1 == micro_batches.size() ? ready : nullptr);
   }
   if (reducer) reducer->finish();
-  if (ep_) reduce_expert_parallel_grads();
+  if (ep_ && !sharded) reduce_expert_parallel_grads();
+  // Expert parallelism with ZeRO: the replicated parameters first sum over the expert-parallel ranks,
+  // so the reduce-scatter over the ranks holding the same experts completes their data-parallel sum.
+  if (ep_ && sharded) nn::sum_grads(ps, *ep_, [](const nn::ParamSpec& s) { return !s.expert; });
   if (dp_) loss = comm::sum_in_rank_order(*dp_, loss);
   if (embedding_) reduce_tied_embedding();
   model_->reduce_tensor_parallel_grads();
@@ -111,7 +117,7 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
     // Reduce-scatter: each rank receives the summed gradients of its own shard only.
     const int64_t b = opt_->own_begin(), n = opt_->own_end() - opt_->own_begin();
     std::vector<float> mine(static_cast<size_t>(n));
-    dp_->reduce_scatter_v(ps.grads_data(), mine.data(), shard_counts(), DType::f32, comm::ReduceOp::sum);
+    shard_->reduce_scatter_v(ps.grads_data(), mine.data(), shard_counts(), DType::f32, comm::ReduceOp::sum);
     std::copy(mine.begin(), mine.end(), ps.grads_data() + b);
   }
   const double lr = schedule_.at(iter);
@@ -147,7 +153,7 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   }
   if (sharded) {
     // All-gather the updated shards so every replica holds the whole model again.
-    dp_->all_gather_v(ps.params_data() + opt_->own_begin(), ps.params_data(), shard_counts(), DType::f32);
+    shard_->all_gather_v(ps.params_data() + opt_->own_begin(), ps.params_data(), shard_counts(), DType::f32);
     ps.refresh_compute_copy();
   }
   return r;
@@ -174,7 +180,7 @@ double Trainer::eval_loss_sum(const data::Batch& whole) {
 }
 
 std::vector<int64_t> Trainer::shard_counts() const {
-  const int64_t total = model_->params().numel(), d = dp_->size(), per = (total + d - 1) / d;
+  const int64_t total = model_->params().numel(), d = shard_->size(), per = (total + d - 1) / d;
   std::vector<int64_t> c;
   for (int64_t r = 0; r < d; ++r) c.push_back(std::max<int64_t>(0, std::min(total, (r + 1) * per) - r * per));
   return c;
@@ -185,8 +191,8 @@ ckpt::FullMoments Trainer::full_moments() {
   const int64_t total = model_->params().numel();
   gathered_m_.resize(static_cast<size_t>(total));
   gathered_v_.resize(static_cast<size_t>(total));
-  dp_->all_gather_v(opt_->exp_avg_data(), gathered_m_.data(), shard_counts(), DType::f32);
-  dp_->all_gather_v(opt_->exp_avg_sq_data(), gathered_v_.data(), shard_counts(), DType::f32);
+  shard_->all_gather_v(opt_->exp_avg_data(), gathered_m_.data(), shard_counts(), DType::f32);
+  shard_->all_gather_v(opt_->exp_avg_sq_data(), gathered_v_.data(), shard_counts(), DType::f32);
   return {gathered_m_.data(), gathered_v_.data(), opt_->steps_taken()};
 }
 

@@ -60,6 +60,7 @@ class Trainer {
   comm::Communicator* embedding_ = nullptr;
   comm::Communicator* ep_ = nullptr;     // expert parallelism
   comm::Communicator* ep_dp_ = nullptr;  // ranks holding the same experts
+  comm::Communicator* shard_ = nullptr;  // the distributed optimizer's group (null: not sharded)
   pipeline::Schedule schedule_ops_;
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<optim::AdamW> opt_;
