@@ -38,7 +38,10 @@ LoadedModel load_model_from_checkpoint(const std::string& ckpt, const std::vecto
       LoadedModel lm;
       lm.config = train::Config::from_yaml_text(md.at("config").get<std::string>(), overrides, d + "/metadata.json");
       lm.model = std::make_unique<nn::Model>(lm.config.model);
-      lm.step = ckpt::load_checkpoint(d, lm.model->params(), nullptr).step;
+      ckpt::NamedTensors state;  // the MoE expert biases steer routing; FP8 delayed scales
+      lm.step = ckpt::load_checkpoint(d, lm.model->params(), nullptr, false, &state).step;
+      for (const auto& name : lm.model->load_state_tensors(state))
+        std::fprintf(stderr, "warning: checkpoint %s has no %s: it starts afresh\n", d.c_str(), name.c_str());
       lm.checkpoint_dir = d;
       return lm;
     } catch (const Error& e) {

@@ -51,6 +51,32 @@ check gpt2 --set model.arch=gpt2 --set model.num_query_groups=4 --set model.tie_
 check mixtral --set model.arch=mixtral --set model.num_experts=4 --set model.moe_router_topk=2 \
   --set model.num_query_groups=2 --set model.moe_router_load_balancing_type=aux_loss --set model.moe_aux_loss_coeff=0.01
 
+# DeepSeek-V3-style model (no Hugging Face export yet): the checkpoint itself against an independent
+# PyTorch forward of multi-head latent attention and grouped sigmoid routing with its expert bias
+# (3 steps: the bias, moved by +-gamma each step, is non-zero after an odd number).
+DSCFG='{"num_layers": 3, "num_attention_heads": 4, "qk_head_dim": 8, "qk_pos_emb_head_dim": 4, "v_head_dim": 6,
+        "q_lora_rank": 12, "kv_lora_rank": 10, "norm_epsilon": 1e-5, "rotary_base": 10000.0, "num_experts": 4,
+        "moe_router_topk": 2, "moe_router_num_groups": 2, "moe_router_group_topk": 1, "moe_first_dense_layers": 1,
+        "moe_router_score_function": "sigmoid", "moe_router_norm_topk_prob": true, "moe_router_topk_scaling_factor": 2.5}'
+"$TESSEL" train "$CONFIGS/deepseek-v3-tiny.yaml" --set model.num_layers=3 --set model.hidden_size=32 \
+  --set model.num_attention_heads=4 --set model.num_query_groups=4 --set model.qk_head_dim=8 \
+  --set model.qk_pos_emb_head_dim=4 --set model.v_head_dim=6 --set model.q_lora_rank=12 --set model.kv_lora_rank=10 \
+  --set model.ffn_hidden_size=48 --set model.num_experts=4 --set model.moe_ffn_hidden_size=16 \
+  --set model.moe_shared_expert_intermediate_size=16 --set model.moe_router_num_groups=2 \
+  --set model.moe_router_group_topk=1 --set model.moe_router_bias_update_rate=0.05 --set model.vocab_size=300 \
+  --set model.seq_length=32 --set train.train_iters=3 --set train.lr_warmup_iters=1 --set train.micro_batch_size=4 \
+  --set train.global_batch_size=4 --set precision.compute=fp32 --set data.path=data/c --set data.tokenizer=tok.model \
+  --set log.dir=run-ds --set checkpoint.dir=ck-ds > /dev/null
+ours=$("$TESSEL" eval --ckpt ck-ds --data data/c --max-samples 16 | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["loss"])')
+theirs=$(/usr/bin/python3 "$HERE/deepseek_reference_loss.py" --ckpt "ck-ds/$(cat ck-ds/latest)" --data data/c --seq 32 \
+  --max-samples 16 --config "$DSCFG")
+/usr/bin/python3 -c "
+import sys
+a, b = $ours, $theirs
+rel = abs(a - b) / abs(b)
+print(f'deepseek-v3-style: tessel eval {a:.8f}, PyTorch on the checkpoint {b:.8f}, relative difference {rel:.2e}')
+sys.exit(0 if rel < 1e-5 else 1)"
+
 # A sharded export (two files + model.safetensors.index.json, as large Hugging Face models ship)
 # imports to the same model.
 mkdir sharded && cp hf-llama-gqa/config.json sharded/
