@@ -12,11 +12,10 @@ import math
 import os
 import sys
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hf_reference_loss import causal_attention, read_indexed_dataset, read_safetensors, rms_norm  # noqa: E402
+from hf_reference_loss import mean_loss, read_safetensors, rms_norm, windows  # noqa: E402
 
 
 def rope(x, T, base):  # rotate-half over the last dim, positions 0..T-1 along dim -3 or -2 (see callers)
@@ -100,13 +99,7 @@ def main():
     c = json.loads(a.config)
     W = read_safetensors(a.ckpt + "/model.safetensors")
     S = read_safetensors(a.ckpt + "/state.safetensors") if os.path.exists(a.ckpt + "/state.safetensors") else {}
-    stream = read_indexed_dataset(a.data)
-    T = a.seq
-    n = min((len(stream) - 1) // T, a.max_samples)
-    windows = torch.tensor(np.stack([stream[i * T: i * T + T + 1] for i in range(n)]))
-    lg = logits(c, W, S, windows[:, :-1])
-    loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), windows[:, 1:].reshape(-1))
-    print(f"{loss.item():.10f}")
+    print(f"{mean_loss(lambda t: logits(c, W, S, t), windows(a.data, a.seq, a.max_samples)):.10f}")
 
 
 if __name__ == "__main__":

@@ -137,6 +137,21 @@ def gpt2_logits(c, W, tokens):
     return x @ head.T
 
 
+def windows(data, seq, max_samples):
+    """The dataset's first max_samples (0: all) windows of seq + 1 tokens, [N, seq + 1]."""
+    stream = read_indexed_dataset(data)
+    n = (len(stream) - 1) // seq
+    if max_samples:
+        n = min(n, max_samples)
+    return torch.tensor(np.stack([stream[i * seq: i * seq + seq + 1] for i in range(n)]))
+
+
+def mean_loss(forward, w):
+    """Mean next-token cross-entropy of forward(tokens [N, T]) -> logits [N, T, V] over windows w."""
+    lg = forward(w[:, :-1])
+    return torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), w[:, 1:].reshape(-1)).item()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -146,16 +161,8 @@ def main():
     a = ap.parse_args()
     c = json.load(open(a.model + "/config.json"))
     W = read_safetensors(a.model + "/model.safetensors")
-    stream = read_indexed_dataset(a.data)
-    T = a.seq
-    n = (len(stream) - 1) // T
-    if a.max_samples:
-        n = min(n, a.max_samples)
-    windows = torch.tensor(np.stack([stream[i * T: i * T + T + 1] for i in range(n)]))
     fwd = gpt2_logits if c["model_type"] == "gpt2" else llama_logits
-    logits = fwd(c, W, windows[:, :-1])
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
-    print(f"{loss.item():.10f}")
+    print(f"{mean_loss(lambda t: fwd(c, W, t), windows(a.data, a.seq, a.max_samples)):.10f}")
 
 
 if __name__ == "__main__":
