@@ -235,6 +235,36 @@ TEST(FiniteDifference, MultiLatentAttention) {
   }
 }
 
+// Token dropping: with a capacity of half the even share, the copies an expert cannot take contribute
+// nothing, and the gradients stay those of the function computed (dropping by position keeps the
+// choice independent of small steps). A capacity that no expert reaches changes nothing.
+TEST(FiniteDifference, MixtureOfExpertsWithCapacity) {
+  nn::ModelConfig cfg = small_config("llama");
+  cfg.num_experts = 4;
+  cfg.moe_router_topk = 2;
+  cfg.moe_ffn_hidden_size = 12;
+  cfg.moe_expert_capacity_factor = 0.5;
+  cfg.moe_token_drop_policy = "position";
+  nn::ParamStore ps(DType::f32);
+  nn::Moe moe(ps, "moe", cfg, cfg.num_layers);
+  check_module(ps, moe, cfg, [&](const Tensor& x, Activations& a) { return moe.forward(x, 1.0f, a); });
+
+  nn::ModelConfig roomy = cfg, unlimited = cfg;
+  roomy.moe_expert_capacity_factor = 100.0;
+  unlimited.moe_expert_capacity_factor = 0.0;
+  nn::ParamStore pa(DType::f32), pb(DType::f32);
+  nn::Moe a(pa, "moe", roomy, cfg.num_layers), b(pb, "moe", unlimited, cfg.num_layers);
+  pa.finalize();
+  pb.finalize();
+  randomize_params(pa);
+  randomize_params(pb);
+  const Tensor x = random_tensor({kBatch * cfg.seq_length, cfg.hidden_size}, 3);
+  Activations sa, sb, sc;
+  const Tensor ya = a.forward(x, 1.0f, sa), yb = b.forward(x, 1.0f, sb), yc = moe.forward(x, 1.0f, sc);
+  for (int64_t i = 0; i < ya.numel(); ++i) ASSERT_EQ(ya.data<float>()[i], yb.data<float>()[i]);
+  EXPECT_GT(std::fabs(dot(yc, yc) - dot(yb, yb)), 1e-3 * dot(yb, yb));  // half the copies dropped
+}
+
 TEST_P(ArchFd, TransformerLayer) {
   const auto cfg = small_config(GetParam());
   nn::ParamStore ps(DType::f32);

@@ -37,6 +37,10 @@ void ModelConfig::validate() const {
                  "model.moe_router_load_balancing_type: '{}' is not supported (allowed: none, seq_aux_loss, aux_loss)",
                  moe_router_load_balancing_type);
     TESSEL_CHECK(!recompute, "model.recompute with Mixture-of-Experts layers is not supported yet");
+    TESSEL_CHECK(moe_expert_capacity_factor >= 0, "model.moe_expert_capacity_factor must be >= 0 (0: no dropping), got {}",
+                 moe_expert_capacity_factor);
+    TESSEL_CHECK(moe_token_drop_policy == "probs" || moe_token_drop_policy == "position",
+                 "model.moe_token_drop_policy: '{}' is not supported (allowed: probs, position)", moe_token_drop_policy);
     TESSEL_CHECK(moe_first_dense_layers >= 0 && moe_ffn_hidden_size >= 0 && moe_shared_expert_intermediate_size >= 0,
                  "model.moe_first_dense_layers, moe_ffn_hidden_size and moe_shared_expert_intermediate_size must be "
                  ">= 0");

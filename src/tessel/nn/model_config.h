@@ -39,6 +39,8 @@ struct ModelConfig {
   std::string moe_router_load_balancing_type = "none";  // none | seq_aux_loss | aux_loss
   double moe_aux_loss_coeff = 0.0;                    // alpha
   double moe_z_loss_coeff = 0.0;
+  double moe_expert_capacity_factor = 0.0;        // 0: no token dropped
+  std::string moe_token_drop_policy = "probs";    // probs | position
   // Multi-head latent attention (DeepSeek-V3; Megatron's names): arch deepseek_v3 turns it on.
   bool multi_latent_attention = false;
   int64_t q_lora_rank = 0;   // 0: queries straight from the hidden state

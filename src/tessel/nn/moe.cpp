@@ -37,7 +37,9 @@ Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int6
       alpha_(float(cfg.moe_aux_loss_coeff)),
       z_coeff_(float(cfg.moe_z_loss_coeff)),
       gamma_(float(cfg.moe_router_bias_update_rate)),
-      use_bias_(cfg.moe_router_enable_expert_bias) {
+      use_bias_(cfg.moe_router_enable_expert_bias),
+      capacity_factor_(cfg.moe_expert_capacity_factor),
+      drop_by_probs_(cfg.moe_token_drop_policy == "probs") {
   rc_.experts = cfg.num_experts;
   rc_.topk = cfg.moe_router_topk;
   rc_.sigmoid = cfg.moe_router_score_function == "sigmoid";
@@ -103,15 +105,21 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved) const
     }
     saved.put(key.daux, daux);
   }
-  // Token copies in expert order; each expert runs on its contiguous group.
-  std::vector<int64_t> order, counts;
-  kernels::expert_order(N, k, E, chosen.data<int32_t>(), order, counts);
+  // Token copies in expert order; each expert runs on its contiguous group. With a capacity factor the
+  // copies an expert cannot take go to a last bucket, E, that no expert runs (their output is zero).
+  std::vector<int32_t> routed(chosen.data<int32_t>(), chosen.data<int32_t>() + N * k);
   if (training)
-    for (int64_t e = 0; e < E; ++e) load_[size_t(e)] += counts[size_t(e)];
+    for (int32_t e : routed) ++load_[size_t(e)];  // the router's demand, dropped copies included
+  if (capacity_factor_ > 0) drop_over_capacity(N, weights.data<float>(), routed);
+  std::vector<int64_t> order, counts;
+  kernels::expert_order(N, k, E + 1, routed.data(), order, counts);
+  counts.pop_back();  // the dropped copies sit after every expert's group
+  int64_t kept = 0;
+  for (int64_t c : counts) kept += c;
   const Tensor yc = y.is_contiguous() ? y : y.clone();
-  Tensor x_perm = Tensor::empty({N * k, d_}, y.dtype());
+  Tensor x_perm = Tensor::empty({kept, d_}, y.dtype());
   const size_t row = size_t(d_) * dtype_size(y.dtype());
-  for (int64_t p = 0; p < N * k; ++p)
+  for (int64_t p = 0; p < kept; ++p)
     std::memcpy(static_cast<char*>(x_perm.raw()) + size_t(p) * row,
                 static_cast<const char*>(yc.raw()) + size_t(order[size_t(p)] / k) * row, row);
   Tensor outputs;
@@ -132,7 +140,7 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved) const
     const float* w = weights.data<float>();
     float* o = out.data<float>();
     const float* src = outputs.data<float>();
-    for (int64_t p = 0; p < N * k; ++p) {
+    for (int64_t p = 0; p < kept; ++p) {
       const int64_t c = order[size_t(p)], t = c / k;
       for (int64_t i = 0; i < d_; ++i) o[t * d_ + i] += w[c] * src[p * d_ + i];
     }
@@ -154,9 +162,11 @@ Tensor Moe::backward_input(const Tensor& dout, Activations& saved) const {
   const Tensor outputs = saved.get(key.outputs);
   const int64_t N = dout.size(0), E = rc_.experts, k = rc_.topk;
   const int64_t* ord = order.data<int64_t>();
+  int64_t kept = 0;  // copies an expert ran (the rest were dropped: zero output, zero gradients)
+  for (int64_t e = 0; e < E; ++e) kept += counts.data<int64_t>()[e];
   // Gradients of the gate weights and of each copy's expert output.
-  Tensor dweights = Tensor::zeros({N, k}, DType::f32), dcopy = Tensor::empty({N * k, d_}, DType::f32);
-  for (int64_t p = 0; p < N * k; ++p) {
+  Tensor dweights = Tensor::zeros({N, k}, DType::f32), dcopy = Tensor::empty({kept, d_}, DType::f32);
+  for (int64_t p = 0; p < kept; ++p) {
     const int64_t c = ord[p], t = c / k;
     const float* g = dout.data<float>() + t * d_;
     const float* o = outputs.data<float>() + p * d_;
@@ -181,7 +191,7 @@ Tensor Moe::backward_input(const Tensor& dout, Activations& saved) const {
   } else {
     dx_perm = experts_backward(dcopy, cnt, saved);
   }
-  for (int64_t p = 0; p < N * k; ++p) {
+  for (int64_t p = 0; p < kept; ++p) {
     const int64_t t = ord[p] / k;
     for (int64_t i = 0; i < d_; ++i) dy.data<float>()[t * d_ + i] += dx_perm.data<float>()[p * d_ + i];
   }
@@ -309,6 +319,20 @@ Tensor Moe::combine(const Tensor& rows, const std::vector<int64_t>& counts, cons
   ep_->all_to_all_v(by_source.raw(), per_rank_elements(recv_counts, n, local_, d_), back.raw(),
                     per_rank_elements(counts, n, local_, d_), DType::f32);
   return back;
+}
+
+void Moe::drop_over_capacity(int64_t N, const float* weights, std::vector<int32_t>& routed) const {
+  // Capacity per expert (Switch Transformer): capacity_factor x the even share of this rank's copies.
+  const int64_t E = rc_.experts, k = rc_.topk;
+  const auto capacity = int64_t(std::ceil(capacity_factor_ * double(N * k) / double(E)));
+  std::vector<std::vector<int64_t>> copies(static_cast<size_t>(E));
+  for (int64_t c = 0; c < N * k; ++c) copies[size_t(routed[size_t(c)])].push_back(c);  // in token order
+  for (auto& list : copies) {
+    if (int64_t(list.size()) <= capacity) continue;
+    if (drop_by_probs_)  // keep the copies with the largest gate weights
+      std::stable_sort(list.begin(), list.end(), [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
+    for (size_t i = size_t(capacity); i < list.size(); ++i) routed[size_t(list[i])] = int32_t(E);
+  }
 }
 
 double Moe::end_step(const std::vector<comm::Communicator*>& groups) {

@@ -15,8 +15,10 @@
 // the same way, and are combined where they came from (backward: the same two exchanges).
 // Under tensor parallelism the experts are replicated, not split: every rank of the group runs the
 // block on the same rows (or, with sequence parallelism, on its own rows, the replicated gradients
-// then summed with the others). Not yet: splitting experts over tensor parallelism, capacity factors
-// (no token is dropped).
+// then summed with the others). Not yet: splitting experts over tensor parallelism.
+// Dropping (moe_expert_capacity_factor > 0, Switch Transformer / Megatron): each expert takes at most
+// ceil(factor x N k / E) of this rank's copies, keeping the largest gate weights ("probs") or the
+// earliest tokens ("position"); a dropped copy contributes nothing (the residual carries the token).
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +69,10 @@ class Moe {
   std::string balance_;
   float alpha_, z_coeff_, gamma_;
   bool use_bias_;
+  double capacity_factor_;  // 0: no dropping
+  bool drop_by_probs_;      // else by position
+  // Sends the copies beyond each expert's capacity to bucket E (dropped), by gate weight or position.
+  void drop_over_capacity(int64_t N, const float* weights, std::vector<int32_t>& routed) const;
   std::vector<float> bias_;
   mutable std::vector<int64_t> load_;  // tokens per expert this step
   mutable double aux_loss_ = 0;

@@ -56,6 +56,8 @@ struct Schema {
     m["tie_embeddings"] = bind_field(c.model.tie_embeddings, "model.tie_embeddings");
     m["init_method_std"] = bind_field(c.model.init_method_std, "model.init_method_std");
     m["recompute"] = bind_field(c.model.recompute, "model.recompute");
+    m["moe_expert_capacity_factor"] = bind_field(c.model.moe_expert_capacity_factor, "model.moe_expert_capacity_factor");
+    m["moe_token_drop_policy"] = bind_field(c.model.moe_token_drop_policy, "model.moe_token_drop_policy");
     m["mtp_num_layers"] = bind_field(c.model.mtp_num_layers, "model.mtp_num_layers");
     m["mtp_loss_scaling_factor"] = bind_field(c.model.mtp_loss_scaling_factor, "model.mtp_loss_scaling_factor");
     m["multi_latent_attention"] = bind_field(c.model.multi_latent_attention, "model.multi_latent_attention");
