@@ -92,6 +92,17 @@ single deepseek "${DS[@]}"
 run 2 deepseek-dp2 "${DS[@]}" && compare deepseek deepseek-dp2
 run 2 deepseek-ep2 "${DS[@]}" --set $EP=2 && compare deepseek deepseek-ep2
 run 4 deepseek-ep4 "${DS[@]}" --set $EP=4 && compare deepseek deepseek-ep4
+# Multi-token prediction on the last pipeline stage, with its copy of the embedding.
+run 4 deepseek-pp2-ep2 "${DS[@]}" --set $PP=2 --set parallel.pipeline_layers_per_stage=2,1 --set $EP=2
+compare deepseek deepseek-pp2-ep2
+/usr/bin/python3 - <<'PY'
+import json
+def col(d):
+    return [json.loads(l)["mtp_loss"] for l in open(d + "/metrics.jsonl") if '"mtp_loss"' in l]
+a, b = col("deepseek"), col("deepseek-pp2-ep2")
+assert len(a) == len(b) == 5 and max(abs(x - y) / x for x, y in zip(a, b)) < 1e-5, (a, b)
+print("deepseek-pp2-ep2: the multi-token-prediction loss logged from the last stage matches")
+PY
 unset CONFIG
 
 # Under context parallelism the balance losses are refused (a rank holds parts of each sequence);

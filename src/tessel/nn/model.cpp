@@ -59,18 +59,24 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
   }
   ps_->set_fp8(nullptr);
   layers_end_ = ps_->numel();
+  if (cfg_.mtp_num_layers > 0 && plan_.has_head && !embed_) {
+    // Multi-token prediction on a last stage without the embedding: a copy (same name and values,
+    // gradients summed with the first stage's over the embedding group, like a tied head's).
+    embed_copy_ = std::make_unique<Embedding>(*ps_, cfg_, tp_, cp_);
+    ps_->mark_tied_copy(embed_copy_->weight_offset());
+  }
   if (plan_.has_head) {
     final_norm_ = std::make_unique<Norm>(*ps_, "model.norm", cfg_.hidden_size,
                                          cfg_.is_llama() ? Norm::Kind::rms : Norm::Kind::layer,
                                          float(cfg_.norm_epsilon));
     head_begin_ = ps_->numel();
-    head_ = std::make_unique<LmHead>(*ps_, cfg_, embed_ ? embed_->weight_offset() : -1, tp_);
+    const Embedding* shared = embed_ ? embed_.get() : embed_copy_.get();
+    head_ = std::make_unique<LmHead>(*ps_, cfg_, shared ? shared->weight_offset() : -1, tp_);
     head_end_ = ps_->numel();
   }
   mtp_begin_ = ps_->numel();
-  if (cfg_.mtp_num_layers > 0) {
-    TESSEL_CHECK(plan_.whole() && !cp_, "multi-token prediction needs the whole model on one pipeline stage and whole "
-                 "sequences: not supported yet with pipeline or context parallelism");
+  if (cfg_.mtp_num_layers > 0 && plan_.has_head) {  // on the last pipeline stage, with the head
+    TESSEL_CHECK(!cp_, "multi-token prediction needs whole sequences: not supported yet with context parallelism");
     TESSEL_CHECK(!cfg_.sequence_parallel, "multi-token prediction with sequence parallelism is not supported yet");
     const Norm::Kind rms = Norm::Kind::rms;
     for (int64_t k = 0; k < cfg_.mtp_num_layers; ++k) {
@@ -199,7 +205,7 @@ Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens
   Tensor xf;
   const Tensor y = final_norm_->forward(x, Tensor(), xf, saved);
   *loss += head_->forward_loss(y, targets, grad_scale, saved);
-  if (!mtp_.empty()) mtp_forward(x, targets, grad_scale, saved);
+  if (!mtp_.empty() && grad_scale > 0) mtp_forward(x, targets, grad_scale, saved);  // not in evaluation
   return Tensor();
 }
 
@@ -223,7 +229,7 @@ void Model::mtp_forward(Tensor h, const Tensor& targets, float grad_scale, Activ
   const int64_t batch = batch_of(h.size(0));
   for (size_t k = 0; k < mtp_.size(); ++k) {
     const MtpModule& m = mtp_[k];
-    const Tensor emb = embed_->forward(shifted(targets, int64_t(k), 0), saved, mtp_tag(k));
+    const Tensor emb = mtp_embedding().forward(shifted(targets, int64_t(k), 0), saved, mtp_tag(k));
     Tensor re, rh;
     const Tensor en = m.enorm->forward(emb, Tensor(), re, saved), hn = m.hnorm->forward(h, Tensor(), rh, saved);
     Tensor cat = Tensor::empty({en.size(0), 2 * cfg_.hidden_size}, en.dtype());
@@ -237,7 +243,7 @@ void Model::mtp_forward(Tensor h, const Tensor& targets, float grad_scale, Activ
   }
 }
 
-Tensor Model::mtp_backward(Activations& saved, const GradsReady& ready) {
+Tensor Model::mtp_backward(Activations& saved) {
   Tensor dh_next;  // the gradient module k + 1 sends back into h_k
   for (size_t k = mtp_.size(); k-- > 0;) {
     const MtpModule& m = mtp_[k];
@@ -249,11 +255,10 @@ Tensor Model::mtp_backward(Activations& saved, const GradsReady& ready) {
     m.layer->backward_weight(saved);
     const Tensor dcat = m.eh_proj->backward_input(dz, saved);
     m.eh_proj->backward_weight(saved);
-    embed_->backward(m.enorm->backward(dcat.slice(1, 0, cfg_.hidden_size).clone(), Tensor(), saved), saved,
-                     mtp_tag(k));
+    mtp_embedding().backward(m.enorm->backward(dcat.slice(1, 0, cfg_.hidden_size).clone(), Tensor(), saved), saved,
+                             mtp_tag(k));
     dh_next = m.hnorm->backward(dcat.slice(1, cfg_.hidden_size, 2 * cfg_.hidden_size).clone(), Tensor(), saved);
   }
-  report(ready, mtp_begin_, mtp_end_);
   return dh_next;
 }
 
@@ -280,10 +285,10 @@ Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, 
     }
     dx = final_norm_->backward(dy, Tensor(), saved);
     if (weights) report(ready, layers_end_, head_begin_);  // the final norm
-    if (!mtp_.empty()) {  // only on a whole model (one stage), where weights are always computed here
-      TESSEL_CHECK(weights, "multi-token prediction with a split weight-gradient pass is not supported yet");
-      const Tensor dh = mtp_backward(saved, ready);
+    if (!mtp_.empty()) {  // the modules' weight gradients come with their input gradients, here
+      const Tensor dh = mtp_backward(saved);
       kernels::add(dx.numel(), dx.data<float>(), dh.data<float>(), dx.data<float>());
+      if (weights) report(ready, mtp_begin_, mtp_end_);
     }
   }
   const size_t first = chunk_first_[size_t(chunk)];
@@ -311,6 +316,7 @@ void Model::backward_weight_chunk(int chunk, Activations& saved, const GradsRead
     head_->backward_weight(saved);
     report(ready, head_begin_, head_end_);
     report(ready, layers_end_, head_begin_);  // the final norm (its gradient came with B)
+    report(ready, mtp_begin_, mtp_end_);      // multi-token prediction (computed with B)
   }
   const size_t first = chunk_first_[size_t(chunk)];
   for (size_t i = first + size_t(plan_.chunks[size_t(chunk)].size()); i-- > first;) layer_weights(i, saved, ready);

@@ -104,7 +104,8 @@ class Model {
   // Multi-token prediction after the main model (h: the last layer's output [N, d] f32): adds each
   // module's loss; backward returns the gradient it sends back into h.
   void mtp_forward(Tensor h, const Tensor& targets, float grad_scale, Activations& saved);
-  Tensor mtp_backward(Activations& saved, const GradsReady& ready);
+  Tensor mtp_backward(Activations& saved);
+  const Embedding& mtp_embedding() const { return embed_ ? *embed_ : *embed_copy_; }
   int64_t sequence_split() const;          // ranks the activation rows are split over (1: none)
   int64_t batch_of(int64_t rows) const;    // sequences in a micro-batch whose activations have `rows` rows here
   // Layer l's (an index into layers_) weight gradients, then its range reported as ready.
@@ -120,6 +121,7 @@ class Model {
   std::unique_ptr<Fp8State> fp8_;
   std::shared_ptr<const kernels::RopeTable> rope_;
   std::unique_ptr<Embedding> embed_;
+  std::unique_ptr<Embedding> embed_copy_;  // MTP on a last stage without the embedding
   std::vector<std::unique_ptr<TransformerLayer>> layers_;  // every layer held, chunk after chunk
   std::vector<size_t> chunk_first_;                        // index into layers_ of each chunk's first layer
   std::unique_ptr<Norm> final_norm_;

@@ -288,10 +288,9 @@ void Config::validate() const {
                  model.moe_router_load_balancing_type, parallel.context_parallel_size);
   }
   if (model.mtp_num_layers > 0) {
-    TESSEL_CHECK(parallel.pipeline_model_parallel_size == 1 && parallel.context_parallel_size == 1,
-                 "model.mtp_num_layers with pipeline_model_parallel_size {} / context_parallel_size {}: not supported "
-                 "yet (the modules need the embedding and the head on one stage, and whole sequences)",
-                 parallel.pipeline_model_parallel_size, parallel.context_parallel_size);
+    TESSEL_CHECK(parallel.context_parallel_size == 1,
+                 "model.mtp_num_layers with context_parallel_size {}: not supported yet (the modules need whole "
+                 "sequences)", parallel.context_parallel_size);
   }
   TESSEL_CHECK(!parallel.sequence_parallel || parallel.tensor_model_parallel_size > 1,
                "parallel.sequence_parallel needs tensor_model_parallel_size > 1 (it splits the tensor-parallel "

@@ -30,7 +30,9 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
     tp = multi_rank(&groups->tp());
     tp_ = tp;
     pp_ = multi_rank(&groups->pp());
-    embedding_ = pp_ && cfg_.model.tie_embeddings ? groups->embedding() : nullptr;
+    // The first and last stages both hold the embedding weight when the head is tied to it or
+    // multi-token prediction embeds on the last stage.
+    embedding_ = pp_ && (cfg_.model.tie_embeddings || cfg_.model.mtp_num_layers > 0) ? groups->embedding() : nullptr;
     ep_ = multi_rank(&groups->ep());
     ep_dp_ = ep_ ? multi_rank(&groups->ep_dp()) : nullptr;
   }
@@ -129,11 +131,12 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   r.grad_norm = norm;
   r.lr = lr;
   if (cfg_.model.mtp_num_layers > 0) {
-    auto [sum, count] = model_->take_mtp_loss();
-    if (dp_) {
-      sum = comm::sum_in_rank_order(*dp_, sum);
-      dp_->all_reduce(&count, 1, DType::i64, comm::ReduceOp::sum);
-    }
+    auto [sum, count] = model_->take_mtp_loss();  // on the last pipeline stage
+    for (comm::Communicator* g : {dp_, pp_})
+      if (g) {
+        sum = comm::sum_in_rank_order(*g, sum);
+        g->all_reduce(&count, 1, DType::i64, comm::ReduceOp::sum);
+      }
     r.mtp_loss = count > 0 ? sum / double(count) : 0.0;
   }
   if (cfg_.model.num_experts > 0) {
