@@ -9,6 +9,17 @@
 
 namespace tessel::nn {
 
+namespace {
+// fn(const T*) with x's elements, T = bf16 or float.
+template <class Fn>
+void with_elements(const Tensor& x, Fn&& fn) {
+  if (x.dtype() == DType::bf16)
+    fn(x.data<bf16>());
+  else
+    fn(x.data<float>());
+}
+}  // namespace
+
 Fp8Recipe Fp8Recipe::parse(const std::string& recipe, const std::string& format, int64_t history_len,
                            const std::string& algo, int64_t margin, bool pow2) {
   Fp8Recipe r;
@@ -46,7 +57,8 @@ int Fp8State::add(const std::string& name, DType fmt) {
 
 kernels::Fp8Tensor Fp8State::per_tensor(const Tensor& x, int slot, DType fmt) {
   const int64_t n = x.numel();
-  const float a = x.dtype() == DType::bf16 ? kernels::amax(n, x.data<bf16>()) : kernels::amax(n, x.data<float>());
+  float a = 0;
+  with_elements(x, [&](const auto* p) { a = kernels::amax(n, p); });
   float s;
   if (r_.kind == Fp8Recipe::Kind::delayed) {
     s = scale_[size_t(slot)];
@@ -58,11 +70,7 @@ kernels::Fp8Tensor Fp8State::per_tensor(const Tensor& x, int slot, DType fmt) {
     s = kernels::fp8_scale_for(global, fmt, r_.margin, r_.pow2);
   }
   kernels::Fp8Tensor q{Tensor::empty(x.shape(), fmt), Tensor::empty({1}, DType::f32), kernels::Fp8Scaling::tensor};
-  auto* out = static_cast<uint8_t*>(q.data.raw());
-  if (x.dtype() == DType::bf16)
-    kernels::fp8_quantize(n, x.data<bf16>(), s, fmt, out);
-  else
-    kernels::fp8_quantize(n, x.data<float>(), s, fmt, out);
+  with_elements(x, [&](const auto* p) { kernels::fp8_quantize(n, p, s, fmt, static_cast<uint8_t*>(q.data.raw())); });
   q.scale_inv.data<float>()[0] = 1.0f / s;
   return q;
 }
@@ -73,11 +81,10 @@ kernels::Fp8Tensor Fp8State::quantize_rows(const Tensor& x, int slot, DType fmt)
   if (r_.kind != Fp8Recipe::Kind::block) return per_tensor(x, slot, fmt);
   const int64_t R = x.size(0), C = x.size(1), nt = (C + kernels::kFp8Tile - 1) / kernels::kFp8Tile;
   kernels::Fp8Tensor q{Tensor::empty({R, C}, fmt), Tensor::empty({R, nt}, DType::f32), kernels::Fp8Scaling::row_tiles};
-  auto* out = static_cast<uint8_t*>(q.data.raw());
-  if (x.dtype() == DType::bf16)
-    kernels::fp8_quantize_row_tiles(R, C, x.data<bf16>(), C, fmt, true, out, q.scale_inv.data<float>());
-  else
-    kernels::fp8_quantize_row_tiles(R, C, x.data<float>(), C, fmt, true, out, q.scale_inv.data<float>());
+  with_elements(x, [&](const auto* p) {
+    kernels::fp8_quantize_row_tiles(R, C, p, C, fmt, true, static_cast<uint8_t*>(q.data.raw()),
+                                    q.scale_inv.data<float>());
+  });
   return q;
 }
 
@@ -86,11 +93,10 @@ kernels::Fp8Tensor Fp8State::quantize_cols_transposed(const Tensor& x, int slot,
   TESSEL_CHECK(r_.kind == Fp8Recipe::Kind::block, "column tiles are for block scaling (slot {})", names_[size_t(slot)]);
   const int64_t R = x.size(0), C = x.size(1), nt = (R + kernels::kFp8Tile - 1) / kernels::kFp8Tile;
   kernels::Fp8Tensor q{Tensor::empty({C, R}, fmt), Tensor::empty({C, nt}, DType::f32), kernels::Fp8Scaling::row_tiles};
-  auto* out = static_cast<uint8_t*>(q.data.raw());
-  if (x.dtype() == DType::bf16)
-    kernels::fp8_quantize_col_tiles_transposed(R, C, x.data<bf16>(), C, fmt, true, out, q.scale_inv.data<float>());
-  else
-    kernels::fp8_quantize_col_tiles_transposed(R, C, x.data<float>(), C, fmt, true, out, q.scale_inv.data<float>());
+  with_elements(x, [&](const auto* p) {
+    kernels::fp8_quantize_col_tiles_transposed(R, C, p, C, fmt, true, static_cast<uint8_t*>(q.data.raw()),
+                                               q.scale_inv.data<float>());
+  });
   return q;
 }
 

@@ -187,26 +187,27 @@ void fp8_dequantize(int64_t n, const uint8_t* q, DType fmt, float scale_inv, bf1
   for (int64_t b = 0; b < n; b += chunk) dequantize_run(std::min(chunk, n - b), q + b, fmt, scale_inv, out + b);
 }
 
-void fp8_dequantize_row_tiles(int64_t R, int64_t C, const uint8_t* q, DType fmt, const float* scale_inv, bf16* out) {
+namespace {
+// [R, C] codes whose scales cover 128 columns and `rows_per_scale` rows (1: row tiles, 128: blocks).
+void dequantize_tiled(int64_t R, int64_t C, int64_t rows_per_scale, const uint8_t* q, DType fmt,
+                      const float* scale_inv, bf16* out) {
   check_format(fmt);
   const int64_t nt = tiles(C);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r)
     for (int64_t t = 0; t < nt; ++t) {
       const int64_t c0 = t * kFp8Tile, w = std::min(kFp8Tile, C - c0);
-      dequantize_run(w, q + r * C + c0, fmt, scale_inv[r * nt + t], out + r * C + c0);
+      dequantize_run(w, q + r * C + c0, fmt, scale_inv[(r / rows_per_scale) * nt + t], out + r * C + c0);
     }
+}
+}  // namespace
+
+void fp8_dequantize_row_tiles(int64_t R, int64_t C, const uint8_t* q, DType fmt, const float* scale_inv, bf16* out) {
+  dequantize_tiled(R, C, 1, q, fmt, scale_inv, out);
 }
 
 void fp8_dequantize_blocks(int64_t R, int64_t C, const uint8_t* q, DType fmt, const float* scale_inv, bf16* out) {
-  check_format(fmt);
-  const int64_t nc = tiles(C);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t t = 0; t < nc; ++t) {
-      const int64_t c0 = t * kFp8Tile, w = std::min(kFp8Tile, C - c0);
-      dequantize_run(w, q + r * C + c0, fmt, scale_inv[(r / kFp8Tile) * nc + t], out + r * C + c0);
-    }
+  dequantize_tiled(R, C, kFp8Tile, q, fmt, scale_inv, out);
 }
 
 template float amax(int64_t, const float*);
