@@ -69,7 +69,7 @@ void SelfAttention::apply_rope(float* x, int64_t rows, int64_t ld, bool inverse)
                           cp_global_position(j * L, T, cp_->rank(), cp_->size()));
 }
 
-Tensor SelfAttention::forward(const Tensor& y, int64_t batch, Activations& saved) const {
+Tensor SelfAttention::forward(const LinearInput& y, int64_t batch, Activations& saved) const {
   Tensor qkv = qkv_.forward(y, saved);  // all rows, also when y is this rank's sequence shard
   const int64_t N = qkv.size(0);
   TESSEL_CHECK(N == batch * T_, "attention: {} rows is not batch {} x seq_length {}", N, batch, T_);

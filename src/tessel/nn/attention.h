@@ -22,7 +22,8 @@ class SelfAttention {
                 std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr,
                 comm::Communicator* cp = nullptr);
 
-  Tensor forward(const Tensor& y, int64_t batch, Activations& saved) const;  // y [N, d] -> [N, d] f32
+  Tensor forward(const LinearInput& y, int64_t batch, Activations& saved) const;  // y [N, d] -> [N, d] f32
+  const Linear& input_linear() const { return qkv_; }  // the Linear reading y
   Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dy [N, d] f32
   void backward_weight(Activations& saved) const;
 

@@ -62,8 +62,7 @@ kernels::Fp8Tensor Fp8State::per_tensor(const Tensor& x, int slot, DType fmt) {
   float s;
   if (r_.kind == Fp8Recipe::Kind::delayed) {
     s = scale_[size_t(slot)];
-    float& m = step_amax_[size_t(slot)];
-    m = std::isnan(a) || std::isnan(m) ? NAN : std::max(m, a);
+    record_amax(slot, a);
   } else {
     float global = a;
     if (amax_group_) amax_group_->all_reduce(&global, 1, DType::f32, comm::ReduceOp::max);
@@ -98,6 +97,42 @@ kernels::Fp8Tensor Fp8State::quantize_cols_transposed(const Tensor& x, int slot,
                                                q.scale_inv.data<float>());
   });
   return q;
+}
+
+void Fp8State::record_amax(int slot, float a) {
+  float& m = step_amax_[size_t(slot)];
+  m = std::isnan(a) || std::isnan(m) ? NAN : std::max(m, a);
+}
+
+bool Fp8State::fuses_producers() const {
+  return r_.fused_casts && (r_.kind == Fp8Recipe::Kind::delayed || r_.kind == Fp8Recipe::Kind::block);
+}
+
+Fp8Input Fp8State::fused_input(int slot, DType fmt, int64_t N, int64_t D) {
+  TESSEL_CHECK(fuses_producers(), "slot {}: this FP8 recipe does not quantise in the producing kernel",
+               names_[size_t(slot)]);
+  const int64_t t = kernels::kFp8Tile;
+  Fp8Input in;
+  in.slot = slot;
+  in.out.fmt = fmt;
+  if (r_.kind == Fp8Recipe::Kind::block) {
+    in.rows = {Tensor::empty({N, D}, fmt), Tensor::empty({N, (D + t - 1) / t}, DType::f32),
+               kernels::Fp8Scaling::row_tiles};
+    in.cols_t = {Tensor::empty({D, N}, fmt), Tensor::empty({D, (N + t - 1) / t}, DType::f32),
+                 kernels::Fp8Scaling::row_tiles};
+    in.out.tiles = true;
+    in.out.scale_inv = in.rows.scale_inv.data<float>();
+    in.out.cols_t = static_cast<uint8_t*>(in.cols_t.data.raw());
+    in.out.cols_scale_inv = in.cols_t.scale_inv.data<float>();
+  } else {
+    in.rows = {Tensor::empty({N, D}, fmt), Tensor::empty({1}, DType::f32), kernels::Fp8Scaling::tensor};
+    in.amax = Tensor::zeros({1}, DType::f32);
+    in.out.scale = scale_[size_t(slot)];
+    in.out.amax = in.amax.data<float>();
+    in.rows.scale_inv.data<float>()[0] = 1.0f / in.out.scale;
+  }
+  in.out.data = static_cast<uint8_t*>(in.rows.data.raw());
+  return in;
 }
 
 kernels::Fp8Tensor Fp8State::quantize_weight(const Tensor& w, int slot) {

@@ -13,10 +13,20 @@
 #include <vector>
 
 #include "tessel/comm/communicator.h"
+#include "tessel/kernels/fp8_fused.h"
 #include "tessel/kernels/fp8_gemm.h"
 #include "tessel/nn/fp8_recipe.h"
 
 namespace tessel::nn {
+
+// A Linear's input quantised by the kernel that produced it (a fused norm or activation).
+struct Fp8Input {
+  kernels::Fp8Tensor rows;    // [N, D] for the forward GEMM (per tensor or 1 x 128 row tiles)
+  kernels::Fp8Tensor cols_t;  // block scaling: [D, N] column tiles, the weight-gradient operand
+  Tensor amax;                // per tensor: [1], the producer's output amax
+  int slot = -1;              // the consuming Linear's input slot
+  kernels::Fp8Out out;        // where the producer writes: pointers into the tensors above
+};
 
 class Fp8State {
  public:
@@ -33,6 +43,16 @@ class Fp8State {
   // Block scaling only: x for a GEMM contracting along R (the wgrad operand), 128 x 1 column tiles
   // written transposed [C, R] (cast-transpose). Per-tensor recipes reuse quantize_rows' result.
   kernels::Fp8Tensor quantize_cols_transposed(const Tensor& x, int slot, DType fmt);
+  // Fused producers (kernels/fp8_fused.h) quantise while they compute: possible when the scale is
+  // known before the tensor is (delayed: the slot's scale; block: per tile), not under current
+  // scaling (its scale needs the finished tensor's amax), and only with recipe().fused_casts.
+  bool fuses_producers() const;
+  // Slot's input [N, D] allocated in fmt with the Fp8Out a fused kernel writes it through; block
+  // scaling also allocates the column tiles.
+  Fp8Input fused_input(int slot, DType fmt, int64_t N, int64_t D);
+  // Delayed scaling: a fused producer's amax for slot, folded into the step's amax.
+  void record_amax(int slot, float amax);
+
   // A weight [out, in] f32: one per-tensor scale or 128 x 128 blocks.
   kernels::Fp8Tensor quantize_weight(const Tensor& w, int slot);
 

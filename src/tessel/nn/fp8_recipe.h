@@ -18,6 +18,10 @@ struct Fp8Recipe {
   bool pow2 = false;             // per-tensor scales rounded down to powers of two (block: always)
   // Layers kept in bf16 at either end of the stack (Megatron's --first-last-layers-bf16).
   int64_t bf16_layers_at_start = 0, bf16_layers_at_end = 0;
+  // Norms and MLP activations in front of an FP8 Linear write its input as FP8 directly
+  // (kernels/fp8_fused.h) under delayed and block scaling; off: they write the compute dtype and the
+  // Linear quantises it (precision.fp8.fused_casts).
+  bool fused_casts = true;
   bool enabled() const { return kind != Kind::none; }
 
   // From the config's strings; throws naming precision.fp8.<key> and what is allowed.

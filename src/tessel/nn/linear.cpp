@@ -96,15 +96,26 @@ void Linear::accumulate_bias_grad(const Tensor& dy) const {
     kernels::column_sum_accumulate(rows, out_, dy.data<bf16>() + first * out_, db);
 }
 
-Tensor Linear::forward(const Tensor& x, Activations& saved) const {
-  TESSEL_CHECK(x.dim() == 2 && x.size(1) == in_, "Linear '{}': input {} does not have {} features", key_x_, x.str(),
-               in_);
-  const DType cd = ps_.compute_dtype();
-  Tensor xc = x.dtype() == cd ? x : x.to(cd);
-  if (column() && sequence()) xc = sequence_all_gather(xc, *tp_.group);  // this rank's rows -> all rows
-  Tensor y = Tensor::empty({xc.size(0), out_}, DType::f32);
+Tensor Linear::forward(const LinearInput& in, Activations& saved) const {
   const bool bias = b_offset_ >= 0, fused_bias = bias && !row() && !fp8_;
-  {
+  Tensor y;
+  if (in.quantized()) {  // written as FP8 by the producing kernel
+    const Fp8Input& q = in.q;
+    TESSEL_CHECK(takes_fp8_input() && q.slot == slot_x_ && q.rows.cols() == in_,
+                 "Linear '{}': an FP8 input made for another Linear or recipe", key_x_);
+    if (q.amax.defined()) fp8_->record_amax(slot_x_, q.amax.item());
+    y = Tensor::empty({q.rows.rows(), out_}, DType::f32);
+    ProfileScope ps("gemm_fwd", 2.0 * double(q.rows.rows()) * double(in_) * double(out_));
+    kernels::fp8_gemm(q.rows, false, quantized_weight(), true, y, false);
+    put_fp8(saved, key_x_, block_scaled() ? q.cols_t : q.rows);
+  } else {
+    const Tensor& x = in.x;
+    TESSEL_CHECK(x.dim() == 2 && x.size(1) == in_, "Linear '{}': input {} does not have {} features", key_x_, x.str(),
+                 in_);
+    const DType cd = ps_.compute_dtype();
+    Tensor xc = x.dtype() == cd ? x : x.to(cd);
+    if (column() && sequence()) xc = sequence_all_gather(xc, *tp_.group);  // this rank's rows -> all rows
+    y = Tensor::empty({xc.size(0), out_}, DType::f32);
     ProfileScope ps("gemm_fwd", 2.0 * double(xc.size(0)) * double(in_) * double(out_));
     if (fp8_) {
       const kernels::Fp8Tensor xq = fp8_->quantize_rows(xc, slot_x_, fp8_->recipe().forward);

@@ -9,11 +9,13 @@
 // (fp8.h): the weight quantised once per parameter version, x and dy quantised as they come, x and
 // dy saved for the weight gradient in FP8; the bias gradient is taken from dy in backward_input.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessel/comm/communicator.h"
 #include "tessel/kernels/fp8_gemm.h"
 #include "tessel/nn/activations.h"
+#include "tessel/nn/fp8.h"
 #include "tessel/nn/params.h"
 
 namespace tessel::nn {
@@ -34,6 +36,16 @@ struct TensorParallel {
   bool sequence_parallel = false;
 };
 
+// A Linear's input: a tensor [N, in], or its FP8 form written by a fused producer (fp8_input()).
+struct LinearInput {
+  LinearInput(Tensor x) : x(std::move(x)) {}  // NOLINT: implicit, a tensor is the common input
+  LinearInput(Fp8Input q) : q(std::move(q)) {}  // NOLINT
+  bool quantized() const { return q.rows.data.defined(); }
+  int64_t rows() const { return quantized() ? q.rows.rows() : x.size(0); }
+  Tensor x;
+  Fp8Input q;
+};
+
 class Linear {
  public:
   struct Part {
@@ -46,7 +58,13 @@ class Linear {
   // in: global input features.
   Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, float init_std, TensorParallel tp = {});
 
-  Tensor forward(const Tensor& x, Activations& saved) const;
+  Tensor forward(const LinearInput& x, Activations& saved) const;
+  // Whether the kernel producing this Linear's input may write it as FP8 (kernels/fp8_fused.h): FP8
+  // on with a recipe that fuses (Fp8State::fuses_producers) and no sequence-parallel all-gather of
+  // the input in front of the GEMM.
+  bool takes_fp8_input() const { return fp8_ && fp8_->fuses_producers() && !(column() && sequence()); }
+  // Its FP8 input for N rows, allocated, with the Fp8Out a fused producer writes it through.
+  Fp8Input fp8_input(int64_t N) const { return fp8_->fused_input(slot_x_, fp8_->recipe().forward, N, in_); }
   Tensor backward_input(const Tensor& dy, Activations& saved) const;
   void backward_weight(Activations& saved) const;
 

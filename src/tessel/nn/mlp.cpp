@@ -4,6 +4,7 @@
 
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/act.h"
+#include "tessel/kernels/fp8_fused.h"
 
 namespace tessel::nn {
 
@@ -27,23 +28,35 @@ Mlp::Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int6
             {TensorParallel::Mode::row, tp, cfg.sequence_parallel}),
       key_h_(prefix + ".pre_act") {}
 
-Tensor Mlp::forward(const Tensor& y, Activations& saved) const {
+Tensor Mlp::forward(const LinearInput& y, Activations& saved) const {
   Tensor h = up_.forward(y, saved);  // llama [N, 2F] (gate | up), gpt2 [N, F]
-  const int64_t N = h.size(0);
-  Tensor a = Tensor::empty({N, F_}, ps_.compute_dtype());
-  {
-    ProfileScope prof("activation");
-    const bool bf = a.dtype() == DType::bf16;
-    if (swiglu_) {
-      if (bf) kernels::swiglu_fwd(N, F_, h.data<float>(), a.data<bf16>());
-      else kernels::swiglu_fwd(N, F_, h.data<float>(), a.data<float>());
-    } else {
-      if (bf) kernels::gelu_fwd(N * F_, h.data<float>(), a.data<bf16>());
-      else kernels::gelu_fwd(N * F_, h.data<float>(), a.data<float>());
-    }
-  }
   saved.put(key_h_, h);
-  return down_.forward(a, saved);
+  return down_.forward(activate(h), saved);
+}
+
+LinearInput Mlp::activate(const Tensor& h) const {
+  ProfileScope prof("activation");
+  const int64_t N = h.size(0);
+  if (down_.takes_fp8_input()) {  // written as down_proj's FP8 input directly
+    Fp8Input q = down_.fp8_input(N);
+    if (swiglu_)
+      kernels::swiglu_fwd_fp8(N, F_, h.data<float>(), q.out);
+    else
+      kernels::gelu_fwd_fp8(N, F_, h.data<float>(), q.out);
+    return q;
+  }
+  Tensor a = Tensor::empty({N, F_}, ps_.compute_dtype());
+  auto act = [&](auto* out) {
+    if (swiglu_)
+      kernels::swiglu_fwd(N, F_, h.data<float>(), out);
+    else
+      kernels::gelu_fwd(N * F_, h.data<float>(), out);
+  };
+  if (a.dtype() == DType::bf16)
+    act(a.data<bf16>());
+  else
+    act(a.data<float>());
+  return a;
 }
 
 Tensor Mlp::backward_input(const Tensor& dout, Activations& saved) const {

@@ -14,11 +14,14 @@ class Mlp {
   // ffn: the hidden size (0: cfg.ffn_hidden_size; MoE experts pass theirs).
   Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
       comm::Communicator* tp = nullptr, int64_t ffn = 0);
-  Tensor forward(const Tensor& y, Activations& saved) const;  // [N, d] -> [N, d] f32
+  Tensor forward(const LinearInput& y, Activations& saved) const;  // [N, d] -> [N, d] f32
+  const Linear& input_linear() const { return up_; }  // the Linear reading y
   Tensor backward_input(const Tensor& dout, Activations& saved) const;
   void backward_weight(Activations& saved) const;
 
  private:
+  // The activation of the up projection's output h: down_proj's input, FP8 when it takes that.
+  LinearInput activate(const Tensor& h) const;
   ParamStore& ps_;
   bool swiglu_;
   int64_t F_;  // this rank's share of ffn_hidden_size

@@ -1,6 +1,7 @@
 #include "tessel/nn/norm.h"
 
 #include "tessel/core/profiler.h"
+#include "tessel/kernels/fp8_fused.h"
 #include "tessel/kernels/norm.h"
 
 namespace tessel::nn {
@@ -14,7 +15,8 @@ Norm::Norm(ParamStore& ps, const std::string& prefix, int64_t D, Kind kind, floa
   key_mean_ = prefix + ".mean";
 }
 
-Tensor Norm::forward(const Tensor& r_in, const Tensor& delta, Tensor& r_out, Activations& saved) const {
+template <class Write>
+void Norm::run(const Tensor& r_in, const Tensor& delta, Tensor& r_out, Activations& saved, Write&& write) const {
   ProfileScope prof("norm");
   const int64_t N = r_in.size(0);
   TESSEL_CHECK(r_in.dim() == 2 && r_in.size(1) == D_, "norm '{}': input {} does not have {} features", key_x_,
@@ -22,29 +24,48 @@ Tensor Norm::forward(const Tensor& r_in, const Tensor& delta, Tensor& r_out, Act
   r_out = delta.defined() ? Tensor::empty(r_in.shape(), DType::f32) : r_in;
   const float* dp = delta.defined() ? delta.data<float>() : nullptr;
   const float* w = ps_.params_data() + w_offset_;
-  Tensor y = Tensor::empty(r_in.shape(), ps_.compute_dtype());
+  const float* b = kind_ == Kind::layer ? ps_.params_data() + b_offset_ : nullptr;
   Tensor rstd = Tensor::empty({N}, DType::f32);
-  if (kind_ == Kind::rms) {
-    if (y.dtype() == DType::bf16)
-      kernels::rmsnorm_fwd(N, D_, r_in.data<float>(), dp, r_out.data<float>(), w, eps_, y.data<bf16>(),
-                           rstd.data<float>());
-    else
-      kernels::rmsnorm_fwd(N, D_, r_in.data<float>(), dp, r_out.data<float>(), w, eps_, y.data<float>(),
-                           rstd.data<float>());
-  } else {
-    Tensor mean = Tensor::empty({N}, DType::f32);
-    const float* b = ps_.params_data() + b_offset_;
-    if (y.dtype() == DType::bf16)
-      kernels::layernorm_fwd(N, D_, r_in.data<float>(), dp, r_out.data<float>(), w, b, eps_, y.data<bf16>(),
-                             mean.data<float>(), rstd.data<float>());
-    else
-      kernels::layernorm_fwd(N, D_, r_in.data<float>(), dp, r_out.data<float>(), w, b, eps_, y.data<float>(),
-                             mean.data<float>(), rstd.data<float>());
-    saved.put(key_mean_, mean);
-  }
+  Tensor mean = kind_ == Kind::layer ? Tensor::empty({N}, DType::f32) : Tensor();
+  write(r_in.data<float>(), dp, r_out.data<float>(), w, b, mean.defined() ? mean.data<float>() : nullptr,
+        rstd.data<float>());
+  if (mean.defined()) saved.put(key_mean_, mean);
   saved.put(key_x_, r_out);
   saved.put(key_rstd_, rstd);
+}
+
+Tensor Norm::forward(const Tensor& r_in, const Tensor& delta, Tensor& r_out, Activations& saved) const {
+  Tensor y = Tensor::empty(r_in.shape(), ps_.compute_dtype());
+  run(r_in, delta, r_out, saved, [&](const float* x, const float* d, float* r, const float* w, const float* b,
+                                     float* mean, float* rstd) {
+    const int64_t N = r_in.size(0);
+    auto norm = [&](auto* out) {
+      if (kind_ == Kind::rms)
+        kernels::rmsnorm_fwd(N, D_, x, d, r, w, eps_, out, rstd);
+      else
+        kernels::layernorm_fwd(N, D_, x, d, r, w, b, eps_, out, mean, rstd);
+    };
+    if (y.dtype() == DType::bf16)
+      norm(y.data<bf16>());
+    else
+      norm(y.data<float>());
+  });
   return y;
+}
+
+LinearInput Norm::forward_for(const Linear& consumer, const Tensor& r_in, const Tensor& delta, Tensor& r_out,
+                              Activations& saved) const {
+  if (!consumer.takes_fp8_input()) return forward(r_in, delta, r_out, saved);
+  Fp8Input q = consumer.fp8_input(r_in.size(0));
+  run(r_in, delta, r_out, saved, [&](const float* x, const float* d, float* r, const float* w, const float* b,
+                                     float* mean, float* rstd) {
+    const int64_t N = r_in.size(0);
+    if (kind_ == Kind::rms)
+      kernels::rmsnorm_fwd_fp8(N, D_, x, d, r, w, eps_, q.out, rstd);
+    else
+      kernels::layernorm_fwd_fp8(N, D_, x, d, r, w, b, eps_, q.out, mean, rstd);
+  });
+  return q;
 }
 
 Tensor Norm::backward(const Tensor& dy, const Tensor& dresid, Activations& saved) const {

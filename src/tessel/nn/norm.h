@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tessel/nn/activations.h"
+#include "tessel/nn/linear.h"
 #include "tessel/nn/params.h"
 
 namespace tessel::nn {
@@ -16,9 +17,17 @@ class Norm {
   Norm(ParamStore& ps, const std::string& prefix, int64_t D, Kind kind, float eps);
 
   Tensor forward(const Tensor& r_in, const Tensor& delta, Tensor& r_out, Activations& saved) const;
+  // forward() producing the input of `consumer`: written as FP8 by the fused kernel when the
+  // Linear takes it (Linear::takes_fp8_input), else the compute-dtype y.
+  LinearInput forward_for(const Linear& consumer, const Tensor& r_in, const Tensor& delta, Tensor& r_out,
+                          Activations& saved) const;
   Tensor backward(const Tensor& dy, const Tensor& dresid, Activations& saved) const;
 
  private:
+  // Runs the norm with r_out, rstd (and mean) set up and saved; write(r_in, delta, r_out, w, b, mean,
+  // rstd) calls the kernel (b, mean: LayerNorm only).
+  template <class Write>
+  void run(const Tensor& r_in, const Tensor& delta, Tensor& r_out, Activations& saved, Write&& write) const;
   ParamStore& ps_;
   int64_t D_;
   Kind kind_;

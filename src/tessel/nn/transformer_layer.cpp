@@ -32,10 +32,12 @@ TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64
 
 Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale) const {
   Tensor r0, r1;
-  Tensor y = norm1_.forward(r, Tensor(), r0, saved);
-  Tensor a = mla_ ? mla_->forward(y, batch, saved) : attn_->forward(y, batch, saved);
-  Tensor y2 = norm2_.forward(r, a, r1, saved);
-  Tensor m = moe_ ? moe_->forward(y2, grad_scale, saved) : mlp_->forward(y2, saved);
+  // Dense attention and MLP take their input as FP8 straight from the norm when the recipe allows
+  // (Norm::forward_for); MLA (two Linears read y) and MoE (the router reads y) take it as it is.
+  Tensor a = mla_ ? mla_->forward(norm1_.forward(r, Tensor(), r0, saved), batch, saved)
+                  : attn_->forward(norm1_.forward_for(attn_->input_linear(), r, Tensor(), r0, saved), batch, saved);
+  Tensor m = moe_ ? moe_->forward(norm2_.forward(r, a, r1, saved), grad_scale, saved)
+                  : mlp_->forward(norm2_.forward_for(mlp_->input_linear(), r, a, r1, saved), saved);
   ProfileScope prof("residual");
   Tensor out = Tensor::empty(r.shape(), DType::f32);
   kernels::add(out.numel(), r1.data<float>(), m.data<float>(), out.data<float>());

@@ -130,6 +130,7 @@ struct Schema {
         bind_field(c.precision.fp8_num_layers_at_start_in_bf16, "precision.fp8.num_layers_at_start_in_bf16");
     pr["fp8.num_layers_at_end_in_bf16"] =
         bind_field(c.precision.fp8_num_layers_at_end_in_bf16, "precision.fp8.num_layers_at_end_in_bf16");
+    pr["fp8.fused_casts"] = bind_field(c.precision.fp8_fused_casts, "precision.fp8.fused_casts");
 
     auto& d = sections["data"];
     d["path"] = bind_field(c.data.path, "data.path");
@@ -347,6 +348,7 @@ nn::Fp8Recipe PrecisionConfig::fp8_recipe_parsed() const {
     r.bf16_layers_at_start = fp8_num_layers_at_start_in_bf16;
     r.bf16_layers_at_end = fp8_num_layers_at_end_in_bf16;
   }
+  r.fused_casts = fp8_fused_casts;
   return r;
 }
 

@@ -55,6 +55,7 @@ struct PrecisionConfig {
   bool fp8_first_last_layers_bf16 = false; // keep num_layers_at_{start,end}_in_bf16 layers in bf16
   int64_t fp8_num_layers_at_start_in_bf16 = 1;
   int64_t fp8_num_layers_at_end_in_bf16 = 1;
+  bool fp8_fused_casts = true;             // norms / activations write FP8 Linear inputs directly
   nn::Fp8Recipe fp8_recipe_parsed() const;  // throws naming precision.fp8.<key>
 };
 

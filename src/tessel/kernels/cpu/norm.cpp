@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessel/kernels/cpu/elementwise.h"
+#include "tessel/kernels/cpu/fp8_emit.h"
 
 namespace tessel::kernels {
 namespace {
@@ -35,24 +36,53 @@ inline void add_residual(int64_t D, const float* r_in, const float* delta, float
   }
 }
 
+// Row i: r_out = r_in + delta, y = r_out * rstd * w; returns rstd.
+template <class Ty>
+inline float rmsnorm_row(int64_t i, int64_t D, const float* r_in, const float* delta, float* r_out, const float* w,
+                         float eps, Ty* y) {
+  float* r = r_out + i * D;
+  add_residual(D, r_in + i * D, delta ? delta + i * D : nullptr, r);
+  float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t j = 0; j < D; ++j) ss += r[j] * r[j];
+  const float rs = 1.0f / std::sqrt(ss / float(D) + eps);
+#pragma omp simd
+  for (int64_t j = 0; j < D; ++j) store_as(y + j, r[j] * rs * w[j]);
+  return rs;
+}
+
+// Row i: r_out = r_in + delta, y = (r_out - mean) * rstd * w + b; mean[i], rstd[i] stored.
+template <class Ty>
+inline void layernorm_row(int64_t i, int64_t D, const float* r_in, const float* delta, float* r_out, const float* w,
+                          const float* b, float eps, Ty* y, float* mean, float* rstd) {
+  float* r = r_out + i * D;
+  add_residual(D, r_in + i * D, delta ? delta + i * D : nullptr, r);
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < D; ++j) s += r[j];
+  const float mu = s / float(D);
+  float var = 0.0f;
+#pragma omp simd reduction(+ : var)
+  for (int64_t j = 0; j < D; ++j) var += (r[j] - mu) * (r[j] - mu);
+  const float rs = 1.0f / std::sqrt(var / float(D) + eps);
+  mean[i] = mu;
+  rstd[i] = rs;
+#pragma omp simd
+  for (int64_t j = 0; j < D; ++j) store_as(y + j, (r[j] - mu) * rs * w[j] + b[j]);
+}
+
 }  // namespace
 
 template <class Ty>
 void rmsnorm_fwd(int64_t N, int64_t D, const float* r_in, const float* delta, float* r_out, const float* w, float eps,
                  Ty* y, float* rstd) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    float* r = r_out + i * D;
-    add_residual(D, r_in + i * D, delta ? delta + i * D : nullptr, r);
-    float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int64_t j = 0; j < D; ++j) ss += r[j] * r[j];
-    const float rs = 1.0f / std::sqrt(ss / float(D) + eps);
-    rstd[i] = rs;
-    Ty* yi = y + i * D;
-#pragma omp simd
-    for (int64_t j = 0; j < D; ++j) store_as(yi + j, r[j] * rs * w[j]);
-  }
+  for (int64_t i = 0; i < N; ++i) rstd[i] = rmsnorm_row(i, D, r_in, delta, r_out, w, eps, y + i * D);
+}
+
+void rmsnorm_fwd_fp8(int64_t N, int64_t D, const float* r_in, const float* delta, float* r_out, const float* w,
+                     float eps, const Fp8Out& y, float* rstd) {
+  emit_fp8_rows(N, D, y, [&](int64_t i, float* row) { rstd[i] = rmsnorm_row(i, D, r_in, delta, r_out, w, eps, row); });
 }
 
 void rmsnorm_bwd(int64_t N, int64_t D, const float* x, const float* w, const float* rstd, const float* dy,
@@ -91,23 +121,13 @@ template <class Ty>
 void layernorm_fwd(int64_t N, int64_t D, const float* r_in, const float* delta, float* r_out, const float* w,
                    const float* b, float eps, Ty* y, float* mean, float* rstd) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    float* r = r_out + i * D;
-    add_residual(D, r_in + i * D, delta ? delta + i * D : nullptr, r);
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < D; ++j) s += r[j];
-    const float mu = s / float(D);
-    float var = 0.0f;
-#pragma omp simd reduction(+ : var)
-    for (int64_t j = 0; j < D; ++j) var += (r[j] - mu) * (r[j] - mu);
-    const float rs = 1.0f / std::sqrt(var / float(D) + eps);
-    mean[i] = mu;
-    rstd[i] = rs;
-    Ty* yi = y + i * D;
-#pragma omp simd
-    for (int64_t j = 0; j < D; ++j) store_as(yi + j, (r[j] - mu) * rs * w[j] + b[j]);
-  }
+  for (int64_t i = 0; i < N; ++i) layernorm_row(i, D, r_in, delta, r_out, w, b, eps, y + i * D, mean, rstd);
+}
+
+void layernorm_fwd_fp8(int64_t N, int64_t D, const float* r_in, const float* delta, float* r_out, const float* w,
+                       const float* b, float eps, const Fp8Out& y, float* mean, float* rstd) {
+  emit_fp8_rows(N, D, y,
+                [&](int64_t i, float* row) { layernorm_row(i, D, r_in, delta, r_out, w, b, eps, row, mean, rstd); });
 }
 
 void layernorm_bwd(int64_t N, int64_t D, const float* x, const float* w, const float* mean, const float* rstd,
