@@ -178,7 +178,9 @@ int run_train(const TrainOptions& o) {
     if (m.num_experts > 0) {  // load balance per MoE layer: max / mean tokens per expert (1 = even)
       j["moe_aux_loss"] = r.moe_aux_loss;
       nlohmann::json per_layer = nlohmann::json::array();
-      for (int64_t l = m.moe_first_dense_layers; l < m.num_layers; ++l) per_layer.push_back(r.expert_load_max_mean[size_t(l)]);
+      // The MoE layers in order, the multi-token-prediction modules' after the main model's.
+      for (int64_t l = m.moe_first_dense_layers; l < m.num_layers + m.mtp_num_layers; ++l)
+        per_layer.push_back(r.expert_load_max_mean[size_t(l)]);
       j["expert_load_max_mean"] = per_layer;
     }
     if (lead) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "model/fixture_support.h"
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/nn/model.h"
 #include "tessel/optim/adamw.h"
@@ -31,23 +32,8 @@ constexpr Tolerance kF32{1e-4, 1e-4, 1e-4, 2e-3};
 // from the updated parameters) are the check of the bf16 trajectory.
 constexpr Tolerance kBF16{3e-2, 1e-2, 6e-2, -1.0};
 
-double max_abs(const Tensor& t) {
-  double m = 0;
-  const float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, double(std::fabs(p[i])));
-  return m;
-}
-
-// max |a - b| / max |b|: the error relative to the tensor's scale.
-double rel_err(const Tensor& got, const Tensor& want) {
-  EXPECT_EQ(got.numel(), want.numel());
-  double e = 0;
-  const float* a = got.data<float>();
-  const float* b = want.data<float>();
-  for (int64_t i = 0; i < got.numel(); ++i) e = std::max(e, double(std::fabs(a[i] - b[i])));
-  const double scale = max_abs(want);
-  return scale > 0 ? e / scale : e;
-}
+using fixture::max_abs;
+using fixture::rel_err;
 
 nn::ModelConfig config_from(const ckpt::SafetensorsFile& f, DType compute) {
   auto m = [&](const char* k) { return f.metadata.at(k); };
@@ -67,20 +53,7 @@ nn::ModelConfig config_from(const ckpt::SafetensorsFile& f, DType compute) {
   return c;
 }
 
-void load_params(nn::Model& model, const ckpt::SafetensorsFile& f) {
-  auto& ps = model.params();
-  int loaded = 0;
-  for (const auto& spec : ps.specs()) {
-    const Tensor& src = f.get("param." + spec.name);
-    ASSERT_EQ(src.shape(), spec.shape) << spec.name;
-    ps.param(spec.name).copy_from(src);
-    ++loaded;
-  }
-  int in_file = 0;
-  for (const auto& [name, t] : f.tensors) in_file += name.rfind("param.", 0) == 0;
-  ASSERT_EQ(loaded, in_file) << "the fixture holds parameters the model does not have";
-  ps.refresh_compute_copy();
-}
+using fixture::load_params;
 
 Tensor rows(const Tensor& t, int64_t b0, int64_t b1) { return t.slice(0, b0, b1).clone(); }
 

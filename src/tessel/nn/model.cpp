@@ -104,31 +104,36 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
 }
 
 
-std::vector<double> Model::moe_end_step(const std::vector<comm::Communicator*>& groups) {
-  std::vector<double> ratio(static_cast<size_t>(cfg_.num_layers), 0.0);
+template <class Fn>
+void Model::for_each_moe(Fn&& fn) const {
   for (size_t c = 0; c < plan_.chunks.size(); ++c)
     for (int64_t i = plan_.chunks[c].begin; i < plan_.chunks[c].end; ++i)
-      if (Moe* m = layers_[chunk_first_[c] + size_t(i - plan_.chunks[c].begin)]->moe())
-        ratio[size_t(i)] = m->end_step(groups);
+      if (Moe* m = layers_[chunk_first_[c] + size_t(i - plan_.chunks[c].begin)]->moe()) fn(i, *m);
+  for (size_t k = 0; k < mtp_.size(); ++k)
+    if (Moe* m = mtp_[k].layer->moe()) fn(cfg_.num_layers + int64_t(k), *m);
+}
+
+std::vector<double> Model::moe_end_step(const std::vector<comm::Communicator*>& groups) {
+  std::vector<double> ratio(static_cast<size_t>(cfg_.num_layers + cfg_.mtp_num_layers), 0.0);
+  for_each_moe([&](int64_t index, Moe& m) { ratio[size_t(index)] = m.end_step(groups); });
   return ratio;
 }
 
 double Model::moe_take_aux_loss() {
   double a = 0;
-  for (const auto& l : layers_)
-    if (l->moe()) a += l->moe()->take_aux_loss();
+  for_each_moe([&](int64_t, Moe& m) { a += m.take_aux_loss(); });
   return a;
 }
 
 std::vector<std::pair<std::string, Tensor>> Model::state_tensors() const {
   std::vector<std::pair<std::string, Tensor>> out;
   if (fp8_) out = fp8_->state_tensors();
-  for (const auto& l : layers_)
-    if (Moe* m = l->moe(); m && cfg_.moe_router_enable_expert_bias) {
-      Tensor b = Tensor::empty({int64_t(m->expert_bias().size())}, DType::f32);
-      std::copy(m->expert_bias().begin(), m->expert_bias().end(), b.data<float>());
-      out.emplace_back(m->prefix() + ".expert_bias", b);
-    }
+  if (cfg_.moe_router_enable_expert_bias)
+    for_each_moe([&](int64_t, Moe& m) {
+      Tensor b = Tensor::empty({int64_t(m.expert_bias().size())}, DType::f32);
+      std::copy(m.expert_bias().begin(), m.expert_bias().end(), b.data<float>());
+      out.emplace_back(m.prefix() + ".expert_bias", b);
+    });
   return out;
 }
 
@@ -136,16 +141,16 @@ std::vector<std::string> Model::load_state_tensors(const std::vector<std::pair<s
   std::vector<std::string> missing;
   if (fp8_ && cfg_.fp8.kind == Fp8Recipe::Kind::delayed && !fp8_->load_state(tensors))
     missing.push_back("FP8 delayed-scaling state");
-  for (const auto& l : layers_)
-    if (Moe* m = l->moe(); m && cfg_.moe_router_enable_expert_bias) {
-      const std::string name = m->prefix() + ".expert_bias";
+  if (cfg_.moe_router_enable_expert_bias)
+    for_each_moe([&](int64_t, Moe& m) {
+      const std::string name = m.prefix() + ".expert_bias";
       auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& p) { return p.first == name; });
-      if (it == tensors.end() || it->second.numel() != int64_t(m->expert_bias().size())) {
+      if (it == tensors.end() || it->second.numel() != int64_t(m.expert_bias().size())) {
         missing.push_back(name);
-        continue;
+        return;
       }
-      std::copy(it->second.data<float>(), it->second.data<float>() + it->second.numel(), m->expert_bias().begin());
-    }
+      std::copy(it->second.data<float>(), it->second.data<float>() + it->second.numel(), m.expert_bias().begin());
+    });
   return missing;
 }
 

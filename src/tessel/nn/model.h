@@ -77,7 +77,8 @@ class Model {
 
   // Mixture of Experts, after every micro-batch of a step: each MoE layer's tokens per expert summed
   // over `groups`, expert biases moved, counters reset. Returns max / mean tokens per expert for
-  // every layer of the model (0 for dense layers and layers of other pipeline stages).
+  // every layer of the model, the multi-token-prediction modules' layers after the main ones
+  // (index num_layers + k, as their parameter names); 0 for dense layers and other stages' layers.
   std::vector<double> moe_end_step(const std::vector<comm::Communicator*>& groups);
   double moe_take_aux_loss();  // this rank's auxiliary losses of the step (already loss-scaled)
 
@@ -126,6 +127,9 @@ class Model {
   std::vector<size_t> chunk_first_;                        // index into layers_ of each chunk's first layer
   std::unique_ptr<Norm> final_norm_;
   std::unique_ptr<LmHead> head_;
+  // fn(index, moe) for every MoE layer this rank holds, the MTP modules' (index num_layers + k) included.
+  template <class Fn>
+  void for_each_moe(Fn&& fn) const;
   struct MtpModule {  // DeepSeek-V3: h_k = layer(eh_proj([enorm(emb(t_{i+k})), hnorm(h_{k-1})]))
     std::unique_ptr<Norm> enorm, hnorm, head_norm;
     std::unique_ptr<Linear> eh_proj;
