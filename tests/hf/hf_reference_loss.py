@@ -7,6 +7,7 @@ here in PyTorch (float64) from config.json + model.safetensors alone, on the sam
 Llama: HF LlamaForCausalLM semantics (RMSNorm, rotate-half RoPE with rope_theta, GQA, SwiGLU).
 GPT-2: HF GPT2LMHeadModel semantics (Conv1D weights stored [in, out], fused c_attn, gelu_new,
 learned positions, tied head unless lm_head.weight is present).
+DeepSeek-V3: HF DeepseekV3ForCausalLM semantics (deepseek_reference_loss.py).
 
 Usage: hf_reference_loss.py --model DIR --data PREFIX --seq T --max-samples N  -> prints the loss
 """
@@ -161,7 +162,10 @@ def main():
     a = ap.parse_args()
     c = json.load(open(a.model + "/config.json"))
     W = read_safetensors(a.model + "/model.safetensors")
-    fwd = gpt2_logits if c["model_type"] == "gpt2" else llama_logits
+    if c["model_type"] == "deepseek_v3":
+        from deepseek_reference_loss import deepseek_v3_logits as fwd
+    else:
+        fwd = gpt2_logits if c["model_type"] == "gpt2" else llama_logits
     print(f"{mean_loss(lambda t: fwd(c, W, t), windows(a.data, a.seq, a.max_samples)):.10f}")
 
 
