@@ -70,11 +70,13 @@ run 4 moe-ep2-dp2 "${MOE[@]}" --set $EP=2 && compare moe moe-ep2-dp2
 run 4 moe-ep2-dp2-zero "${MOE[@]}" --set $EP=2 --set parallel.use_distributed_optimizer=true && compare moe moe-ep2-dp2-zero
 run 4 moe-ep2-pp2 "${MOE[@]}" --set $EP=2 --set $PP=2 && compare moe moe-ep2-pp2
 # Under tensor parallelism the experts are replicated; with sequence parallelism each rank routes its
-# rows (the balance losses are refused there, the bias balancing sums loads over the group).
-MOE_SP=("${MOE[@]}" --set model.moe_router_load_balancing_type=none)
-single moe-nobal "${MOE_SP[@]}"
-run 4 moe-ep2-tp2 "${MOE_SP[@]}" --set $EP=2 --set $TP=2 && compare moe-nobal moe-ep2-tp2
-run 2 moe-tp2-sp "${MOE_SP[@]}" --set $TP=2 --set $SP=true && compare moe-nobal moe-tp2-sp
+# rows: the balance losses sum each sequence's token counts over the group, the bias balancing its
+# loads. The micro-batch-wise "aux_loss" and the z-loss too.
+run 4 moe-ep2-tp2 "${MOE[@]}" --set $EP=2 --set $TP=2 && compare moe moe-ep2-tp2
+run 2 moe-tp2-sp "${MOE[@]}" --set $TP=2 --set $SP=true && compare moe moe-tp2-sp
+MOE_AUX=("${MOE[@]}" --set model.moe_router_load_balancing_type=aux_loss --set model.moe_z_loss_coeff=0.001)
+single moe-aux "${MOE_AUX[@]}"
+run 2 moe-aux-tp2-sp "${MOE_AUX[@]}" --set $TP=2 --set $SP=true && compare moe-aux moe-aux-tp2-sp
 # Multi-head latent attention (low-rank query, compressed key/value, shared RoPE key): heads split
 # under tensor parallelism, layers across pipeline stages.
 MLA=(--set model.arch=deepseek_v3 --set model.num_layers=2 --set model.q_lora_rank=24 --set model.kv_lora_rank=32
@@ -105,9 +107,10 @@ print("deepseek-pp2-ep2: the multi-token-prediction loss logged from the last st
 PY
 unset CONFIG
 
-# Under context parallelism the balance losses are refused (a rank holds parts of each sequence);
-# the bias balancing reduces its loads over data x context ranks.
-run 2 moe-cp2 "${MOE_SP[@]}" --set $CP=2 && compare moe-nobal moe-cp2
+# Under context parallelism a rank holds parts of each sequence: the balance losses sum the counts
+# over the context-parallel ranks, the bias balancing its loads over data x context ranks.
+run 2 moe-cp2 "${MOE[@]}" --set $CP=2 && compare moe moe-cp2
+run 4 moe-aux-tp2-sp-cp2 "${MOE_AUX[@]}" --set $TP=2 --set $SP=true --set $CP=2 && compare moe-aux moe-aux-tp2-sp-cp2
 
 # Checkpoints hold whole tensors gathered from every stage: stop at step 3, resume on pp2 (bit-exact
 # with the uninterrupted pp2 run), and resume the same checkpoint in one process.

@@ -36,6 +36,14 @@ void router_scores_backward(const RouterConfig& c, int64_t N, const float* score
 // Returns L (summed over sequences); adds dL/ds x grad_scale into dscores (f_i held constant).
 double sequence_balance_loss(const RouterConfig& c, int64_t N, int64_t T, float alpha, const float* scores,
                              const int32_t* chosen, float grad_scale, float* dscores);
+// The same loss in two parts, for rows that hold only pieces of their sequences (sequence or
+// context parallelism: the counts are summed over the ranks holding the other pieces in between).
+// row_seq[t]: row t's sequence in [0, S). balance_counts adds row t's routed copies into
+// counts [S, E]; balance_loss_rows returns these rows' share of L (the whole L summed over the
+// ranks), f from the counts of sequences of T tokens, and adds dL/ds x grad_scale into dscores.
+void balance_counts(const RouterConfig& c, int64_t N, const int64_t* row_seq, const int32_t* chosen, float* counts);
+double balance_loss_rows(const RouterConfig& c, int64_t N, const int64_t* row_seq, int64_t T, float alpha,
+                         const float* scores, const float* counts, float grad_scale, float* dscores);
 
 // Permutation of token copies into expert order (stable: by expert, then token, then slot).
 //   order[p] = t * k + j: the copy at position p is token t's j-th choice; counts[e]: copies of expert e.

@@ -28,7 +28,7 @@ Tensor from_vector(const std::vector<int64_t>& v) {
 }  // namespace
 
 Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-         comm::Communicator* ep)
+         comm::Communicator* ep, comm::Communicator* sp, comm::Communicator* cp)
     : ps_(ps),
       prefix_(prefix),
       d_(cfg.hidden_size),
@@ -49,6 +49,8 @@ Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int6
   rc_.group_topk = cfg.moe_router_group_topk;
   router_offset_ = ps.add(prefix + ".gate.weight", {rc_.experts, d_}, Init::normal, float(cfg.init_method_std), true);
   ep_ = ep && ep->size() > 1 ? ep : nullptr;
+  sp_ = sp && sp->size() > 1 ? sp : nullptr;
+  cp_ = cp && cp->size() > 1 ? cp : nullptr;
   const int64_t n = ep_ ? ep_->size() : 1;
   TESSEL_CHECK(rc_.experts % n == 0, "expert_model_parallel_size {} must divide model.num_experts {}", n, rc_.experts);
   local_ = rc_.experts / n;
@@ -63,6 +65,26 @@ Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int6
                                     cfg.moe_shared_expert_intermediate_size);
   bias_.assign(static_cast<size_t>(rc_.experts), 0.0f);
   load_.assign(static_cast<size_t>(rc_.experts), 0);
+}
+
+double Moe::balance_loss(int64_t N, const float* scores, const int32_t* chosen, float grad_scale,
+                         float* dscores) const {
+  const int64_t sp = sp_ ? sp_->size() : 1, cp = cp_ ? cp_->size() : 1;
+  const int64_t rows = N * sp, first = sp_ ? N * sp_->rank() : 0;  // this context-parallel rank's rows
+  const bool per_sequence = balance_ == "seq_aux_loss";               // else the micro-batch as one
+  const int64_t local_seq = seq_ / cp;                                 // a sequence's rows on this rank
+  const int64_t T = per_sequence ? seq_ : rows * cp, S = per_sequence ? rows / local_seq : 1;
+  std::vector<int64_t> row_seq(static_cast<size_t>(N), 0);
+  if (per_sequence)
+    for (int64_t t = 0; t < N; ++t) row_seq[size_t(t)] = (first + t) / local_seq;
+  std::vector<float> counts(static_cast<size_t>(S * rc_.experts), 0.0f);
+  kernels::balance_counts(rc_, N, row_seq.data(), chosen, counts.data());
+  for (comm::Communicator* g : {sp_, cp_})
+    if (g) g->all_reduce(counts.data(), int64_t(counts.size()), DType::f32, comm::ReduceOp::sum);
+  // Weighted like the loss (grad_scale per token x T tokens per sequence), value and gradient alike.
+  return double(grad_scale) * double(T) *
+         kernels::balance_loss_rows(rc_, N, row_seq.data(), T, alpha_, scores, counts.data(), grad_scale * float(T),
+                                    dscores);
 }
 
 Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved) const {
@@ -82,12 +104,7 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved) const
   if (training && ((balance_ != "none" && alpha_ > 0) || z_coeff_ > 0)) {
     Tensor dscores = Tensor::zeros({N, E}, DType::f32), daux = Tensor::zeros({N, E}, DType::f32);
     if (balance_ != "none" && alpha_ > 0) {
-      // seq_aux_loss: per sequence, weighted like the loss (grad_scale per token x T tokens)
-      const int64_t T = balance_ == "seq_aux_loss" ? seq_ : N;
-      // Its value enters the objective like the gradient: per sequence x grad_scale x T.
-      aux_loss_ += double(grad_scale) * double(T) *
-                   kernels::sequence_balance_loss(rc_, N, T, alpha_, scores.data<float>(), chosen.data<int32_t>(),
-                                                  grad_scale * float(T), dscores.data<float>());
+      aux_loss_ += balance_loss(N, scores.data<float>(), chosen.data<int32_t>(), grad_scale, dscores.data<float>());
       kernels::router_scores_backward(rc_, N, scores.data<float>(), dscores.data<float>(), daux.data<float>());
     }
     if (z_coeff_ > 0) {  // z-loss (ST-MoE): coeff x logsumexp(u)^2 per token, weighted like the loss

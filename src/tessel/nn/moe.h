@@ -16,6 +16,10 @@
 // Under tensor parallelism the experts are replicated, not split: every rank of the group runs the
 // block on the same rows (or, with sequence parallelism, on its own rows, the replicated gradients
 // then summed with the others). Not yet: splitting experts over tensor parallelism.
+// The balance losses under sequence parallelism (sp: rank r holds rows [r N, (r+1) N) of the
+// context-parallel rank's rows) and context parallelism (cp: every sequence's tokens spread over the
+// group, seq_length / cp per rank): each sequence's token counts per expert are summed over sp and
+// cp, then every rank takes the loss and its gradient on its own rows (the loss is a sum over rows).
 // Dropping (moe_expert_capacity_factor > 0, Switch Transformer / Megatron): each expert takes at most
 // ceil(factor x N k / E) of this rank's copies, keeping the largest gate weights ("probs") or the
 // earliest tokens ("position"); a dropped copy contributes nothing (the residual carries the token).
@@ -31,7 +35,7 @@ namespace tessel::nn {
 class Moe {
  public:
   Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-      comm::Communicator* ep = nullptr);
+      comm::Communicator* ep = nullptr, comm::Communicator* sp = nullptr, comm::Communicator* cp = nullptr);
 
   // y [N, d] (N = B x seq rows) -> [N, d] f32. grad_scale: the loss scale of this micro-batch (the
   // auxiliary losses' gradients use it); the auxiliary losses' values accumulate into aux_loss().
@@ -62,7 +66,10 @@ class Moe {
   // expert) counts; combine is its inverse.
   Tensor dispatch(const Tensor& rows, const std::vector<int64_t>& counts, std::vector<int64_t>& recv_counts) const;
   Tensor combine(const Tensor& rows, const std::vector<int64_t>& counts, const std::vector<int64_t>& recv_counts) const;
+  // The balance loss of these N rows (value and gradient into dscores), counts summed over sp_ and cp_.
+  double balance_loss(int64_t N, const float* scores, const int32_t* chosen, float grad_scale, float* dscores) const;
   comm::Communicator* ep_ = nullptr;
+  comm::Communicator *sp_ = nullptr, *cp_ = nullptr;
   int64_t first_ = 0, local_ = 0;  // this rank's experts [first_, first_ + local_)
   std::vector<std::unique_ptr<Mlp>> experts_;
   std::unique_ptr<Mlp> shared_;

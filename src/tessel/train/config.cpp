@@ -279,15 +279,6 @@ void Config::validate() const {
     TESSEL_CHECK(parallel.pipeline_layers_per_stage.empty(),
                  "parallel.pipeline_layers_per_stage is set but pipeline_model_parallel_size is 1");
   }
-  if (model.num_experts > 0) {
-    TESSEL_CHECK(!parallel.sequence_parallel || model.moe_router_load_balancing_type == "none",
-                 "model.moe_router_load_balancing_type {} with sequence parallelism: not supported yet (a rank holds "
-                 "only some rows of each sequence; the bias balancing works)", model.moe_router_load_balancing_type);
-    TESSEL_CHECK(model.moe_router_load_balancing_type == "none" || parallel.context_parallel_size == 1,
-                 "model.moe_router_load_balancing_type {} with context_parallel_size {}: not supported yet (a rank "
-                 "holds only parts of each sequence; the bias balancing, moe_router_enable_expert_bias, works)",
-                 model.moe_router_load_balancing_type, parallel.context_parallel_size);
-  }
   if (model.mtp_num_layers > 0) {
     TESSEL_CHECK(parallel.context_parallel_size == 1,
                  "model.mtp_num_layers with context_parallel_size {}: not supported yet (the modules need whole "

@@ -142,10 +142,13 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   if (cfg_.model.num_experts > 0) {
     // Expert loads over every replica (the bias moves alike everywhere); each layer's ratio and the
     // auxiliary losses from whichever pipeline stage holds it.
-    // Under sequence parallelism each tensor-parallel rank routed only its rows: their loads add up too.
-    r.expert_load_max_mean = model_->moe_end_step({dp_, cfg_.parallel.sequence_parallel ? tp_ : nullptr});
+    // Under sequence and context parallelism each rank routed only its rows: their loads and their
+    // shares of the auxiliary losses add up too (dp_ spans the context-parallel ranks).
+    comm::Communicator* sp = cfg_.parallel.sequence_parallel ? tp_ : nullptr;
+    r.expert_load_max_mean = model_->moe_end_step({dp_, sp});
     double aux = model_->moe_take_aux_loss();
-    if (dp_) aux = comm::sum_in_rank_order(*dp_, aux);
+    for (comm::Communicator* g : {sp, dp_})
+      if (g) aux = comm::sum_in_rank_order(*g, aux);
     if (pp_) {
       aux = comm::sum_in_rank_order(*pp_, aux);
       std::vector<float> ratio(r.expert_load_max_mean.begin(), r.expert_load_max_mean.end());

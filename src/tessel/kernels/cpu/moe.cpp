@@ -94,30 +94,40 @@ void router_scores_backward(const RouterConfig& c, int64_t N, const float* score
   }
 }
 
-double sequence_balance_loss(const RouterConfig& c, int64_t N, int64_t T, float alpha, const float* scores,
-                             const int32_t* chosen, float grad_scale, float* dscores) {
+void balance_counts(const RouterConfig& c, int64_t N, const int64_t* row_seq, const int32_t* chosen, float* counts) {
   const int64_t E = c.experts, k = c.topk;
-  TESSEL_CHECK(N % T == 0, "balance loss: {} rows are not whole sequences of {}", N, T);
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t j = 0; j < k; ++j) counts[row_seq[t] * E + chosen[t * k + j]] += 1.0f;
+}
+
+double balance_loss_rows(const RouterConfig& c, int64_t N, const int64_t* row_seq, int64_t T, float alpha,
+                         const float* scores, const float* counts, float grad_scale, float* dscores) {
+  const int64_t E = c.experts, k = c.topk;
+  // L = alpha sum_seq sum_i f_i P_i = sum_t (alpha / T) sum_i f[seq(t), i] s'[t, i]: a sum over rows.
+  const double fscale = double(E) / double(k * T);
   double loss = 0;
-  for (int64_t b = 0; b < N / T; ++b) {
-    std::vector<double> f(static_cast<size_t>(E), 0.0), P(static_cast<size_t>(E), 0.0);
-    for (int64_t t = b * T; t < (b + 1) * T; ++t) {
-      for (int64_t j = 0; j < k; ++j) f[size_t(chosen[t * k + j])] += double(E) / double(k * T);
-      double sum = 0;
-      for (int64_t e = 0; e < E; ++e) sum += scores[t * E + e];
-      for (int64_t e = 0; e < E; ++e) P[size_t(e)] += scores[t * E + e] / sum / double(T);
-    }
-    for (int64_t e = 0; e < E; ++e) loss += double(alpha) * f[size_t(e)] * P[size_t(e)];
+  for (int64_t t = 0; t < N; ++t) {
+    const float* cnt = counts + row_seq[t] * E;
+    const float* st = scores + t * E;
+    double sum = 0, dot = 0;
+    for (int64_t e = 0; e < E; ++e) sum += st[e];
+    for (int64_t e = 0; e < E; ++e) dot += double(alpha) * fscale * double(cnt[e]) / double(T) * st[e] / sum;
+    loss += dot;
     // dL/ds'[t, i] = alpha f_i / T; through s' = s / sum_j s: ds_i = (g_i - sum_j g_j s'_j) / sum_j s_j
-    for (int64_t t = b * T; t < (b + 1) * T; ++t) {
-      double sum = 0, dot = 0;
-      for (int64_t e = 0; e < E; ++e) sum += scores[t * E + e];
-      for (int64_t e = 0; e < E; ++e) dot += double(alpha) * f[size_t(e)] / double(T) * scores[t * E + e] / sum;
-      for (int64_t e = 0; e < E; ++e)
-        dscores[t * E + e] += float(grad_scale * (double(alpha) * f[size_t(e)] / double(T) - dot) / sum);
-    }
+    for (int64_t e = 0; e < E; ++e)
+      dscores[t * E + e] += float(grad_scale * (double(alpha) * fscale * double(cnt[e]) / double(T) - dot) / sum);
   }
   return loss;
+}
+
+double sequence_balance_loss(const RouterConfig& c, int64_t N, int64_t T, float alpha, const float* scores,
+                             const int32_t* chosen, float grad_scale, float* dscores) {
+  TESSEL_CHECK(N % T == 0, "balance loss: {} rows are not whole sequences of {}", N, T);
+  std::vector<int64_t> row_seq(static_cast<size_t>(N));
+  for (int64_t t = 0; t < N; ++t) row_seq[size_t(t)] = t / T;
+  std::vector<float> counts(static_cast<size_t>(N / T * c.experts), 0.0f);
+  balance_counts(c, N, row_seq.data(), chosen, counts.data());
+  return balance_loss_rows(c, N, row_seq.data(), T, alpha, scores, counts.data(), grad_scale, dscores);
 }
 
 void expert_order(int64_t N, int64_t k, int64_t E, const int32_t* chosen, std::vector<int64_t>& order,
