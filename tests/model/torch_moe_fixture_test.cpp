@@ -94,11 +94,17 @@ void load_expert_bias(nn::Model& model, const ckpt::SafetensorsFile& f) {
 
 Tensor rows(const Tensor& t, int64_t b0, int64_t b1) { return t.slice(0, b0, b1).clone(); }
 
-class TorchMoeFixture : public ::testing::TestWithParam<std::string> {};
+struct Case {
+  std::string file;
+  bool recompute;  // full-layer activation recompute: MoE layers run their forward twice
+};
+
+class TorchMoeFixture : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TorchMoeFixture, LossesGradientsAndRouting) {
-  const auto f = ckpt::read_safetensors(std::string(TESSEL_FIXTURE_DIR) + "/" + GetParam());
-  const nn::ModelConfig cfg = config_from(f);
+  const auto f = ckpt::read_safetensors(std::string(TESSEL_FIXTURE_DIR) + "/" + GetParam().file);
+  nn::ModelConfig cfg = config_from(f);
+  cfg.recompute = GetParam().recompute;
   nn::Model model(cfg);
   load_params(model, f);
   load_expert_bias(model, f);
@@ -191,18 +197,21 @@ TEST_P(TorchMoeFixture, LossesGradientsAndRouting) {
 
     std::printf("[ errors   ] %s, %lld micro-batch(es): logits %.2e, main loss %.2e, mtp loss %.2e, aux loss %.2e, "
                 "objective %.2e, worst grad %.2e (%s), expert bias after the step %.1e\n",
-                GetParam().c_str(), static_cast<long long>(micro), logits_err, main_err, mtp_err, aux_err, loss_err,
+                GetParam().file.c_str(), static_cast<long long>(micro), logits_err, main_err, mtp_err, aux_err, loss_err,
                 worst_grad, worst_name.c_str(), bias_err);
   }
 }
 
-std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
-  return info.param.substr(0, info.param.find('.'));
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.file.substr(0, info.param.file.find('.')) + (info.param.recompute ? "_recompute" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TorchMoeFixture,
-                         ::testing::Values("deepseek_tiny.safetensors", "deepseek_qproj_mtp2.safetensors",
-                                           "mixtral_tiny.safetensors"),
+                         ::testing::Values(Case{"deepseek_tiny.safetensors", false},
+                                           Case{"deepseek_tiny.safetensors", true},
+                                           Case{"deepseek_qproj_mtp2.safetensors", false},
+                                           Case{"mixtral_tiny.safetensors", false},
+                                           Case{"mixtral_tiny.safetensors", true}),
                          case_name);
 
 }  // namespace

@@ -3,7 +3,7 @@
 Usage: compare_runs.py REFERENCE RUN [--steps N] [--fp8]
 Each argument is a run's log.dir, holding metrics.jsonl, with its checkpoint.dir at <log.dir>/ckpt.
 Checked (fp32, relative):
-  losses at every step                1e-5  (MoE: the auxiliary losses too)
+  losses at every step                1e-5  (also moe_aux_loss and mtp_loss when logged)
   gradient norm at step 1             1e-6  (same parameters: only summation order differs)
   gradient norms at later steps       1e-4  (Adam's m / sqrt(v) is ~1 whatever a near-zero gradient's
                                              size, so summation-order noise becomes ~lr-sized
@@ -70,11 +70,13 @@ def main():
           f"parameters L2 {l2_err[worst_l2]:.1e} ({worst_l2}), largest element {max_err[worst_max]:.1e}")
     ok = (loss_err < 1e-5 and norm_err[0] < 1e-6 and max(norm_err) < 1e-4 and l2_err[worst_l2] < 5e-4
           and max_err[worst_max] < 1e-2)
-    aux_ref, aux_run = metric(ref, "moe_aux_loss"), metric(run, "moe_aux_loss")
-    if aux_ref:  # MoE: the auxiliary losses summed over every rank's rows, like the single run's
-        aux_err = max(relative(aux_ref, aux_run)) if len(aux_ref) == len(aux_run) else float("inf")
-        print(f"{run}: MoE auxiliary losses within {aux_err:.1e}")
-        ok = ok and aux_err < 1e-5
+    # MoE auxiliary losses and multi-token-prediction losses, summed over every rank's rows.
+    for key in ("moe_aux_loss", "mtp_loss"):
+        a, b = metric(ref, key), metric(run, key)
+        if a:
+            err = max(relative(a, b)) if len(a) == len(b) else float("inf")
+            print(f"{run}: {key} within {err:.1e}")
+            ok = ok and err < 1e-5
     sys.exit(0 if ok else 1)
 
 

@@ -94,6 +94,9 @@ single deepseek "${DS[@]}"
 run 2 deepseek-dp2 "${DS[@]}" && compare deepseek deepseek-dp2
 run 2 deepseek-ep2 "${DS[@]}" --set $EP=2 && compare deepseek deepseek-ep2
 run 4 deepseek-ep4 "${DS[@]}" --set $EP=4 && compare deepseek deepseek-ep4
+# Activation recompute with MoE layers: the second forward rebuilds the router's saved state without
+# counting loads and auxiliary losses again.
+run 2 deepseek-ep2-recompute "${DS[@]}" --set $EP=2 --set model.recompute=true && compare deepseek deepseek-ep2-recompute
 # Multi-token prediction on the last pipeline stage, with its copy of the embedding.
 run 4 deepseek-pp2-ep2 "${DS[@]}" --set $PP=2 --set parallel.pipeline_layers_per_stage=2,1 --set $EP=2
 compare deepseek deepseek-pp2-ep2
@@ -111,6 +114,13 @@ unset CONFIG
 # over the context-parallel ranks, the bias balancing its loads over data x context ranks.
 run 2 moe-cp2 "${MOE[@]}" --set $CP=2 && compare moe moe-cp2
 run 4 moe-aux-tp2-sp-cp2 "${MOE_AUX[@]}" --set $TP=2 --set $SP=true --set $CP=2 && compare moe-aux moe-aux-tp2-sp-cp2
+
+# Multi-token prediction under context parallelism (the shifted targets taken on the whole sequences,
+# then each rank's chunks) and sequence parallelism (the modules on row shards like the layers).
+MTP=(--set model.mtp_num_layers=2 --set model.mtp_loss_scaling_factor=0.3)
+single mtp "${MTP[@]}"
+run 2 mtp-cp2 "${MTP[@]}" --set $CP=2 && compare mtp mtp-cp2
+run 2 mtp-tp2-sp "${MTP[@]}" --set $TP=2 --set $SP=true && compare mtp mtp-tp2-sp
 
 # Checkpoints hold whole tensors gathered from every stage: stop at step 3, resume on pp2 (bit-exact
 # with the uninterrupted pp2 run), and resume the same checkpoint in one process.

@@ -167,6 +167,20 @@ Tensor cp_local_slice(const Tensor& batch, int rank, int size) {
   return out;
 }
 
+Tensor cp_gather_sequences(const Tensor& local, comm::Communicator& cp) {
+  TESSEL_CHECK(local.dim() == 2 && local.dtype() == DType::i64 && local.is_contiguous(),
+               "context parallel: gathering sequences needs contiguous i64 [B, 2L] rows, got {}", local.str());
+  const int64_t B = local.size(0), Tl = local.size(1), C = cp.size(), T = Tl * C;
+  std::vector<int64_t> all(static_cast<size_t>(C * B * Tl));
+  cp.all_gather(local.data<int64_t>(), all.data(), B * Tl, DType::i64);
+  Tensor out = Tensor::empty({B, T}, DType::i64);
+  for (int64_t r = 0; r < C; ++r)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < Tl; ++t)
+        out.data<int64_t>()[b * T + cp_global_position(t, T, int(r), int(C))] = all[size_t((r * B + b) * Tl + t)];
+  return out;
+}
+
 // Calls fn(j, kc, shape) for every (local query chunk j, held key chunk kc) pair that attends, with
 // the chunk-sized kernel shape (causal for the diagonal pair).
 template <class Fn>

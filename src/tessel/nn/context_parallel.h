@@ -26,6 +26,10 @@ int64_t cp_global_position(int64_t t, int64_t T, int rank, int size);
 // tokens and targets [B, T] or f32 hidden states [B, T, d]). T divisible by 2 * size.
 Tensor cp_local_slice(const Tensor& batch, int rank, int size);
 
+// The inverse, over the group: every rank's rows [B, 2L] (i64, e.g. targets) -> the whole sequences
+// [B, T] on every rank. Collective over cp (an all-gather).
+Tensor cp_gather_sequences(const Tensor& local, comm::Communicator& cp);
+
 // Ring attention, forward. `local` describes this rank's rows: local.T = Tl = 2L (both chunks),
 // B, H query heads, G kv heads (GQA), Dh, scale; local.causal = true masks by global position
 // (false: every query sees every key). Layout as kernels::attention_fwd:

@@ -4,6 +4,7 @@
 
 #include "tessel/kernels/cast.h"
 #include "tessel/kernels/xent.h"
+#include "tessel/nn/context_parallel.h"
 #include "tessel/nn/fp8.h"
 #include "tessel/nn/sequence_parallel.h"
 
@@ -76,8 +77,6 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
   }
   mtp_begin_ = ps_->numel();
   if (cfg_.mtp_num_layers > 0 && plan_.has_head) {  // on the last pipeline stage, with the head
-    TESSEL_CHECK(!cp_, "multi-token prediction needs whole sequences: not supported yet with context parallelism");
-    TESSEL_CHECK(!cfg_.sequence_parallel, "multi-token prediction with sequence parallelism is not supported yet");
     const Norm::Kind rms = Norm::Kind::rms;
     for (int64_t k = 0; k < cfg_.mtp_num_layers; ++k) {
       // Named as Hugging Face DeepSeek-V3 names them: the layers after the main model's.
@@ -198,8 +197,12 @@ Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens
   const size_t end = first + size_t(plan_.chunks[size_t(chunk)].size());
   for (size_t i = first; i < end; ++i) {
     if (cfg_.recompute) {
-      // Keep only the layer input; backward re-runs the layer forward to rebuild the rest.
+      // Keep only the layer input (and the loss scale MoE layers weigh their auxiliary losses by);
+      // backward re-runs the layer forward to rebuild the rest.
       saved.put(recompute_key(i), x);
+      Tensor gs = Tensor::empty({1}, DType::f32);
+      gs.data<float>()[0] = grad_scale;
+      saved.put(recompute_key(i) + ".grad_scale", gs);
       Activations scratch;
       x = layers_[i]->forward(x, batch, scratch, grad_scale);
     } else {
@@ -232,9 +235,13 @@ Tensor shifted(const Tensor& targets, int64_t by, int64_t fill) {
 void Model::mtp_forward(Tensor h, const Tensor& targets, float grad_scale, Activations& saved) {
   const float scale = grad_scale * float(cfg_.mtp_loss_scaling_factor / double(mtp_.size()));
   const int64_t batch = batch_of(h.size(0));
+  // Module k needs tokens k + 1 and k + 2 ahead of every position: under context parallelism they
+  // may sit on other ranks, so the shifts are taken on the whole sequences, then this rank's rows.
+  const Tensor whole = cp_ ? cp_gather_sequences(targets, *cp_) : targets;
+  auto mine = [&](const Tensor& t) { return cp_ ? cp_local_slice(t, cp_->rank(), cp_->size()) : t; };
   for (size_t k = 0; k < mtp_.size(); ++k) {
     const MtpModule& m = mtp_[k];
-    const Tensor emb = mtp_embedding().forward(shifted(targets, int64_t(k), 0), saved, mtp_tag(k));
+    const Tensor emb = mtp_embedding().forward(mine(shifted(whole, int64_t(k), 0)), saved, mtp_tag(k));
     Tensor re, rh;
     const Tensor en = m.enorm->forward(emb, Tensor(), re, saved), hn = m.hnorm->forward(h, Tensor(), rh, saved);
     Tensor cat = Tensor::empty({en.size(0), 2 * cfg_.hidden_size}, en.dtype());
@@ -242,7 +249,7 @@ void Model::mtp_forward(Tensor h, const Tensor& targets, float grad_scale, Activ
     cat.slice(1, cfg_.hidden_size, 2 * cfg_.hidden_size).copy_from(hn);
     h = m.layer->forward(m.eh_proj->forward(cat, saved), batch, saved, grad_scale);
     Tensor rf;
-    const Tensor predict = shifted(targets, int64_t(k) + 1, -1);
+    const Tensor predict = mine(shifted(whole, int64_t(k) + 1, -1));
     mtp_loss_sum_ += head_->forward_loss(m.head_norm->forward(h, Tensor(), rf, saved), predict, scale, saved, mtp_tag(k));
     for (int64_t i = 0; i < predict.numel(); ++i) mtp_tokens_ += predict.data<int64_t>()[i] >= 0;
   }
@@ -300,8 +307,10 @@ Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, 
   for (size_t i = first + size_t(plan_.chunks[size_t(chunk)].size()); i-- > first;) {
     if (cfg_.recompute) {
       const Tensor input = saved.get(recompute_key(i));
+      const float grad_scale = saved.get(recompute_key(i) + ".grad_scale").data<float>()[0];
       saved.erase(recompute_key(i));
-      layers_[i]->forward(input, batch_of(input.size(0)), saved);
+      saved.erase(recompute_key(i) + ".grad_scale");
+      layers_[i]->forward(input, batch_of(input.size(0)), saved, grad_scale, true);
     }
     dx = layers_[i]->backward_input(dx, saved);
     if (weights) layer_weights(i, saved, ready);

@@ -36,7 +36,6 @@ void ModelConfig::validate() const {
                      moe_router_load_balancing_type == "aux_loss",
                  "model.moe_router_load_balancing_type: '{}' is not supported (allowed: none, seq_aux_loss, aux_loss)",
                  moe_router_load_balancing_type);
-    TESSEL_CHECK(!recompute, "model.recompute with Mixture-of-Experts layers is not supported yet");
     TESSEL_CHECK(moe_expert_capacity_factor >= 0, "model.moe_expert_capacity_factor must be >= 0 (0: no dropping), got {}",
                  moe_expert_capacity_factor);
     TESSEL_CHECK(moe_token_drop_policy == "probs" || moe_token_drop_policy == "position",

@@ -87,7 +87,7 @@ double Moe::balance_loss(int64_t N, const float* scores, const int32_t* chosen, 
                                     dscores);
 }
 
-Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved) const {
+Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool recomputing) const {
   const Keys key(prefix_);
   const int64_t N = y.size(0), E = rc_.experts, k = rc_.topk;
   const Tensor y32 = y.dtype() == DType::f32 ? y : y.to(DType::f32);
@@ -100,11 +100,15 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved) const
                             chosen.data<int32_t>(), weights.data<float>());
   }
   const bool training = grad_scale > 0;  // evaluation: no statistics, no auxiliary losses
+  // Recompute (model.recompute) runs the forward a second time to rebuild what backward needs: the
+  // statistics and loss values were counted by the first run.
+  const bool count = training && !recomputing;
+  double aux = 0;
   // Auxiliary losses: their gradient with respect to the logits is known now; kept for backward.
   if (training && ((balance_ != "none" && alpha_ > 0) || z_coeff_ > 0)) {
     Tensor dscores = Tensor::zeros({N, E}, DType::f32), daux = Tensor::zeros({N, E}, DType::f32);
     if (balance_ != "none" && alpha_ > 0) {
-      aux_loss_ += balance_loss(N, scores.data<float>(), chosen.data<int32_t>(), grad_scale, dscores.data<float>());
+      aux += balance_loss(N, scores.data<float>(), chosen.data<int32_t>(), grad_scale, dscores.data<float>());
       kernels::router_scores_backward(rc_, N, scores.data<float>(), dscores.data<float>(), daux.data<float>());
     }
     if (z_coeff_ > 0) {  // z-loss (ST-MoE): coeff x logsumexp(u)^2 per token, weighted like the loss
@@ -114,7 +118,7 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved) const
         double sum = 0;
         for (int64_t e = 0; e < E; ++e) sum += std::exp(double(u[e] - mx));
         const double lse = double(mx) + std::log(sum);
-        aux_loss_ += double(z_coeff_) * lse * lse * double(grad_scale);
+        aux += double(z_coeff_) * lse * lse * double(grad_scale);
         for (int64_t e = 0; e < E; ++e)
           daux.data<float>()[t * E + e] +=
               float(2.0 * double(z_coeff_) * lse * std::exp(double(u[e]) - lse) * double(grad_scale));
@@ -125,8 +129,10 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved) const
   // Token copies in expert order; each expert runs on its contiguous group. With a capacity factor the
   // copies an expert cannot take go to a last bucket, E, that no expert runs (their output is zero).
   std::vector<int32_t> routed(chosen.data<int32_t>(), chosen.data<int32_t>() + N * k);
-  if (training)
+  if (count) {
+    aux_loss_ += aux;
     for (int32_t e : routed) ++load_[size_t(e)];  // the router's demand, dropped copies included
+  }
   if (capacity_factor_ > 0) drop_over_capacity(N, weights.data<float>(), routed);
   std::vector<int64_t> order, counts;
   kernels::expert_order(N, k, E + 1, routed.data(), order, counts);

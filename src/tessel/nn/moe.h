@@ -39,7 +39,9 @@ class Moe {
 
   // y [N, d] (N = B x seq rows) -> [N, d] f32. grad_scale: the loss scale of this micro-batch (the
   // auxiliary losses' gradients use it); the auxiliary losses' values accumulate into aux_loss().
-  Tensor forward(const Tensor& y, float grad_scale, Activations& saved) const;
+  // recomputing: a second forward of the same micro-batch (activation recompute) that rebuilds what
+  // backward needs without counting loads and loss values again.
+  Tensor forward(const Tensor& y, float grad_scale, Activations& saved, bool recomputing = false) const;
   Tensor backward_input(const Tensor& dout, Activations& saved) const;
   void backward_weight(Activations& saved) const;
 

@@ -31,13 +31,14 @@ TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64
   TESSEL_CHECK(!mla_ || !cfg.sequence_parallel, "multi-latent attention with sequence parallelism is not supported yet");
 }
 
-Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale) const {
+Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale,
+                                 bool recomputing) const {
   Tensor r0, r1;
   // Dense attention and MLP take their input as FP8 straight from the norm when the recipe allows
   // (Norm::forward_for); MLA (two Linears read y) and MoE (the router reads y) take it as it is.
   Tensor a = mla_ ? mla_->forward(norm1_.forward(r, Tensor(), r0, saved), batch, saved)
                   : attn_->forward(norm1_.forward_for(attn_->input_linear(), r, Tensor(), r0, saved), batch, saved);
-  Tensor m = moe_ ? moe_->forward(norm2_.forward(r, a, r1, saved), grad_scale, saved)
+  Tensor m = moe_ ? moe_->forward(norm2_.forward(r, a, r1, saved), grad_scale, saved, recomputing)
                   : mlp_->forward(norm2_.forward_for(mlp_->input_linear(), r, a, r1, saved), saved);
   ProfileScope prof("residual");
   Tensor out = Tensor::empty(r.shape(), DType::f32);

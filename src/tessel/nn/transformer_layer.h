@@ -18,7 +18,9 @@ class TransformerLayer {
                    std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr,
                    comm::Communicator* cp = nullptr, comm::Communicator* ep = nullptr);
   // r [N, d] f32. grad_scale: the micro-batch's loss scale (MoE auxiliary losses); 0 in evaluation.
-  Tensor forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale = 0.0f) const;
+  // recomputing: activation recompute's second forward (MoE statistics are not counted again).
+  Tensor forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale = 0.0f,
+                 bool recomputing = false) const;
   Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dr [N, d] f32
   void backward_weight(Activations& saved) const;
   // Inference over positions pos0 .. pos0 + n - 1 with this layer's KV cache (see SelfAttention).

@@ -279,11 +279,6 @@ void Config::validate() const {
     TESSEL_CHECK(parallel.pipeline_layers_per_stage.empty(),
                  "parallel.pipeline_layers_per_stage is set but pipeline_model_parallel_size is 1");
   }
-  if (model.mtp_num_layers > 0) {
-    TESSEL_CHECK(parallel.context_parallel_size == 1,
-                 "model.mtp_num_layers with context_parallel_size {}: not supported yet (the modules need whole "
-                 "sequences)", parallel.context_parallel_size);
-  }
   TESSEL_CHECK(!parallel.sequence_parallel || parallel.tensor_model_parallel_size > 1,
                "parallel.sequence_parallel needs tensor_model_parallel_size > 1 (it splits the tensor-parallel "
                "region's sequence)");
