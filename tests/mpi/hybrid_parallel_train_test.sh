@@ -69,11 +69,16 @@ run 4 moe-ep4 "${MOE[@]}" --set $EP=4 && compare moe moe-ep4
 run 4 moe-ep2-dp2 "${MOE[@]}" --set $EP=2 && compare moe moe-ep2-dp2
 run 4 moe-ep2-dp2-zero "${MOE[@]}" --set $EP=2 --set parallel.use_distributed_optimizer=true && compare moe moe-ep2-dp2-zero
 run 4 moe-ep2-pp2 "${MOE[@]}" --set $EP=2 --set $PP=2 && compare moe moe-ep2-pp2
-# Under tensor parallelism the experts are replicated; with sequence parallelism each rank routes its
-# rows: the balance losses sum each sequence's token counts over the group, the bias balancing its
-# loads. The micro-batch-wise "aux_loss" and the z-loss too.
+# Under tensor parallelism the experts are split like the MLP (expert_tensor_parallel_size defaults
+# to the tensor-parallel size) or replicated (1); with sequence parallelism each rank routes its rows
+# (split experts: every rank's copies gathered), the balance losses sum each sequence's token counts
+# over the group, the bias balancing its loads. The micro-batch-wise "aux_loss" and the z-loss too.
+run 2 moe-tp2 "${MOE[@]}" --set $TP=2 && compare moe moe-tp2
 run 4 moe-ep2-tp2 "${MOE[@]}" --set $EP=2 --set $TP=2 && compare moe moe-ep2-tp2
 run 2 moe-tp2-sp "${MOE[@]}" --set $TP=2 --set $SP=true && compare moe moe-tp2-sp
+run 2 moe-tp2-sp-replicated "${MOE[@]}" --set $TP=2 --set $SP=true --set parallel.expert_tensor_parallel_size=1
+compare moe moe-tp2-sp-replicated
+run 8 moe-ep2-tp2-sp-dp2 "${MOE[@]}" --set $EP=2 --set $TP=2 --set $SP=true && compare moe moe-ep2-tp2-sp-dp2
 MOE_AUX=("${MOE[@]}" --set model.moe_router_load_balancing_type=aux_loss --set model.moe_z_loss_coeff=0.001)
 single moe-aux "${MOE_AUX[@]}"
 run 2 moe-aux-tp2-sp "${MOE_AUX[@]}" --set $TP=2 --set $SP=true && compare moe-aux moe-aux-tp2-sp

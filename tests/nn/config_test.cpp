@@ -59,13 +59,22 @@ TEST(Config, UnknownSectionAndBadValues) {
   EXPECT_NE(error_of("", {"model.arch=mixtral", "model.num_experts=4", "model.moe_router_topk=5"})
                 .find("moe_router_topk must be in [1, num_experts = 4]"),
             std::string::npos);
+  EXPECT_EQ(error_of("", {"model.arch=mixtral", "model.num_experts=4", "parallel.tensor_model_parallel_size=2",
+                          "parallel.sequence_parallel=true", "model.moe_router_load_balancing_type=seq_aux_loss"}),
+            "");
   EXPECT_NE(error_of("", {"model.arch=mixtral", "model.num_experts=4", "parallel.tensor_model_parallel_size=2",
-                          "parallel.sequence_parallel=true", "model.moe_router_load_balancing_type=seq_aux_loss"})
-                .find("not supported yet"),
+                          "parallel.expert_tensor_parallel_size=4"})
+                .find("allowed 1 (experts replicated over tensor parallelism)"),
             std::string::npos);
+  EXPECT_NE(error_of("", {"model.arch=mixtral", "model.num_experts=4", "parallel.tensor_model_parallel_size=2",
+                          "model.moe_ffn_hidden_size=33"})
+                .find("must divide by it"),
+            std::string::npos);
+  EXPECT_EQ(error_of("", {"model.arch=mixtral", "model.num_experts=4", "parallel.tensor_model_parallel_size=2",
+                          "model.moe_ffn_hidden_size=33", "parallel.expert_tensor_parallel_size=1"}),
+            "");
   EXPECT_NE(error_of("", {"model.arch=deepseek_v3", "model.qk_pos_emb_head_dim=3"}).find("(even)"), std::string::npos);
-  EXPECT_NE(error_of("", {"model.mtp_num_layers=1", "parallel.context_parallel_size=2"}).find("not supported yet"),
-            std::string::npos);
+  EXPECT_EQ(error_of("", {"model.mtp_num_layers=1", "parallel.context_parallel_size=2"}), "");
   EXPECT_EQ(error_of("", {"parallel.tensor_model_parallel_size=2", "parallel.use_distributed_optimizer=true"}), "");
   EXPECT_EQ(error_of("", {"parallel.tensor_model_parallel_size=2"}), "");
   // Pipeline layouts: an even split, or explicit layers per virtual stage that sum to the model's.

@@ -59,6 +59,9 @@ struct ModelConfig {
   // Runtime layout, not model shape (from the parallel section): activations outside the
   // tensor-parallel GEMMs split by rows over the tensor-parallel group (sequence_parallel.h).
   bool sequence_parallel = false;
+  // MoE experts split over the tensor-parallel group like the MLP (parallel.expert_tensor_parallel_size);
+  // false: replicated on it.
+  bool expert_tensor_parallel = false;
   Fp8Recipe fp8;  // from precision.fp8: the transformer layers' Linears in FP8 when enabled
 
   bool is_llama() const { return arch != "gpt2"; }  // llama, mixtral, deepseek_v3: RMSNorm, RoPE, SwiGLU

@@ -28,7 +28,7 @@ Tensor from_vector(const std::vector<int64_t>& v) {
 }  // namespace
 
 Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-         comm::Communicator* ep, comm::Communicator* sp, comm::Communicator* cp)
+         comm::Communicator* ep, comm::Communicator* tp, comm::Communicator* cp)
     : ps_(ps),
       prefix_(prefix),
       d_(cfg.hidden_size),
@@ -49,19 +49,23 @@ Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int6
   rc_.group_topk = cfg.moe_router_group_topk;
   router_offset_ = ps.add(prefix + ".gate.weight", {rc_.experts, d_}, Init::normal, float(cfg.init_method_std), true);
   ep_ = ep && ep->size() > 1 ? ep : nullptr;
-  sp_ = sp && sp->size() > 1 ? sp : nullptr;
+  tp = tp && tp->size() > 1 ? tp : nullptr;
+  sp_ = cfg.sequence_parallel ? tp : nullptr;
+  etp_ = cfg.expert_tensor_parallel ? tp : nullptr;
   cp_ = cp && cp->size() > 1 ? cp : nullptr;
   const int64_t n = ep_ ? ep_->size() : 1;
   TESSEL_CHECK(rc_.experts % n == 0, "expert_model_parallel_size {} must divide model.num_experts {}", n, rc_.experts);
   local_ = rc_.experts / n;
   first_ = ep_ ? local_ * ep_->rank() : 0;
   const int64_t experts_begin = ps.numel();
+  ModelConfig routed = cfg;  // routed experts take whole row sets (gathered here under sequence parallelism)
+  routed.sequence_parallel = false;
   for (int64_t e = first_; e < first_ + local_; ++e)
-    experts_.push_back(std::make_unique<Mlp>(ps, prefix + ".experts." + std::to_string(e), cfg, layer_count, nullptr,
+    experts_.push_back(std::make_unique<Mlp>(ps, prefix + ".experts." + std::to_string(e), routed, layer_count, etp_,
                                              cfg.expert_ffn()));
   if (ep_) ps.mark_expert_range(experts_begin, ps.numel());
   if (cfg.moe_shared_expert_intermediate_size > 0)
-    shared_ = std::make_unique<Mlp>(ps, prefix + ".shared_experts", cfg, layer_count, nullptr,
+    shared_ = std::make_unique<Mlp>(ps, prefix + ".shared_experts", cfg, layer_count, etp_,
                                     cfg.moe_shared_expert_intermediate_size);
   bias_.assign(static_cast<size_t>(rc_.experts), 0.0f);
   load_.assign(static_cast<size_t>(rc_.experts), 0);
@@ -262,13 +266,31 @@ Tensor per_expert(const Tensor& x, const std::vector<int64_t>& counts, int64_t d
 
 Tensor Moe::run_experts(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved) const {
   // counts: rows per local expert (without expert parallelism: per expert, local_ == E)
-  saved.put(Keys(prefix_).local_counts, from_vector(counts));
-  return per_expert(x, counts, d_, [&](size_t e, const Tensor& rows) { return experts_[e]->forward(rows, saved); });
+  std::vector<int64_t> ran;  // rows each expert ran (all tensor-parallel ranks' when gathered)
+  Tensor out = over_gathered(x, counts, [&](size_t e, const Tensor& rows) { return experts_[e]->forward(rows, saved); },
+                             &ran);
+  saved.put(Keys(prefix_).local_counts, from_vector(ran));
+  return out;
 }
 
 Tensor Moe::experts_backward(const Tensor& dy, const std::vector<int64_t>& counts, Activations& saved) const {
-  return per_expert(dy, counts, d_,
-                    [&](size_t e, const Tensor& rows) { return experts_[e]->backward_input(rows, saved); });
+  return over_gathered(dy, counts,
+                       [&](size_t e, const Tensor& rows) { return experts_[e]->backward_input(rows, saved); });
+}
+
+Tensor Moe::over_gathered(const Tensor& x, const std::vector<int64_t>& counts,
+                          const std::function<Tensor(size_t, const Tensor&)>& fn, std::vector<int64_t>* ran) const {
+  if (!(etp_ && sp_)) {
+    if (ran) *ran = counts;
+    return per_expert(x, counts, d_, fn);
+  }
+  // Split experts under sequence parallelism: every tensor-parallel rank's copies through the slices.
+  std::vector<int64_t> gathered_counts;
+  const Tensor all = gather_copies(x, counts, gathered_counts);
+  std::vector<int64_t> per(static_cast<size_t>(local_), 0);
+  for (size_t i = 0; i < gathered_counts.size(); ++i) per[i % size_t(local_)] += gathered_counts[i];
+  if (ran) *ran = per;
+  return keep_own(per_expert(all, per, d_, fn), gathered_counts);
 }
 
 namespace {
@@ -378,6 +400,46 @@ double Moe::take_aux_loss() {
   const double a = aux_loss_;
   aux_loss_ = 0;
   return a;
+}
+
+Tensor Moe::gather_copies(const Tensor& x, const std::vector<int64_t>& counts,
+                          std::vector<int64_t>& gathered_counts) const {
+  const int n = etp_->size();
+  const int64_t L = local_;
+  gathered_counts.assign(static_cast<size_t>(n * L), 0);
+  etp_->all_gather(counts.data(), gathered_counts.data(), L, DType::i64);  // [rank][expert]
+  std::vector<int64_t> rows_of(static_cast<size_t>(n), 0), elems(static_cast<size_t>(n));
+  int64_t total = 0;
+  for (int s = 0; s < n; ++s) {
+    for (int64_t e = 0; e < L; ++e) rows_of[size_t(s)] += gathered_counts[size_t(s * L + e)];
+    elems[size_t(s)] = rows_of[size_t(s)] * d_;
+    total += rows_of[size_t(s)];
+  }
+  const Tensor xc = x.is_contiguous() ? x : x.clone();
+  Tensor by_rank = Tensor::empty({total, d_}, x.dtype());
+  etp_->all_gather_v(xc.raw(), by_rank.raw(), elems, x.dtype());
+  const BlockStarts starts(gathered_counts, n, L);  // rank-major as gathered -> expert-major
+  Tensor by_expert = Tensor::empty({total, d_}, x.dtype());
+  move_blocks(by_rank, starts.by_source, by_expert, starts.by_expert, gathered_counts);
+  return by_expert;
+}
+
+Tensor Moe::keep_own(const Tensor& rows, const std::vector<int64_t>& gathered_counts) const {
+  const int n = etp_->size(), me = etp_->rank();
+  const int64_t L = local_;
+  const BlockStarts starts(gathered_counts, n, L);
+  // This rank's blocks only: zero counts elsewhere, destinations packed from 0.
+  std::vector<int64_t> mine(gathered_counts.size(), 0), to(gathered_counts.size(), 0);
+  int64_t at = 0;
+  for (int64_t e = 0; e < L; ++e) {
+    const size_t i = size_t(me * L + e);
+    mine[i] = gathered_counts[i];
+    to[i] = at;
+    at += mine[i];
+  }
+  Tensor out = Tensor::empty({at, rows.size(1)}, rows.dtype());
+  move_blocks(rows, starts.by_expert, out, to, mine);
+  return out;
 }
 
 }  // namespace tessel::nn

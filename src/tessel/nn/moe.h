@@ -13,9 +13,14 @@
 // Expert parallelism (ep): rank r of the group holds experts [r E/n, (r+1) E/n); every rank routes
 // its own tokens, the copies go to the experts' ranks with an all-to-all(v) over the group, come back
 // the same way, and are combined where they came from (backward: the same two exchanges).
-// Under tensor parallelism the experts are replicated, not split: every rank of the group runs the
-// block on the same rows (or, with sequence parallelism, on its own rows, the replicated gradients
-// then summed with the others). Not yet: splitting experts over tensor parallelism.
+// Under tensor parallelism (tp) the experts are split like the MLP (model.expert_tensor_parallel,
+// Megatron's expert tensor parallelism: gate/up column-parallel, down row-parallel, the shared expert
+// too): without sequence parallelism every rank of the group routes the same rows and runs its
+// slice of each expert on them; with it each rank routes its own rows, the copies of every local
+// expert are all-gathered over the group, run through the expert slices (whose row-parallel output
+// and column-parallel input gradient are all-reduced), and each rank keeps its own copies' rows.
+// Or replicated (expert_tensor_parallel off): every rank runs whole experts on its rows (the same
+// rows, or with sequence parallelism its own, the replicated gradients then summed over the group).
 // The balance losses under sequence parallelism (sp: rank r holds rows [r N, (r+1) N) of the
 // context-parallel rank's rows) and context parallelism (cp: every sequence's tokens spread over the
 // group, seq_length / cp per rank): each sequence's token counts per expert are summed over sp and
@@ -23,6 +28,7 @@
 // Dropping (moe_expert_capacity_factor > 0, Switch Transformer / Megatron): each expert takes at most
 // ceil(factor x N k / E) of this rank's copies, keeping the largest gate weights ("probs") or the
 // earliest tokens ("position"); a dropped copy contributes nothing (the residual carries the token).
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,7 +41,7 @@ namespace tessel::nn {
 class Moe {
  public:
   Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-      comm::Communicator* ep = nullptr, comm::Communicator* sp = nullptr, comm::Communicator* cp = nullptr);
+      comm::Communicator* ep = nullptr, comm::Communicator* tp = nullptr, comm::Communicator* cp = nullptr);
 
   // y [N, d] (N = B x seq rows) -> [N, d] f32. grad_scale: the loss scale of this micro-batch (the
   // auxiliary losses' gradients use it); the auxiliary losses' values accumulate into aux_loss().
@@ -72,6 +78,17 @@ class Moe {
   double balance_loss(int64_t N, const float* scores, const int32_t* chosen, float grad_scale, float* dscores) const;
   comm::Communicator* ep_ = nullptr;
   comm::Communicator *sp_ = nullptr, *cp_ = nullptr;
+  comm::Communicator* etp_ = nullptr;  // experts split over this tensor-parallel group
+  // Sequence parallelism with split experts: x grouped by local expert (counts each) -> every tp
+  // rank's copies, grouped by local expert then rank; gathered_counts[s * local_ + e]. keep_own is
+  // the inverse for outputs: this rank's copies' rows of a tensor in that gathered order.
+  Tensor gather_copies(const Tensor& x, const std::vector<int64_t>& counts, std::vector<int64_t>& gathered_counts) const;
+  Tensor keep_own(const Tensor& rows, const std::vector<int64_t>& gathered_counts) const;
+  // fn(e, rows of local expert e) over x grouped by local expert (counts each), through the gathered
+  // copies when needed; ran (optional): the rows each expert ran.
+  Tensor over_gathered(const Tensor& x, const std::vector<int64_t>& counts,
+                       const std::function<Tensor(size_t, const Tensor&)>& fn,
+                       std::vector<int64_t>* ran = nullptr) const;
   int64_t first_ = 0, local_ = 0;  // this rank's experts [first_, first_ + local_)
   std::vector<std::unique_ptr<Mlp>> experts_;
   std::unique_ptr<Mlp> shared_;

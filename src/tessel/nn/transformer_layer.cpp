@@ -24,8 +24,7 @@ TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64
              float(cfg.norm_epsilon)),
       mlp_(cfg.is_moe_layer(index) ? nullptr
                                     : std::make_unique<Mlp>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, tp)),
-      moe_(cfg.is_moe_layer(index) ? std::make_unique<Moe>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, ep,
-                                                          cfg.sequence_parallel ? tp : nullptr, cp)
+      moe_(cfg.is_moe_layer(index) ? std::make_unique<Moe>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, ep, tp, cp)
                                    : nullptr) {
   TESSEL_CHECK(!mla_ || !cp || cp->size() == 1, "multi-latent attention under context parallelism is not supported yet");
   TESSEL_CHECK(!mla_ || !cfg.sequence_parallel, "multi-latent attention with sequence parallelism is not supported yet");

@@ -110,6 +110,8 @@ struct Schema {
     p["sequence_parallel"] = bind_field(c.parallel.sequence_parallel, "parallel.sequence_parallel");
     p["context_parallel_size"] = bind_field(c.parallel.context_parallel_size, "parallel.context_parallel_size");
     p["expert_model_parallel_size"] = bind_field(c.parallel.expert_model_parallel_size, "parallel.expert_model_parallel_size");
+    p["expert_tensor_parallel_size"] =
+        bind_field(c.parallel.expert_tensor_parallel_size, "parallel.expert_tensor_parallel_size");
     p["use_distributed_optimizer"] = bind_field(c.parallel.use_distributed_optimizer, "parallel.use_distributed_optimizer");
     p["pipeline_schedule"] = bind_field(c.parallel.pipeline_schedule, "parallel.pipeline_schedule");
     p["pipeline_layers_per_stage"] =
@@ -225,6 +227,8 @@ Config Config::from_yaml_text(const std::string& yaml, const std::vector<std::st
   }
   c.model.compute = c.precision.compute == "bf16" ? DType::bf16 : DType::f32;
   c.model.sequence_parallel = c.parallel.sequence_parallel;
+  c.model.expert_tensor_parallel =
+      c.parallel.tensor_model_parallel_size > 1 && c.parallel.expert_tensor_parallel_size != 1;
   c.model.fp8 = c.precision.fp8_recipe_parsed();
   c.validate();
   return c;
@@ -259,6 +263,17 @@ void Config::validate() const {
   positive("virtual_pipeline_model_parallel_size", parallel.virtual_pipeline_model_parallel_size);
   positive("context_parallel_size", parallel.context_parallel_size);
   positive("expert_model_parallel_size", parallel.expert_model_parallel_size);
+  const int64_t tp = parallel.tensor_model_parallel_size, etp = parallel.expert_tensor_parallel_size;
+  TESSEL_CHECK(etp == 0 || etp == 1 || etp == tp,
+               "parallel.expert_tensor_parallel_size {}: allowed 1 (experts replicated over tensor parallelism), "
+               "tensor_model_parallel_size ({}: experts split like the MLP) or 0 (the same)", etp, tp);
+  if (model.num_experts > 0 && tp > 1 && etp != 1) {
+    TESSEL_CHECK(model.expert_ffn() % tp == 0 && model.moe_shared_expert_intermediate_size % tp == 0,
+                 "experts split over tensor_model_parallel_size {}: model.moe_ffn_hidden_size ({}) and "
+                 "moe_shared_expert_intermediate_size ({}) must divide by it (or set "
+                 "parallel.expert_tensor_parallel_size=1 to replicate the experts)", tp, model.expert_ffn(),
+                 model.moe_shared_expert_intermediate_size);
+  }
   if (parallel.expert_model_parallel_size > 1) {
     TESSEL_CHECK(model.num_experts > 0 && model.num_experts % parallel.expert_model_parallel_size == 0,
                  "parallel.expert_model_parallel_size {} needs Mixture-of-Experts layers whose model.num_experts ({}) "

@@ -38,6 +38,9 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   int64_t context_parallel_size = 1;
   int64_t expert_model_parallel_size = 1;
+  // Routed and shared experts split over the tensor-parallel group (= tensor_model_parallel_size) or
+  // replicated on it (1); 0: as Megatron-Core, the tensor-parallel size.
+  int64_t expert_tensor_parallel_size = 0;
   bool use_distributed_optimizer = false;
   std::string pipeline_schedule = "1f1b";   // 1f1b | interleaved (vpp > 1 runs interleaved either way)
   std::string pipeline_layers_per_stage;   // "3,2,2,1": layers per virtual stage; empty: even split
