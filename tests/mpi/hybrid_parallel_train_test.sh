@@ -83,12 +83,18 @@ MOE_AUX=("${MOE[@]}" --set model.moe_router_load_balancing_type=aux_loss --set m
 single moe-aux "${MOE_AUX[@]}"
 run 2 moe-aux-tp2-sp "${MOE_AUX[@]}" --set $TP=2 --set $SP=true && compare moe-aux moe-aux-tp2-sp
 # Multi-head latent attention (low-rank query, compressed key/value, shared RoPE key): heads split
-# under tensor parallelism, layers across pipeline stages.
+# under tensor parallelism, layers across pipeline stages; under sequence parallelism the latent
+# projections run on row shards (the shared key's gradient reduce-scattered), under context
+# parallelism RoPE takes the chunks' global positions and attention runs around the ring.
 MLA=(--set model.arch=deepseek_v3 --set model.num_layers=2 --set model.q_lora_rank=24 --set model.kv_lora_rank=32
      --set model.qk_head_dim=16 --set model.qk_pos_emb_head_dim=8 --set model.v_head_dim=16)
 single mla "${MLA[@]}"
 run 2 mla-tp2 "${MLA[@]}" --set $TP=2 && compare mla mla-tp2
 run 2 mla-pp2 "${MLA[@]}" --set $PP=2 && compare mla mla-pp2
+run 2 mla-tp2-sp "${MLA[@]}" --set $TP=2 --set $SP=true && compare mla mla-tp2-sp
+run 2 mla-cp2 "${MLA[@]}" --set $CP=2 && compare mla mla-cp2
+run 4 mla-tp2-cp2 "${MLA[@]}" --set $TP=2 --set $CP=2 && compare mla mla-tp2-cp2
+run 4 mla-tp2-sp-cp2 "${MLA[@]}" --set $TP=2 --set $SP=true --set $CP=2 && compare mla mla-tp2-sp-cp2
 
 # configs/deepseek-v3-tiny.yaml (MLA, dense then MoE layers with a shared expert, grouped sigmoid
 # routing with bias balancing and the sequence-wise loss, one multi-token-prediction module), shrunk:
@@ -102,6 +108,10 @@ run 4 deepseek-ep4 "${DS[@]}" --set $EP=4 && compare deepseek deepseek-ep4
 # Activation recompute with MoE layers: the second forward rebuilds the router's saved state without
 # counting loads and auxiliary losses again.
 run 2 deepseek-ep2-recompute "${DS[@]}" --set $EP=2 --set model.recompute=true && compare deepseek deepseek-ep2-recompute
+# Everything at once: MLA, split experts, balance losses, MTP under tp2 + sp x cp2 (x ep2: 8 ranks).
+run 4 deepseek-tp2-sp-cp2 "${DS[@]}" --set $TP=2 --set $SP=true --set $CP=2 && compare deepseek deepseek-tp2-sp-cp2
+run 8 deepseek-ep2-tp2-sp-cp2 "${DS[@]}" --set $TP=2 --set $SP=true --set $CP=2 --set $EP=2
+compare deepseek deepseek-ep2-tp2-sp-cp2
 # Multi-token prediction on the last pipeline stage, with its copy of the embedding.
 run 4 deepseek-pp2-ep2 "${DS[@]}" --set $PP=2 --set parallel.pipeline_layers_per_stage=2,1 --set $EP=2
 compare deepseek deepseek-pp2-ep2

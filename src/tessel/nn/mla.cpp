@@ -6,6 +6,8 @@
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/attention.h"
 #include "tessel/kernels/cast.h"
+#include "tessel/nn/context_parallel.h"
+#include "tessel/nn/sequence_parallel.h"
 
 namespace tessel::nn {
 
@@ -17,23 +19,28 @@ Tensor columns(const Tensor& x, int64_t c0, int64_t w) { return x.slice(1, c0, c
 }  // namespace
 
 MlaAttention::MlaAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-                           std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp)
+                           std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp,
+                           comm::Communicator* cp)
     : ps_(ps),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
+      cp_(cp && cp->size() > 1 ? cp : nullptr),
+      sp_(tp_ && cfg.sequence_parallel),
       H_(cfg.num_attention_heads / tp_size(tp)),
       nope_(cfg.qk_head_dim),
       rope_dim_(cfg.qk_pos_emb_head_dim),
       v_(cfg.v_head_dim),
       kv_lora_(cfg.kv_lora_rank),
-      T_(cfg.seq_length),
+      T_(cfg.seq_length / (cp_ ? cp_->size() : 1)),
       rope_(std::move(rope)),
       kv_a_(ps, {{prefix + ".kv_a_proj_with_mqa", cfg.kv_lora_rank + cfg.qk_pos_emb_head_dim}}, cfg.hidden_size, false,
             float(cfg.init_method_std)),
       kv_norm_(ps, prefix + ".kv_a_layernorm", cfg.kv_lora_rank, Norm::Kind::rms, float(cfg.norm_epsilon)),
       kv_b_(ps, {{prefix + ".kv_b_proj", cfg.num_attention_heads * (cfg.qk_head_dim + cfg.v_head_dim)}},
-            cfg.kv_lora_rank, false, float(cfg.init_method_std), {TensorParallel::Mode::column, tp}),
+            cfg.kv_lora_rank, false, float(cfg.init_method_std),
+            {TensorParallel::Mode::column, tp, cfg.sequence_parallel}),
       o_(ps, {{prefix + ".o_proj", cfg.hidden_size}}, cfg.num_attention_heads * cfg.v_head_dim, false,
-         float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count))), {TensorParallel::Mode::row, tp}) {
+         float(cfg.init_method_std / std::sqrt(2.0 * double(layer_count))),
+         {TensorParallel::Mode::row, tp, cfg.sequence_parallel}) {
   TESSEL_CHECK(cfg.num_attention_heads % tp_size(tp) == 0,
                "tensor_model_parallel_size {} must divide model.num_attention_heads ({})", tp_size(tp),
                cfg.num_attention_heads);
@@ -44,10 +51,12 @@ MlaAttention::MlaAttention(ParamStore& ps, const std::string& prefix, const Mode
     q_norm_ = std::make_unique<Norm>(ps, prefix + ".q_a_layernorm", cfg.q_lora_rank, Norm::Kind::rms,
                                      float(cfg.norm_epsilon));
     q_b_ = std::make_unique<Linear>(ps, std::vector<Linear::Part>{{prefix + ".q_b_proj", q_out}}, cfg.q_lora_rank,
-                                    false, float(cfg.init_method_std), TensorParallel{TensorParallel::Mode::column, tp});
+                                    false, float(cfg.init_method_std),
+                                    TensorParallel{TensorParallel::Mode::column, tp, cfg.sequence_parallel});
   } else {
     q_ = std::make_unique<Linear>(ps, std::vector<Linear::Part>{{prefix + ".q_proj", q_out}}, cfg.hidden_size, false,
-                                  float(cfg.init_method_std), TensorParallel{TensorParallel::Mode::column, tp});
+                                  float(cfg.init_method_std),
+                                  TensorParallel{TensorParallel::Mode::column, tp, cfg.sequence_parallel});
   }
   key_q_ = prefix + ".mla_q";
   key_k_ = prefix + ".mla_k";
@@ -56,9 +65,22 @@ MlaAttention::MlaAttention(ParamStore& ps, const std::string& prefix, const Mode
   key_lse_ = prefix + ".mla_lse";
 }
 
+void MlaAttention::apply_rope(float* x, int64_t rows, int64_t ld, bool inverse) const {
+  if (!cp_) {
+    kernels::rope_apply(*rope_, rows, 1, x, ld, inverse);  // row r: position r % T
+    return;
+  }
+  // Context parallelism: each local sequence is two chunks of consecutive global positions.
+  const int64_t L = T_ / 2, T = T_ * cp_->size();
+  for (int64_t b = 0; b < rows / T_; ++b)
+    for (int64_t j = 0; j < 2; ++j)
+      kernels::rope_apply(*rope_, L, 1, x + (b * T_ + j * L) * ld, ld, inverse,
+                          cp_global_position(j * L, T, cp_->rank(), cp_->size()));
+}
+
 Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved) const {
-  const int64_t N = y.size(0), D = qk(), ld = H_ * D;
-  TESSEL_CHECK(N == batch * T_, "MLA: {} rows is not batch {} x seq_length {}", N, batch, T_);
+  // The replicated latent projections and norms run on y's rows (this rank's under sequence
+  // parallelism); q_b / q and kv_b give all rows of the local sequences.
   // Queries [N, H, nope + rope], the buffer the kernel reads.
   Tensor q;
   if (q_a_) {
@@ -67,15 +89,18 @@ Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved)
   } else {
     q = q_->forward(y, saved);
   }
-  const Tensor kva = kv_a_.forward(y, saved);  // [N, kv_lora + rope]
+  const int64_t N = q.size(0), D = qk(), ld = H_ * D;
+  TESSEL_CHECK(N == batch * T_, "MLA: {} rows is not batch {} x {} rows per sequence", N, batch, T_);
+  const Tensor kva = kv_a_.forward(y, saved);  // [y rows, kv_lora + rope]
   Tensor r2;
   const Tensor kv = kv_b_.forward(kv_norm_.forward(columns(kva, 0, kv_lora_), Tensor(), r2, saved), saved);
   Tensor kpe = columns(kva, kv_lora_, rope_dim_);
+  if (sp_) kpe = sequence_all_gather(kpe, *tp_);  // [N, rope], small
   Tensor k = Tensor::empty({N, ld}, DType::f32), v = Tensor::zeros({N, ld}, DType::f32);
   {
     ProfileScope prof("rope");
-    kernels::rope_apply(*rope_, N, 1, kpe.data<float>(), rope_dim_, false);
-    for (int64_t h = 0; h < H_; ++h) kernels::rope_apply(*rope_, N, 1, q.data<float>() + h * D + nope_, ld, false);
+    apply_rope(kpe.data<float>(), N, rope_dim_, false);
+    for (int64_t h = 0; h < H_; ++h) apply_rope(q.data<float>() + h * D + nope_, N, ld, false);
   }
   const float* kvp = kv.data<float>();
 #pragma omp parallel for schedule(static)
@@ -91,8 +116,15 @@ Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved)
   Tensor lse = Tensor::empty({batch, H_, T_}, DType::f32);
   const kernels::AttentionShape s{batch, T_, H_, H_, D, true, float(1.0 / std::sqrt(double(D)))};
   {
-    ProfileScope prof("attention_fwd", 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(D) / 2);
-    if (out.dtype() == DType::bf16)
+    ProfileScope prof("attention_fwd", 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(D) / 2 *
+                                           double(cp_ ? cp_->size() : 1));
+    if (cp_ && out.dtype() == DType::bf16)
+      cp_attention_fwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<bf16>(), ld,
+                       lse.data<float>(), *cp_);
+    else if (cp_)
+      cp_attention_fwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<float>(), ld,
+                       lse.data<float>(), *cp_);
+    else if (out.dtype() == DType::bf16)
       kernels::attention_fwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<bf16>(), ld,
                              lse.data<float>());
     else
@@ -128,8 +160,17 @@ Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) cons
   Tensor dv = Tensor::empty({N, ld}, DType::f32);
   const kernels::AttentionShape s{batch, T_, H_, H_, D, true, float(1.0 / std::sqrt(double(D)))};
   {
-    ProfileScope prof("attention_bwd", 2.5 * 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(D) / 2);
-    if (out.dtype() == DType::bf16)
+    ProfileScope prof("attention_bwd", 2.5 * 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(D) /
+                                           2 * double(cp_ ? cp_->size() : 1));
+    if (cp_ && out.dtype() == DType::bf16)
+      cp_attention_bwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<bf16>(), ld,
+                       dpad.data<float>(), ld, lse.data<float>(), dq.data<float>(), ld, dk.data<float>(), ld,
+                       dv.data<float>(), ld, *cp_);
+    else if (cp_)
+      cp_attention_bwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<float>(), ld,
+                       dpad.data<float>(), ld, lse.data<float>(), dq.data<float>(), ld, dk.data<float>(), ld,
+                       dv.data<float>(), ld, *cp_);
+    else if (out.dtype() == DType::bf16)
       kernels::attention_bwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<bf16>(), ld,
                              dpad.data<float>(), ld, lse.data<float>(), dq.data<float>(), ld, dk.data<float>(), ld,
                              dv.data<float>(), ld);
@@ -148,14 +189,19 @@ Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) cons
       std::copy_n(dv.data<float>() + n * ld + h * D, v_, dst + nope_);
       for (int64_t j = 0; j < rope_dim_; ++j) dkpe.data<float>()[n * rope_dim_ + j] += dk.data<float>()[n * ld + h * D + nope_ + j];
     }
-  if (tp_) tp_->all_reduce(dkpe.raw(), dkpe.numel(), DType::f32, comm::ReduceOp::sum);  // every rank's heads
   {
     ProfileScope prof("rope");
-    kernels::rope_apply(*rope_, N, 1, dkpe.data<float>(), rope_dim_, true);
-    for (int64_t h = 0; h < H_; ++h) kernels::rope_apply(*rope_, N, 1, dq.data<float>() + h * D + nope_, ld, true);
+    apply_rope(dkpe.data<float>(), N, rope_dim_, true);
+    for (int64_t h = 0; h < H_; ++h) apply_rope(dq.data<float>() + h * D + nope_, N, ld, true);
   }
-  const Tensor dckv = kv_norm_.backward(kv_b_.backward_input(dkv, saved), Tensor(), saved);  // [N, kv_lora]
-  Tensor dkva = Tensor::empty({N, kv_lora_ + rope_dim_}, DType::f32);
+  // The shared key's gradient sums every rank's heads (under sequence parallelism: this rank's rows of it).
+  if (sp_)
+    dkpe = sequence_reduce_scatter(dkpe, *tp_);
+  else if (tp_)
+    tp_->all_reduce(dkpe.raw(), dkpe.numel(), DType::f32, comm::ReduceOp::sum);
+  // [rows, kv_lora]: this rank's rows under sequence parallelism (kv_b reduce-scatters).
+  const Tensor dckv = kv_norm_.backward(kv_b_.backward_input(dkv, saved), Tensor(), saved);
+  Tensor dkva = Tensor::empty({dckv.size(0), kv_lora_ + rope_dim_}, DType::f32);
   dkva.slice(1, 0, kv_lora_).copy_from(dckv);
   dkva.slice(1, kv_lora_, kv_lora_ + rope_dim_).copy_from(dkpe);
   Tensor dy = kv_a_.backward_input(dkva, saved);

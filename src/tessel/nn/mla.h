@@ -11,6 +11,12 @@
 // Tensor parallelism splits the heads (q_b, kv_b column-parallel, o row-parallel); the latent
 // projections and their norms are replicated, their inputs' gradients arrive whole through the
 // column-parallel backward, and the shared k_pe's gradient is summed over the group.
+// Sequence parallelism (cfg.sequence_parallel with tp): y is this rank's rows; the replicated latent
+// projections and norms run on them (their gradients are summed over the group with the other
+// replicated parameters'), q_b / kv_b all-gather the small latents, k_pe is all-gathered (its
+// gradient reduce-scattered) and o reduce-scatters.
+// Context parallelism (cp): rows are this rank's 2 load-balanced chunks of each sequence
+// (context_parallel.h); RoPE uses their global positions and attention runs around the ring.
 #include <memory>
 #include <string>
 
@@ -25,16 +31,23 @@ class MlaAttention {
  public:
   // rope: a table for qk_pos_emb_head_dim.
   MlaAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
-               std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr);
-  Tensor forward(const Tensor& y, int64_t batch, Activations& saved) const;  // y [N, d] -> [N, d] f32
-  Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dy [N, d] f32
+               std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr,
+               comm::Communicator* cp = nullptr);
+  // y [N, d] -> [N, d] f32 (N: this rank's rows; batch: sequences of the micro-batch).
+  Tensor forward(const Tensor& y, int64_t batch, Activations& saved) const;
+  Tensor backward_input(const Tensor& dout, Activations& saved) const;  // -> dy [N, d] f32
   void backward_weight(Activations& saved) const;
 
  private:
   int64_t qk() const { return nope_ + rope_dim_; }
+  // RoPE on one rope_dim_-wide head at x in each of `rows` rows (all of the micro-batch's local
+  // sequence rows, stride ld), at global positions under context parallelism.
+  void apply_rope(float* x, int64_t rows, int64_t ld, bool inverse) const;
   ParamStore& ps_;
   comm::Communicator* tp_;
-  int64_t H_, nope_, rope_dim_, v_, kv_lora_, T_;  // H_: this rank's heads
+  comm::Communicator* cp_;
+  bool sp_;  // sequence parallelism over tp_
+  int64_t H_, nope_, rope_dim_, v_, kv_lora_, T_;  // H_: this rank's heads; T_: this rank's rows of a sequence
   std::shared_ptr<const kernels::RopeTable> rope_;
   std::unique_ptr<Linear> q_a_, q_b_, q_;  // q_a + norm + q_b, or q alone
   std::unique_ptr<Norm> q_norm_;

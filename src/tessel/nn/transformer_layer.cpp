@@ -18,17 +18,14 @@ TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64
                       : std::make_unique<SelfAttention>(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers,
                                                         rope, tp, cp)),
       mla_(cfg.mla() ? std::make_unique<MlaAttention>(ps, layer_prefix(index) + ".self_attn", cfg, cfg.num_layers, rope,
-                                                      tp)
+                                                      tp, cp)
                      : nullptr),
       norm2_(ps, layer_prefix(index) + ".post_attention_layernorm", cfg.hidden_size, norm_kind(cfg),
              float(cfg.norm_epsilon)),
       mlp_(cfg.is_moe_layer(index) ? nullptr
                                     : std::make_unique<Mlp>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, tp)),
       moe_(cfg.is_moe_layer(index) ? std::make_unique<Moe>(ps, layer_prefix(index) + ".mlp", cfg, cfg.num_layers, ep, tp, cp)
-                                   : nullptr) {
-  TESSEL_CHECK(!mla_ || !cp || cp->size() == 1, "multi-latent attention under context parallelism is not supported yet");
-  TESSEL_CHECK(!mla_ || !cfg.sequence_parallel, "multi-latent attention with sequence parallelism is not supported yet");
-}
+                                   : nullptr) {}
 
 Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale,
                                  bool recomputing) const {
