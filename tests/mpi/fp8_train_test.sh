@@ -2,7 +2,8 @@
 # FP8 training under data and tensor parallelism (with sequence parallelism) against the FP8
 # single-process run, for each recipe (delayed, current, block), fp32 compute, 5 steps; tolerances in
 # compare_runs.py --fp8. The model's shards are multiples of 128 (MHA, hidden 256, ffn 512), so
-# block-scaling tiles and blocks are the same under tp2 as in one process. Then resumption: a delayed-
+# block-scaling tiles and blocks are the same under tp2 as in one process. Delayed scaling under expert
+# parallelism reduces each expert's amax with its own. Then resumption: a delayed-
 # scaling run stopped at step 3 resumes (amax histories and scales from the checkpoint) bit for bit.
 # Usage: fp8_train_test.sh TESSEL_BINARY CONFIG_DIR MPIRUN
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -28,6 +29,46 @@ for recipe in delayed current block; do
 done
 train 4 delayed-tp2-dp2 --set precision.fp8.recipe=delayed --set parallel.tensor_model_parallel_size=2
 /usr/bin/python3 "$HERE/compare_runs.py" delayed delayed-tp2-dp2 --fp8
+
+# Delayed scaling with expert parallelism: a routed expert's amax is reduced over the ranks holding
+# that expert, not with other experts' at the same slot. The step-1 amax of every tensor (the same
+# forward and backward up to summation order) equals the single run's.
+MOE=(--set precision.fp8.recipe=delayed --set model.arch=mixtral --set model.num_experts=4 --set model.moe_router_topk=2
+     --set model.moe_ffn_hidden_size=256)
+train 1 moe "${MOE[@]}" --set checkpoint.dir=ck-moe
+train 2 moe-ep2 "${MOE[@]}" --set parallel.expert_model_parallel_size=2 --set checkpoint.dir=ck-moe-ep2
+/usr/bin/python3 - <<'PY'
+import json, struct
+def state(ck):
+    step = open(ck + "/latest").read().strip()
+    raw = open(f"{ck}/{step}/state.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k.endswith(".amax_history"):
+            b, e = v["data_offsets"]
+            out[k] = struct.unpack(f"<{(e - b) // 4}f", raw[8 + n + b:8 + n + e])
+    return out
+a, b = state("ck-moe"), state("ck-moe-ep2")
+assert a.keys() == b.keys() and any(".experts." in k for k in a), sorted(a.keys() ^ b.keys())
+worst = max(abs(a[k][4] - b[k][4]) / a[k][4] for k in a)  # h[4]: step 1 of 5
+assert worst < 1e-5, worst
+print(f"fp8 delayed, ep2: step-1 amax of every tensor ({len(a)}, experts included) within {worst:.1e} of the single run")
+PY
+# The checkpoint holds every rank's experts' scaling state: stopping at step 3 and resuming under ep2
+# reproduces the uninterrupted run bit for bit.
+EP2=("${MOE[@]}" --set parallel.expert_model_parallel_size=2 --set checkpoint.dir=ck-moe-part)
+train 2 moe-part "${EP2[@]}" --set train.exit_interval=3
+train 2 moe-part "${EP2[@]}"
+grep -q "resumed from checkpoint.dir ck-moe-part at step 3" moe-part.log
+/usr/bin/python3 - <<'PY'
+import json
+def col(d, k):
+    return [json.loads(l)[k] for l in open(d + "/metrics.jsonl") if f'"{k}"' in l]
+assert col("moe-ep2", "loss") == col("moe-part", "loss"), (col("moe-ep2", "loss"), col("moe-part", "loss"))
+print("fp8 delayed, ep2: stop at step 3 and resume reproduces the uninterrupted run bit for bit")
+PY
 
 # Resume with delayed scaling: the checkpoint carries the amax histories and scales.
 train 2 whole --set precision.fp8.recipe=delayed --set parallel.tensor_model_parallel_size=2 --set checkpoint.dir=ck-a

@@ -186,8 +186,13 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
     optim_tensors.emplace_back("exp_avg_sq." + s.name, v);
   }
   Named extra = extra_state;
+  if (experts_only)  // state of this rank's routed experts only (FP8 scaling of their Linears)
+    extra.erase(std::remove_if(extra.begin(), extra.end(),
+                               [](const auto& e) { return e.first.find(".experts.") == std::string::npos; }),
+                extra.end());
   gather_stages(ep, model_tensors);  // experts onto the group's rank 0 first, then the stages
   gather_stages(ep, optim_tensors);
+  gather_stages(ep, extra);
   gather_stages(pp, model_tensors);
   gather_stages(pp, optim_tensors);
   gather_stages(pp, extra);

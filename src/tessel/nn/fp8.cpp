@@ -48,6 +48,7 @@ Fp8State::Fp8State(const Fp8Recipe& recipe) : r_(recipe) {
 
 int Fp8State::add(const std::string& name, DType fmt) {
   names_.push_back(name);
+  expert_.push_back(name.find(".experts.") != std::string::npos);  // a routed expert's Linear
   formats_.push_back(fmt);
   history_.emplace_back(static_cast<size_t>(r_.history_len), 0.0f);
   scale_.push_back(1.0f);  // TransformerEngine's initial scale
@@ -148,12 +149,24 @@ kernels::Fp8Tensor Fp8State::quantize_weight(const Tensor& w, int slot) {
   return q;
 }
 
-void Fp8State::end_step(const std::vector<comm::Communicator*>& groups) {
+void Fp8State::end_step(const std::vector<comm::Communicator*>& groups,
+                        const std::vector<comm::Communicator*>& expert_groups) {
   ++steps_;
   if (r_.kind != Fp8Recipe::Kind::delayed || names_.empty()) return;
-  // One scale per tensor for every rank: the step's amaxes reduced (max) in one message per group.
-  for (comm::Communicator* g : groups)
-    if (g && g->size() > 1) g->all_reduce(step_amax_.data(), int64_t(step_amax_.size()), DType::f32, comm::ReduceOp::max);
+  // One scale per tensor for every rank: the step's amaxes reduced (max) in one message per group,
+  // routed experts' over the ranks holding the same experts (other ranks' slots at the same index
+  // belong to other experts).
+  for (const bool experts : {false, true}) {
+    const auto& gs = experts && !expert_groups.empty() ? expert_groups : groups;
+    std::vector<float> part;
+    for (size_t i = 0; i < names_.size(); ++i)
+      if (expert_[i] == experts) part.push_back(step_amax_[i]);
+    if (part.empty()) continue;
+    for (comm::Communicator* g : gs)
+      if (g && g->size() > 1) g->all_reduce(part.data(), int64_t(part.size()), DType::f32, comm::ReduceOp::max);
+    for (size_t i = 0, j = 0; i < names_.size(); ++i)
+      if (expert_[i] == experts) step_amax_[i] = part[j++];
+  }
   for (size_t i = 0; i < names_.size(); ++i) {
     auto& h = history_[i];
     std::rotate(h.rbegin(), h.rbegin() + 1, h.rend());  // shift: h[0] becomes this step

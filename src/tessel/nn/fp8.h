@@ -56,9 +56,11 @@ class Fp8State {
   // A weight [out, in] f32: one per-tensor scale or 128 x 128 blocks.
   kernels::Fp8Tensor quantize_weight(const Tensor& w, int slot);
 
-  // Delayed scaling: the step's amaxes reduced over `groups` (max), histories and scales updated.
-  // Collective over every group; a no-op for the other recipes.
-  void end_step(const std::vector<comm::Communicator*>& groups);
+  // Delayed scaling: the step's amaxes reduced over `groups` (max), histories and scales updated;
+  // routed experts' tensors over `expert_groups` instead when given (expert parallelism: the ranks
+  // holding the same experts). Collective over every group; a no-op for the other recipes.
+  void end_step(const std::vector<comm::Communicator*>& groups,
+                const std::vector<comm::Communicator*>& expert_groups = {});
   float scale(int slot) const { return scale_[size_t(slot)]; }
   uint64_t steps() const { return steps_; }  // end_step calls so far (cached quantisations compare it)
   const std::vector<float>& history(int slot) const { return history_[size_t(slot)]; }
@@ -73,6 +75,7 @@ class Fp8State {
   Fp8Recipe r_;
   std::vector<std::string> names_;
   std::vector<DType> formats_;
+  std::vector<bool> expert_;  // a routed expert's slot (".experts." in its name)
   std::vector<std::vector<float>> history_;  // [0] = the most recent completed step
   std::vector<float> scale_, step_amax_;
   uint64_t steps_ = 0;

@@ -124,8 +124,10 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   }
   const double lr = schedule_.at(iter);
   const double norm = opt_->step(lr);
-  // Delayed FP8 scaling: one amax per tensor across tensor- and data-parallel ranks, next scales.
-  if (auto* fp8 = model_->fp8_state()) fp8->end_step({tp_, dp_});
+  // Delayed FP8 scaling: one amax per tensor across tensor- and data-parallel ranks (experts': the
+  // ranks holding the same experts), next scales.
+  if (auto* fp8 = model_->fp8_state())
+    fp8->end_step({tp_, dp_}, ep_ ? std::vector<comm::Communicator*>{tp_, ep_dp_} : std::vector<comm::Communicator*>{});
   StepResult r;
   r.loss = loss / double(tokens);
   r.grad_norm = norm;
