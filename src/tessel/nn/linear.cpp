@@ -141,7 +141,9 @@ Tensor Linear::forward(const LinearInput& in, Activations& saved) const {
 }
 
 Tensor Linear::backward_input(const Tensor& dy, Activations& saved) const {
-  const DType cd = ps_.compute_dtype();
+  // FP8 quantises the fp32 gradient directly (one rounding, no compute-dtype copy), unless it is
+  // all-gathered first (sequence parallelism: the exchange stays in the compute dtype).
+  const DType cd = fp8_ && !(row() && sequence()) ? dy.dtype() : ps_.compute_dtype();
   Tensor dyc = dy;
   if (dy.dtype() != cd) {
     ProfileScope ps("cast");
