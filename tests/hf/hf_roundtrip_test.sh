@@ -119,7 +119,8 @@ for setting in moe_router_score_function=softmax moe_expert_capacity_factor=1.5;
   if "$TESSEL" export-hf --ckpt ck-refused --out hf-refused 2> refused.err; then
     echo "export-hf accepted model.$setting"; exit 1
   fi
-  grep -q "model.${setting%%=*}" refused.err && [ ! -e hf-refused ]
+  grep -q "model.${setting%%=*}" refused.err
+  [ ! -e hf-refused ]
   echo "refused: $(sed 's/.*export-hf: //' refused.err)"
   rm -rf ck-refused run-refused
 done

@@ -1,6 +1,6 @@
 """Compares a parallel training run with the single-process reference on the same global batch.
 
-Usage: compare_runs.py REFERENCE RUN [--steps N] [--fp8]
+Usage: compare_runs.py REFERENCE RUN [--steps N] [--fp8 [--step1 TOL]]
 Each argument is a run's log.dir, holding metrics.jsonl, with its checkpoint.dir at <log.dir>/ckpt.
 Checked (fp32, relative):
   losses at every step                1e-5  (also moe_aux_loss and mtp_loss when logged)
@@ -18,7 +18,11 @@ differences summation order leaves in the parameters after step 1 flip a few FP8
 steps (each a 2^-4..2^-3 relative change of that element), and the runs drift apart chaotically.
 Checked then: the step-1 loss 1e-6 (same scales and codes: the forward is the same up to summation
 order), the step-1 gradient norm 1e-4, every later loss 5e-3 (measured <= 2.1e-3); parameters are
-not compared.
+not compared. --step1 TOL loosens the step-1 loss and gradient-norm checks to TOL where the first
+step cannot match to summation order: MoE under tensor parallelism with current scaling, where
+summation-order differences before an FP8 GEMM already flip codes in the first forward (every
+tensor's amax equal to 9 digits, the loss 1.6e-5 apart), and replicated experts under sequence
+parallelism, which take per-rank scales (each rank's expert sees its own rows).
 The key bias (GPT-2) is not compared: its exact gradient is zero (softmax is invariant to adding
 q . b_k to every key's score), so what both runs hold there is Adam-amplified rounding noise.
 Prints every figure; exits non-zero when any is out of tolerance.
@@ -53,6 +57,7 @@ def main():
     ref, run = sys.argv[1], sys.argv[2]
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 5
     fp8 = "--fp8" in sys.argv
+    step1 = float(sys.argv[sys.argv.index("--step1") + 1]) if "--step1" in sys.argv else 1e-6
     loss_ref, loss_run = metric(ref, "loss"), metric(run, "loss")
     assert len(loss_ref) == len(loss_run) == steps, f"{run}: {len(loss_run)} steps logged, expected {steps}"
     loss_err = max(relative(loss_ref, loss_run))
@@ -60,7 +65,7 @@ def main():
     if fp8:
         first = relative(loss_ref, loss_run)[0]
         print(f"{run} (fp8): step-1 loss within {first:.1e}, step-1 grad norm {norm_err[0]:.1e}, losses {loss_err:.1e}")
-        sys.exit(0 if first < 1e-6 and norm_err[0] < 1e-4 and loss_err < 5e-3 else 1)
+        sys.exit(0 if first < step1 and norm_err[0] < max(step1, 1e-4) and loss_err < 5e-3 else 1)
     ta, tb = tensors(ref), tensors(run)
     assert ta.keys() == tb.keys(), f"{run}: checkpoint tensors differ: {sorted(ta.keys() ^ tb.keys())}"
     l2_err = {k: float(np.linalg.norm(ta[k] - tb[k]) / max(float(np.linalg.norm(ta[k])), 1e-30)) for k in ta}

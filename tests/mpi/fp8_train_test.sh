@@ -23,7 +23,8 @@ train() {  # np, log dir, extra args...
 for recipe in delayed current block; do
   F=(--set precision.fp8.recipe=$recipe)
   train 1 $recipe "${F[@]}"
-  train 2 $recipe-dp2 "${F[@]}" && /usr/bin/python3 "$HERE/compare_runs.py" $recipe $recipe-dp2 --fp8
+  train 2 $recipe-dp2 "${F[@]}"
+  /usr/bin/python3 "$HERE/compare_runs.py" $recipe $recipe-dp2 --fp8
   train 2 $recipe-tp2-sp "${F[@]}" --set parallel.tensor_model_parallel_size=2 --set parallel.sequence_parallel=true
   /usr/bin/python3 "$HERE/compare_runs.py" $recipe $recipe-tp2-sp --fp8
 done
@@ -56,6 +57,19 @@ worst = max(abs(a[k][4] - b[k][4]) / a[k][4] for k in a)  # h[4]: step 1 of 5
 assert worst < 1e-5, worst
 print(f"fp8 delayed, ep2: step-1 amax of every tensor ({len(a)}, experts included) within {worst:.1e} of the single run")
 PY
+# Current scaling with MoE under tp2 + sp: split experts (every rank runs every expert on the gathered
+# copies) reduce their amaxes over the group; replicated experts (each rank routes its own rows, so an
+# expert may run on one rank only) take per-rank scales and must not wait on a collective.
+train 1 moe-current "${MOE[@]}" --set precision.fp8.recipe=current
+TPSP=(--set precision.fp8.recipe=current --set parallel.tensor_model_parallel_size=2 --set parallel.sequence_parallel=true)
+train 2 moe-current-tp2-sp "${MOE[@]}" "${TPSP[@]}"
+/usr/bin/python3 "$HERE/compare_runs.py" moe-current moe-current-tp2-sp --fp8 --step1 1e-4
+# 16 experts, top-1, 8 rows per rank: most experts get no row on one rank and some on the other.
+SPARSE=(--set model.num_experts=16 --set model.moe_router_topk=1 --set model.seq_length=16 --set train.micro_batch_size=1)
+train 1 moe-sparse "${MOE[@]}" "${SPARSE[@]}" --set precision.fp8.recipe=current
+train 2 moe-sparse-tp2-sp-replicated "${MOE[@]}" "${SPARSE[@]}" "${TPSP[@]}" --set parallel.expert_tensor_parallel_size=1
+/usr/bin/python3 "$HERE/compare_runs.py" moe-sparse moe-sparse-tp2-sp-replicated --fp8 --step1 1e-2
+
 # The checkpoint holds every rank's experts' scaling state: stopping at step 3 and resuming under ep2
 # reproduces the uninterrupted run bit for bit.
 EP2=("${MOE[@]}" --set parallel.expert_model_parallel_size=2 --set checkpoint.dir=ck-moe-part)

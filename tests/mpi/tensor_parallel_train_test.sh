@@ -34,10 +34,15 @@ run() {  # np, log dir, extra args...
   OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np "$np" "$TESSEL" train \
     "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir="$dir" "$@" > "$dir.log" 2>&1
 }
-run 2 llama-tp2 --set parallel.tensor_model_parallel_size=2 && compare llama llama-tp2
-run 4 llama-tp2dp2 --set parallel.tensor_model_parallel_size=2 && grep -q "tp 2 x cp 1 x dp 2" llama-tp2dp2.log && compare llama llama-tp2dp2
-run 2 gpt2-tp2 "${GPT2[@]}" --set parallel.tensor_model_parallel_size=2 && compare gpt2 gpt2-tp2
-run 4 gpt2-tp4 "${GPT2[@]}" --set parallel.tensor_model_parallel_size=4 && compare gpt2 gpt2-tp4
+run 2 llama-tp2 --set parallel.tensor_model_parallel_size=2
+compare llama llama-tp2
+run 4 llama-tp2dp2 --set parallel.tensor_model_parallel_size=2
+grep -q "tp 2 x cp 1 x dp 2" llama-tp2dp2.log
+compare llama llama-tp2dp2
+run 2 gpt2-tp2 "${GPT2[@]}" --set parallel.tensor_model_parallel_size=2
+compare gpt2 gpt2-tp2
+run 4 gpt2-tp4 "${GPT2[@]}" --set parallel.tensor_model_parallel_size=4
+compare gpt2 gpt2-tp4
 
 # Checkpoints gather the shards into whole tensors: a tp2 run stopped at step 3 resumes on tp2
 # bit-exactly, and its checkpoint resumes in a single process (and a single-process checkpoint on

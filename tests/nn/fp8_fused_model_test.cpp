@@ -84,10 +84,16 @@ TEST_P(Fp8FusedModel, FusedCastsTrainLikeQuantisingInTheLinear) {
     // Same codes, same scales: only the order of fp32 sums may differ.
     EXPECT_LT(worst_loss, 1e-6);
     EXPECT_LT(worst_grad, 1e-5);
-    for (int s = 0; s < 4; ++s)
-      EXPECT_EQ(fused.fp8_state()->scale(s), plain.fp8_state()->scale(s)) << "slot " << s;
+    // Every slot's delayed scale (the fused producers' amaxes fed them), the Linears' inputs included.
+    const auto a = fused.fp8_state()->state_tensors(), b = plain.fp8_state()->state_tensors();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      for (int64_t j = 0; j < a[i].second.numel(); ++j)
+        ASSERT_EQ(a[i].second.data<float>()[j], b[i].second.data<float>()[j]) << a[i].first << "[" << j << "]";
   } else {
-    EXPECT_LT(worst_loss, 2e-3);  // FP8 rounding of bf16-rounded vs fp32 values
+    // FP8 rounding of bf16-rounded against fp32 values: close, and not equal (the fused path ran).
+    EXPECT_LT(worst_loss, 2e-3);
+    EXPECT_GT(worst_loss, 0.0);
   }
   std::printf("[ measured ] worst relative loss difference %.2e, gradient (L2) %.2e\n", worst_loss, worst_grad);
 }

@@ -46,8 +46,9 @@ Fp8State::Fp8State(const Fp8Recipe& recipe) : r_(recipe) {
   TESSEL_CHECK(r_.enabled(), "Fp8State needs an FP8 recipe");
 }
 
-int Fp8State::add(const std::string& name, DType fmt) {
+int Fp8State::add(const std::string& name, DType fmt, bool tp_amax) {
   names_.push_back(name);
+  tp_amax_.push_back(tp_amax);
   expert_.push_back(name.find(".experts.") != std::string::npos);  // a routed expert's Linear
   formats_.push_back(fmt);
   history_.emplace_back(static_cast<size_t>(r_.history_len), 0.0f);
@@ -66,7 +67,7 @@ kernels::Fp8Tensor Fp8State::per_tensor(const Tensor& x, int slot, DType fmt) {
     record_amax(slot, a);
   } else {
     float global = a;
-    if (amax_group_) amax_group_->all_reduce(&global, 1, DType::f32, comm::ReduceOp::max);
+    if (amax_group_ && tp_amax_[size_t(slot)]) amax_group_->all_reduce(&global, 1, DType::f32, comm::ReduceOp::max);
     s = kernels::fp8_scale_for(global, fmt, r_.margin, r_.pow2);
   }
   kernels::Fp8Tensor q{Tensor::empty(x.shape(), fmt), Tensor::empty({1}, DType::f32), kernels::Fp8Scaling::tensor};

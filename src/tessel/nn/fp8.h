@@ -32,8 +32,10 @@ class Fp8State {
  public:
   explicit Fp8State(const Fp8Recipe& recipe);
   const Fp8Recipe& recipe() const { return r_; }
-  // A quantised tensor's slot (name: "<linear>.x" / ".w" / ".dy"), quantised to fmt.
-  int add(const std::string& name, DType fmt);
+  // A quantised tensor's slot (name: "<linear>.x" / ".w" / ".dy"), quantised to fmt. tp_amax: current
+  // scaling reduces its amax over the amax group (off for Linears a rank may skip while the others
+  // run them: routed experts replicated over tensor parallelism, each rank with its own rows).
+  int add(const std::string& name, DType fmt, bool tp_amax = true);
   // Current scaling under tensor parallelism: each tensor's amax is reduced (max) over this group
   // before its scale is taken, so a sharded tensor gets the scale the whole tensor would.
   void set_amax_group(comm::Communicator* g) { amax_group_ = g && g->size() > 1 ? g : nullptr; }
@@ -76,6 +78,7 @@ class Fp8State {
   std::vector<std::string> names_;
   std::vector<DType> formats_;
   std::vector<bool> expert_;  // a routed expert's slot (".experts." in its name)
+  std::vector<bool> tp_amax_;
   std::vector<std::vector<float>> history_;  // [0] = the most recent completed step
   std::vector<float> scale_, step_amax_;
   uint64_t steps_ = 0;

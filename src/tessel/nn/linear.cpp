@@ -44,9 +44,12 @@ Linear::Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, f
   fp8_ = ps.fp8();
   if (fp8_) {
     const std::string& n = parts[0].name;
-    slot_x_ = fp8_->add(n + ".x", fp8_->recipe().forward);
-    slot_w_ = fp8_->add(n + ".w", fp8_->recipe().forward);
-    slot_dy_ = fp8_->add(n + ".dy", fp8_->recipe().backward);
+    // A routed expert replicated over tensor parallelism may run on one rank and not on another
+    // (each routes its own rows under sequence parallelism): no amax collective for it.
+    const bool tp_amax = sharded() || n.find(".experts.") == std::string::npos;
+    slot_x_ = fp8_->add(n + ".x", fp8_->recipe().forward, tp_amax);
+    slot_w_ = fp8_->add(n + ".w", fp8_->recipe().forward, tp_amax);
+    slot_dy_ = fp8_->add(n + ".dy", fp8_->recipe().backward, tp_amax);
   }
 }
 

@@ -91,6 +91,18 @@ double Moe::balance_loss(int64_t N, const float* scores, const int32_t* chosen, 
                                     dscores);
 }
 
+void Moe::check_same_routing(const std::vector<int64_t>& counts) const {
+  // [counts, -counts] reduced with max gives each count's max and -min over the group.
+  std::vector<int64_t> both(counts);
+  for (int64_t c : counts) both.push_back(-c);
+  etp_->all_reduce(both.data(), int64_t(both.size()), DType::i64, comm::ReduceOp::max);
+  for (size_t e = 0; e < counts.size(); ++e)
+    TESSEL_CHECK(both[e] == -both[e + counts.size()],
+                 "{}: expert {} got between {} and {} tokens on the tensor-parallel ranks, which must route the same "
+                 "rows alike (their split experts run collectives together)", prefix_, e, -both[e + counts.size()],
+                 both[e]);
+}
+
 Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool recomputing) const {
   const Keys key(prefix_);
   const int64_t N = y.size(0), E = rc_.experts, k = rc_.topk;
@@ -141,6 +153,7 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool 
   std::vector<int64_t> order, counts;
   kernels::expert_order(N, k, E + 1, routed.data(), order, counts);
   counts.pop_back();  // the dropped copies sit after every expert's group
+  if (etp_ && !sp_) check_same_routing(counts);
   int64_t kept = 0;
   for (int64_t c : counts) kept += c;
   const Tensor yc = y.is_contiguous() ? y : y.clone();

@@ -79,6 +79,9 @@ class Moe {
   comm::Communicator* ep_ = nullptr;
   comm::Communicator *sp_ = nullptr, *cp_ = nullptr;
   comm::Communicator* etp_ = nullptr;  // experts split over this tensor-parallel group
+  // Split experts without sequence parallelism: every rank routed the same rows, so the per-expert
+  // counts agree (the experts' collectives depend on it); an error rather than a hang if not.
+  void check_same_routing(const std::vector<int64_t>& counts) const;
   // Sequence parallelism with split experts: x grouped by local expert (counts each) -> every tp
   // rank's copies, grouped by local expert then rank; gathered_counts[s * local_ + e]. keep_own is
   // the inverse for outputs: this rank's copies' rows of a tensor in that gathered order.
