@@ -10,23 +10,7 @@
 # Usage: hybrid_parallel_train_test.sh TESSEL_BINARY CONFIG_DIR MPIRUN
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/prelude.sh"
-COMMON=(--set train.train_iters=5 --set train.lr_warmup_iters=1 --set model.num_layers=8
-        --set train.micro_batch_size=1 --set train.global_batch_size=8 --set precision.compute=fp32)
-GPT2=(--set model.arch=gpt2 --set model.num_query_groups=4 --set model.tie_embeddings=true)
-single() {  # log dir, extra args...
-  local dir=$1; shift
-  OMP_NUM_THREADS=2 "$TESSEL" train "${CONFIG:-$CONFIGS/synthetic.yaml}" "${COMMON[@]}" --set log.dir="$dir" \
-    --set checkpoint.dir="$dir/ckpt" "$@" > "$dir.log"
-}
-run() {  # np, log dir, extra args...
-  local np=$1 dir=$2; shift 2
-  OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np "$np" "$TESSEL" train \
-    "${CONFIG:-$CONFIGS/synthetic.yaml}" "${COMMON[@]}" --set log.dir="$dir" --set checkpoint.dir="$dir/ckpt" "$@" \
-    > "$dir.log" 2>&1
-}
-compare() { /usr/bin/python3 "$HERE/compare_runs.py" "$@"; }
-PP=parallel.pipeline_model_parallel_size VPP=parallel.virtual_pipeline_model_parallel_size
-TP=parallel.tensor_model_parallel_size SP=parallel.sequence_parallel CP=parallel.context_parallel_size
+source "$HERE/train_runs.sh"
 
 single llama
 single gpt2 "${GPT2[@]}"
@@ -71,118 +55,6 @@ compare gpt2 gpt2-tp2-sp-cp2-pp2
 run 8 gpt2-tp2-pp2-vpp2-dp2 "${GPT2[@]}" --set $TP=2 --set $PP=2 --set $VPP=2
 compare gpt2 gpt2-tp2-pp2-vpp2-dp2
 
-# Mixture of Experts (sigmoid router with bias balancing, sequence-wise balance loss, shared expert,
-# a first dense layer): data, pipeline and context parallelism and ZeRO give the single run's.
-MOE=(--set model.arch=mixtral --set model.num_layers=4 --set model.num_experts=4 --set model.moe_router_topk=2
-     --set model.moe_router_score_function=sigmoid --set model.moe_router_enable_expert_bias=true
-     --set model.moe_router_bias_update_rate=0.01 --set model.moe_shared_expert_intermediate_size=32
-     --set model.moe_first_dense_layers=1 --set model.moe_router_load_balancing_type=seq_aux_loss
-     --set model.moe_aux_loss_coeff=0.01)
-single moe "${MOE[@]}"
-run 2 moe-dp2 "${MOE[@]}"
-compare moe moe-dp2
-run 4 moe-pp2-dp2-zero "${MOE[@]}" --set $PP=2 --set parallel.use_distributed_optimizer=true
-compare moe moe-pp2-dp2-zero
-# Expert parallelism: each rank holds 4/ep experts; token copies travel by all-to-all(v).
-EP=parallel.expert_model_parallel_size
-run 2 moe-ep2 "${MOE[@]}" --set $EP=2
-compare moe moe-ep2
-run 4 moe-ep4 "${MOE[@]}" --set $EP=4
-compare moe moe-ep4
-run 4 moe-ep2-dp2 "${MOE[@]}" --set $EP=2
-compare moe moe-ep2-dp2
-run 4 moe-ep2-dp2-zero "${MOE[@]}" --set $EP=2 --set parallel.use_distributed_optimizer=true
-compare moe moe-ep2-dp2-zero
-run 4 moe-ep2-pp2 "${MOE[@]}" --set $EP=2 --set $PP=2
-compare moe moe-ep2-pp2
-# Under tensor parallelism the experts are split like the MLP (expert_tensor_parallel_size defaults
-# to the tensor-parallel size) or replicated (1); with sequence parallelism each rank routes its rows
-# (split experts: every rank's copies gathered), the balance losses sum each sequence's token counts
-# over the group, the bias balancing its loads. The micro-batch-wise "aux_loss" and the z-loss too.
-run 2 moe-tp2 "${MOE[@]}" --set $TP=2
-compare moe moe-tp2
-run 4 moe-ep2-tp2 "${MOE[@]}" --set $EP=2 --set $TP=2
-compare moe moe-ep2-tp2
-run 2 moe-tp2-sp "${MOE[@]}" --set $TP=2 --set $SP=true
-compare moe moe-tp2-sp
-run 2 moe-tp2-sp-replicated "${MOE[@]}" --set $TP=2 --set $SP=true --set parallel.expert_tensor_parallel_size=1
-compare moe moe-tp2-sp-replicated
-run 8 moe-ep2-tp2-sp-dp2 "${MOE[@]}" --set $EP=2 --set $TP=2 --set $SP=true
-compare moe moe-ep2-tp2-sp-dp2
-MOE_AUX=("${MOE[@]}" --set model.moe_router_load_balancing_type=aux_loss --set model.moe_z_loss_coeff=0.001)
-single moe-aux "${MOE_AUX[@]}"
-run 2 moe-aux-tp2-sp "${MOE_AUX[@]}" --set $TP=2 --set $SP=true
-compare moe-aux moe-aux-tp2-sp
-# Multi-head latent attention (low-rank query, compressed key/value, shared RoPE key): heads split
-# under tensor parallelism, layers across pipeline stages; under sequence parallelism the latent
-# projections run on row shards (the shared key's gradient reduce-scattered), under context
-# parallelism RoPE takes the chunks' global positions and attention runs around the ring.
-MLA=(--set model.arch=deepseek_v3 --set model.num_layers=2 --set model.q_lora_rank=24 --set model.kv_lora_rank=32
-     --set model.qk_head_dim=16 --set model.qk_pos_emb_head_dim=8 --set model.v_head_dim=16)
-single mla "${MLA[@]}"
-run 2 mla-tp2 "${MLA[@]}" --set $TP=2
-compare mla mla-tp2
-run 2 mla-pp2 "${MLA[@]}" --set $PP=2
-compare mla mla-pp2
-run 2 mla-tp2-sp "${MLA[@]}" --set $TP=2 --set $SP=true
-compare mla mla-tp2-sp
-run 2 mla-cp2 "${MLA[@]}" --set $CP=2
-compare mla mla-cp2
-run 4 mla-tp2-cp2 "${MLA[@]}" --set $TP=2 --set $CP=2
-compare mla mla-tp2-cp2
-run 4 mla-tp2-sp-cp2 "${MLA[@]}" --set $TP=2 --set $SP=true --set $CP=2
-compare mla mla-tp2-sp-cp2
-
-# configs/deepseek-v3-tiny.yaml (MLA, dense then MoE layers with a shared expert, grouped sigmoid
-# routing with bias balancing and the sequence-wise loss, one multi-token-prediction module), shrunk:
-# data and expert parallelism give the single run's losses and parameters.
-DS=(--set model.num_layers=3 --set model.seq_length=64 --set model.vocab_size=256 --set data.path=synthetic)
-export CONFIG=$CONFIGS/deepseek-v3-tiny.yaml
-single deepseek "${DS[@]}"
-run 2 deepseek-dp2 "${DS[@]}"
-compare deepseek deepseek-dp2
-run 2 deepseek-ep2 "${DS[@]}" --set $EP=2
-compare deepseek deepseek-ep2
-run 4 deepseek-ep4 "${DS[@]}" --set $EP=4
-compare deepseek deepseek-ep4
-# Activation recompute with MoE layers: the second forward rebuilds the router's saved state without
-# counting loads and auxiliary losses again.
-run 2 deepseek-ep2-recompute "${DS[@]}" --set $EP=2 --set model.recompute=true
-compare deepseek deepseek-ep2-recompute
-# Everything at once: MLA, split experts, balance losses, MTP under tp2 + sp x cp2 (x ep2: 8 ranks).
-run 4 deepseek-tp2-sp-cp2 "${DS[@]}" --set $TP=2 --set $SP=true --set $CP=2
-compare deepseek deepseek-tp2-sp-cp2
-run 8 deepseek-ep2-tp2-sp-cp2 "${DS[@]}" --set $TP=2 --set $SP=true --set $CP=2 --set $EP=2
-compare deepseek deepseek-ep2-tp2-sp-cp2
-# Multi-token prediction on the last pipeline stage, with its copy of the embedding.
-run 4 deepseek-pp2-ep2 "${DS[@]}" --set $PP=2 --set parallel.pipeline_layers_per_stage=2,1 --set $EP=2
-compare deepseek deepseek-pp2-ep2
-/usr/bin/python3 - <<'PY'
-import json
-def col(d):
-    return [json.loads(l)["mtp_loss"] for l in open(d + "/metrics.jsonl") if '"mtp_loss"' in l]
-a, b = col("deepseek"), col("deepseek-pp2-ep2")
-assert len(a) == len(b) == 5 and max(abs(x - y) / x for x, y in zip(a, b)) < 1e-5, (a, b)
-print("deepseek-pp2-ep2: the multi-token-prediction loss logged from the last stage matches")
-PY
-unset CONFIG
-
-# Under context parallelism a rank holds parts of each sequence: the balance losses sum the counts
-# over the context-parallel ranks, the bias balancing its loads over data x context ranks.
-run 2 moe-cp2 "${MOE[@]}" --set $CP=2
-compare moe moe-cp2
-run 4 moe-aux-tp2-sp-cp2 "${MOE_AUX[@]}" --set $TP=2 --set $SP=true --set $CP=2
-compare moe-aux moe-aux-tp2-sp-cp2
-
-# Multi-token prediction under context parallelism (the shifted targets taken on the whole sequences,
-# then each rank's chunks) and sequence parallelism (the modules on row shards like the layers).
-MTP=(--set model.mtp_num_layers=2 --set model.mtp_loss_scaling_factor=0.3)
-single mtp "${MTP[@]}"
-run 2 mtp-cp2 "${MTP[@]}" --set $CP=2
-compare mtp mtp-cp2
-run 2 mtp-tp2-sp "${MTP[@]}" --set $TP=2 --set $SP=true
-compare mtp mtp-tp2-sp
-
 # Checkpoints hold whole tensors gathered from every stage: stop at step 3, resume on pp2 (bit-exact
 # with the uninterrupted pp2 run), and resume the same checkpoint in one process.
 run 2 stop "${GPT2[@]}" --set $PP=2 --set train.exit_interval=3
@@ -203,11 +75,11 @@ print(f"pp2 checkpoint: resumes on pp2 bit for bit, and in one process within {w
 PY
 
 # A layout that does not fit fails on every rank with the reason.
-if run 2 bad --set $PP=2 --set parallel.pipeline_layers_per_stage=4,3; then echo "expected a failure"; exit 1; fi
+if launch 2 bad --set $PP=2 --set parallel.pipeline_layers_per_stage=4,3; then echo "expected a failure"; exit 1; fi
 grep -q "pipeline_layers_per_stage sums to 7 layers, model.num_layers is 8" bad.log
-if run 4 bad --set $PP=4 --set $VPP=2 --set train.global_batch_size=6 --set train.micro_batch_size=1; then
+if launch 4 bad --set $PP=4 --set $VPP=2 --set train.global_batch_size=6 --set train.micro_batch_size=1; then
   echo "expected a failure"; exit 1; fi
 grep -q "multiple of the pipeline size" bad.log
-if run 4 bad --set $CP=4 --set model.seq_length=36; then echo "expected a failure"; exit 1; fi
+if launch 4 bad --set $CP=4 --set model.seq_length=36; then echo "expected a failure"; exit 1; fi
 grep -q "model.seq_length 36 must be divisible by 2 x parallel.context_parallel_size = 8" bad.log
 echo "misconfigured layouts: refused with the reason"

@@ -29,11 +29,12 @@ PY
 
 OMP_NUM_THREADS=2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir=llama > /dev/null
 OMP_NUM_THREADS=2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" "${GPT2[@]}" --set log.dir=gpt2 > /dev/null
-run() {  # np, log dir, extra args...
+launch() {  # np, log dir, extra args...: returns the run's status (layouts that must be refused)
   local np=$1 dir=$2; shift 2
   OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np "$np" "$TESSEL" train \
     "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir="$dir" "$@" > "$dir.log" 2>&1
 }
+run() { launch "$@" || { echo "run $2 ($1 ranks) failed"; exit 1; }; }
 run 2 llama-tp2 --set parallel.tensor_model_parallel_size=2
 compare llama llama-tp2
 run 4 llama-tp2dp2 --set parallel.tensor_model_parallel_size=2
@@ -72,6 +73,6 @@ print(f"reshard: tp2 checkpoint resumed on 1 process, and 1-process checkpoint r
 PY
 
 # A group size that splits neither heads nor vocabulary is refused on every rank, with the reason.
-if run 3 bad --set parallel.tensor_model_parallel_size=3; then echo "expected a failure"; exit 1; fi
+if launch 3 bad --set parallel.tensor_model_parallel_size=3; then echo "expected a failure"; exit 1; fi
 grep -q "tensor_model_parallel_size 3 must divide" bad.log
 echo "tp3 with 4 heads: refused with the reason"
