@@ -188,7 +188,7 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
   Named extra = extra_state;
   if (experts_only)  // state of this rank's routed experts only (FP8 scaling of their Linears)
     extra.erase(std::remove_if(extra.begin(), extra.end(),
-                               [](const auto& e) { return e.first.find(".experts.") == std::string::npos; }),
+                               [](const auto& e) { return !nn::is_routed_expert_name(e.first); }),
                 extra.end());
   gather_stages(ep, model_tensors);  // experts onto the group's rank 0 first, then the stages
   gather_stages(ep, optim_tensors);

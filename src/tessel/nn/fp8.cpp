@@ -6,6 +6,7 @@
 #include "tessel/core/check.h"
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/fp8.h"
+#include "tessel/nn/params.h"
 
 namespace tessel::nn {
 
@@ -49,7 +50,7 @@ Fp8State::Fp8State(const Fp8Recipe& recipe) : r_(recipe) {
 int Fp8State::add(const std::string& name, DType fmt, bool tp_amax) {
   names_.push_back(name);
   tp_amax_.push_back(tp_amax);
-  expert_.push_back(name.find(".experts.") != std::string::npos);  // a routed expert's Linear
+  expert_.push_back(is_routed_expert_name(name));
   formats_.push_back(fmt);
   history_.emplace_back(static_cast<size_t>(r_.history_len), 0.0f);
   scale_.push_back(1.0f);  // TransformerEngine's initial scale

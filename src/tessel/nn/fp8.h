@@ -77,7 +77,7 @@ class Fp8State {
   Fp8Recipe r_;
   std::vector<std::string> names_;
   std::vector<DType> formats_;
-  std::vector<bool> expert_;  // a routed expert's slot (".experts." in its name)
+  std::vector<bool> expert_;  // a routed expert's slot (is_routed_expert_name)
   std::vector<bool> tp_amax_;
   std::vector<std::vector<float>> history_;  // [0] = the most recent completed step
   std::vector<float> scale_, step_amax_;

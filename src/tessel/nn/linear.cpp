@@ -46,7 +46,7 @@ Linear::Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, f
     const std::string& n = parts[0].name;
     // A routed expert replicated over tensor parallelism may run on one rank and not on another
     // (each routes its own rows under sequence parallelism): no amax collective for it.
-    const bool tp_amax = sharded() || n.find(".experts.") == std::string::npos;
+    const bool tp_amax = sharded() || !is_routed_expert_name(n);
     slot_x_ = fp8_->add(n + ".x", fp8_->recipe().forward, tp_amax);
     slot_w_ = fp8_->add(n + ".w", fp8_->recipe().forward, tp_amax);
     slot_dy_ = fp8_->add(n + ".dy", fp8_->recipe().backward, tp_amax);

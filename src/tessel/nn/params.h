@@ -18,6 +18,10 @@ class Fp8State;
 
 enum class Init { normal, ones, zeros };
 
+// Whether a parameter (or an FP8 slot named after its Linear) belongs to a routed expert: the MoE
+// block names them "<layer>.mlp.experts.<e>.*" (the shared expert is "shared_experts", not matched).
+inline bool is_routed_expert_name(const std::string& name) { return name.find(".experts.") != std::string::npos; }
+
 struct ParamSpec {
   std::string name;
   Shape shape;
