@@ -11,12 +11,12 @@ COMMON=(--set train.train_iters=5 --set train.lr_warmup_iters=1 --set model.num_
         --set train.micro_batch_size=2 --set train.global_batch_size=16 --set precision.compute=fp32
         --set parallel.ddp_bucket_size=20000)
 
-OMP_NUM_THREADS=2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir=single --set checkpoint.dir=ck-single > /dev/null
+OMP_NUM_THREADS=${SINGLE_THREADS:-2} "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir=single --set checkpoint.dir=ck-single > /dev/null
 for run in dp2 dp4 zero2 zero4; do
   np=${run: -1}
   extra=()
   [[ $run == zero* ]] && extra=(--set parallel.use_distributed_optimizer=true)
-  OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np $np "$TESSEL" train "$CONFIGS/synthetic.yaml" \
+  OMP_NUM_THREADS=${RANK_THREADS:-1} "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np $np "$TESSEL" train "$CONFIGS/synthetic.yaml" \
     "${COMMON[@]}" "${extra[@]}" --set log.dir=$run --set checkpoint.dir=ck-$run > $run.log
   grep -q "dp $np" $run.log
   /usr/bin/python3 - single $run ck-single/step_00000005/model.safetensors ck-$run/step_00000005/model.safetensors <<'PY'
@@ -42,9 +42,9 @@ done
 
 # The distributed optimizer's checkpoint holds the gathered moments: stopping at step 3 and resuming
 # (again on 2 ranks) reproduces the uninterrupted run's losses bit for bit.
-OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe -np 2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" \
+OMP_NUM_THREADS=${RANK_THREADS:-1} "$MPIRUN" --oversubscribe -np 2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" \
   --set parallel.use_distributed_optimizer=true --set train.exit_interval=3 --set log.dir=zr --set checkpoint.dir=ck-zr > zr1.log
-OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe -np 2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" \
+OMP_NUM_THREADS=${RANK_THREADS:-1} "$MPIRUN" --oversubscribe -np 2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" \
   --set parallel.use_distributed_optimizer=true --set log.dir=zr --set checkpoint.dir=ck-zr > zr2.log
 grep -q "resumed from checkpoint.dir ck-zr at step 3" zr2.log
 /usr/bin/python3 -c "
@@ -56,7 +56,7 @@ print('zero2: resume at step 3 reproduces the uninterrupted losses bit for bit')
 # Checkpoints hold whole tensors: the ZeRO-1 checkpoint saved by 2 ranks at step 3 resumes in a
 # single process, which continues like the single-process run (within summation-order noise).
 mkdir ck-reshard && cp -r ck-zr/step_00000003 ck-reshard/ && echo step_00000003 > ck-reshard/latest
-OMP_NUM_THREADS=2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir=reshard --set checkpoint.dir=ck-reshard > reshard.log
+OMP_NUM_THREADS=${SINGLE_THREADS:-2} "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir=reshard --set checkpoint.dir=ck-reshard > reshard.log
 grep -q "resumed from checkpoint.dir ck-reshard at step 3" reshard.log
 /usr/bin/python3 -c "
 import json
@@ -69,7 +69,7 @@ print(f'zero2 checkpoint resumed in one process: steps 4-5 within {worst:.1e} of
 
 # tessel bench under mpirun reports the data-parallel traffic: one all-reduce of every fp32 gradient
 # per step, i.e. 2(n-1)/n x 4 bytes x parameters moved per rank by a ring.
-OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe -np 2 "$TESSEL" bench "$CONFIGS/synthetic.yaml" --steps 2 --warmup 1 \
+OMP_NUM_THREADS=${RANK_THREADS:-1} "$MPIRUN" --oversubscribe -np 2 "$TESSEL" bench "$CONFIGS/synthetic.yaml" --steps 2 --warmup 1 \
   --set model.num_layers=2 --set train.micro_batch_size=2 --set train.global_batch_size=8 > bench.log
 /usr/bin/python3 -c "
 import json
@@ -80,7 +80,7 @@ assert abs(j['dp_comm_mb_per_step'] - want) / want < 1e-3, (j['dp_comm_mb_per_st
 print(f'bench dp2: {j[\"dp_comm_mb_per_step\"]:.3f} MB moved per rank per step (expected {want:.3f})')"
 
 # A batch that does not split over the ranks fails fast on every rank, with the reason.
-if OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe -np 2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" \
+if OMP_NUM_THREADS=${RANK_THREADS:-1} "$MPIRUN" --oversubscribe -np 2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" \
     --set train.global_batch_size=6 --set log.dir=bad > bad.log 2>&1; then
   echo "expected the misconfigured run to fail"; exit 1
 fi

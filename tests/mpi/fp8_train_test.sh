@@ -14,10 +14,10 @@ COMMON=(--set train.train_iters=5 --set train.lr_warmup_iters=1 --set model.num_
 train() {  # np, log dir, extra args...
   local np=$1 dir=$2; shift 2
   if [ "$np" = 1 ]; then
-    OMP_NUM_THREADS=2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir="$dir" "$@" > "$dir.log" 2>&1 ||
+    OMP_NUM_THREADS=${SINGLE_THREADS:-2} "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir="$dir" "$@" > "$dir.log" 2>&1 ||
       { echo "run $dir failed"; exit 1; }
   else
-    OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np "$np" "$TESSEL" train \
+    OMP_NUM_THREADS=${RANK_THREADS:-1} "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np "$np" "$TESSEL" train \
       "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir="$dir" "$@" > "$dir.log" 2>&1 ||
       { echo "run $dir ($np ranks) failed"; tail -5 "$dir.log"; exit 1; }
   fi

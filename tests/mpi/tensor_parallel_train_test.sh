@@ -27,11 +27,11 @@ for key, first_tol, tol in (("loss", 1e-5, 1e-5), ("grad_norm", 1e-7, 1e-4)):
 PY
 }
 
-OMP_NUM_THREADS=2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir=llama > /dev/null
-OMP_NUM_THREADS=2 "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" "${GPT2[@]}" --set log.dir=gpt2 > /dev/null
+OMP_NUM_THREADS=${SINGLE_THREADS:-2} "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir=llama > /dev/null
+OMP_NUM_THREADS=${SINGLE_THREADS:-2} "$TESSEL" train "$CONFIGS/synthetic.yaml" "${COMMON[@]}" "${GPT2[@]}" --set log.dir=gpt2 > /dev/null
 launch() {  # np, log dir, extra args...: returns the run's status (layouts that must be refused)
   local np=$1 dir=$2; shift 2
-  OMP_NUM_THREADS=1 "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np "$np" "$TESSEL" train \
+  OMP_NUM_THREADS=${RANK_THREADS:-1} "$MPIRUN" --oversubscribe --mca mpi_yield_when_idle 1 -np "$np" "$TESSEL" train \
     "$CONFIGS/synthetic.yaml" "${COMMON[@]}" --set log.dir="$dir" "$@" > "$dir.log" 2>&1
 }
 run() { launch "$@" || { echo "run $2 ($1 ranks) failed"; exit 1; }; }
