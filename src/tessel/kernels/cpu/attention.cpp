@@ -7,6 +7,7 @@
 
 #include "tessel/core/check.h"
 #include "tessel/kernels/cpu/elementwise.h"
+#include "tessel/kernels/cpu/isa.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -118,7 +119,7 @@ inline void row2_axpy_sum(int64_t n, const float* w0, const float* w1, int64_t w
 inline void row_axpy_sum_any(int64_t n, int64_t Dh, const float* w, int64_t wstride, const float* X, int64_t ldx,
                              float scale, float* out) {
 #if defined(__AVX512F__)
-  switch (Dh) {
+  if (cpu::avx512_paths_enabled()) switch (Dh) {
     case 16: return row_axpy_sum<1>(n, w, wstride, X, ldx, scale, out);
     case 32: return row_axpy_sum<2>(n, w, wstride, X, ldx, scale, out);
     case 64: return row_axpy_sum<4>(n, w, wstride, X, ldx, scale, out);
@@ -138,7 +139,7 @@ inline void row_axpy_sum_any(int64_t n, int64_t Dh, const float* w, int64_t wstr
 inline void row2_axpy_sum_any(int64_t n, int64_t Dh, const float* w0, const float* w1, int64_t wstride,
                               const float* X, int64_t ldx, float scale, float* out0, float* out1) {
 #if defined(__AVX512F__)
-  switch (Dh) {
+  if (cpu::avx512_paths_enabled()) switch (Dh) {
     case 16: return row2_axpy_sum<1>(n, w0, w1, wstride, X, ldx, scale, out0, out1);
     case 32: return row2_axpy_sum<2>(n, w0, w1, wstride, X, ldx, scale, out0, out1);
     case 64: return row2_axpy_sum<4>(n, w0, w1, wstride, X, ldx, scale, out0, out1);
@@ -161,7 +162,7 @@ inline void for_row_pairs(int64_t n, F&& f) {
 // S[i][j] = sum_d A[i][d] * Bt[d][j] for i < m, j < n (A rows strided by lda, Bt is [Dh][kTile]).
 inline void tile_abt(int64_t m, int64_t n, int64_t Dh, const float* A, int64_t lda, const float* Bt, float* S) {
 #if defined(__AVX512F__)
-  if (n > 48) return tile_abt_avx512(m, Dh, A, lda, Bt, S);
+  if (n > 48 && cpu::avx512_paths_enabled()) return tile_abt_avx512(m, Dh, A, lda, Bt, S);
 #endif
   for (int64_t i = 0; i < m; ++i) {
     float* si = S + i * kTile;
