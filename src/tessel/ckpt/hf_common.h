@@ -15,6 +15,10 @@ namespace tessel::ckpt::hf {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// The largest size (layers, widths, vocabulary, positions, experts) a Hugging Face config may give:
+// every real model is far below it, and products of a few of them stay inside int64.
+inline constexpr int64_t kMaxHfSize = int64_t(1) << 24;
+
 std::string layer(int64_t i);      // "model.layers.<i>."
 std::string gpt_layer(int64_t i);  // "transformer.h.<i>."
 bool ends_with(const std::string& s, const std::string& suffix);

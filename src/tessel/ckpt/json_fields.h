@@ -47,8 +47,4 @@ class JsonFields {
   std::string where_;
 };
 
-// The largest size (layers, widths, vocabulary, positions, experts) a Hugging Face config may give:
-// every real model is far below it, and products of a few of them stay inside int64.
-inline constexpr int64_t kMaxHfSize = int64_t(1) << 24;
-
 }  // namespace tessel::ckpt
