@@ -24,6 +24,7 @@ int run_generate(const GenerateOptions& o) {
   const std::string tok_path = o.tokenizer.empty() ? lm.config.data.tokenizer : o.tokenizer;
   TESSEL_CHECK(!tok_path.empty(), "the checkpoint's config names no data.tokenizer: pass --tokenizer MODEL");
   const data::Tokenizer tok(tok_path);
+  data::check_model_vocab(tok, lm.config.model.vocab_size);
   const int64_t T = lm.config.model.seq_length;
   std::vector<int64_t> ids = tok.encode(o.prompt);
   TESSEL_CHECK(!ids.empty(), "the prompt encodes to no tokens");
@@ -36,7 +37,8 @@ int run_generate(const GenerateOptions& o) {
   std::vector<int64_t> out;
   const int64_t budget = std::min<int64_t>(o.max_new_tokens, T - int64_t(ids.size()));
   for (int64_t step = 0; step < budget; ++step) {
-    const int64_t next = infer::sample_token(logits.data<float>(), logits.numel(), o.sampling, step);
+    // Only the tokenizer's ids: a padded model's extra rows are no tokens (the decoder refuses them).
+    const int64_t next = infer::sample_token(logits.data<float>(), tok.vocab_size(), o.sampling, step);
     if (next == tok.eos_id()) break;
     out.push_back(next);
     if (step + 1 == budget) break;

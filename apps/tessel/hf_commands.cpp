@@ -42,17 +42,8 @@ int run_import(const ImportOptions& o) {
   const train::Config cfg = train::Config::from_yaml_text("", sets, o.hf + "/config.json");
   nn::Model model(cfg.model);
   auto& ps = model.params();
-  TESSEL_CHECK(imp.tensors.size() == ps.specs().size(), "import-hf: '{}' holds {} tensors, a {} model of this shape has {}",
-               o.hf, imp.tensors.size(), cfg.model.arch, ps.specs().size());
-  for (const auto& [name, t] : imp.tensors) {
-    const auto& spec = ps.spec(name);
-    TESSEL_CHECK(t.shape() == spec.shape, "import-hf: '{}' is {} in '{}', the config implies {}", name, t.str(), o.hf,
-                 shape_str(spec.shape));
-    ps.param(name).copy_from(t);
-  }
-  ps.refresh_compute_copy();
-  for (const auto& name : model.load_state_tensors(imp.state))  // the MoE expert biases
-    std::fprintf(stderr, "warning: import-hf: '%s' has no %s: it starts at zero\n", o.hf.c_str(), name.c_str());
+  for (const auto& w : ckpt::copy_into(imp, model))
+    std::fprintf(stderr, "warning: import-hf: '%s': %s\n", o.hf.c_str(), w.c_str());
   optim::AdamW opt(ps, {});
   const std::string where = ckpt::save_checkpoint(
       o.out, ps, ckpt::FullMoments{opt.exp_avg_data(), opt.exp_avg_sq_data(), opt.steps_taken()},

@@ -47,6 +47,29 @@ TEST_P(Decode, KvCacheMatchesFullForward) {
   EXPECT_THROW(model.decode(one, cache), Error);  // the context is full
 }
 
+// A diverged model's logits are refused, naming the step, on the greedy and the sampling path (NaN
+// would otherwise reach std::sort, whose ordering it breaks).
+TEST(Sampler, NonFiniteLogitsAreRefusedNamingTheStep) {
+  auto expect_error = [](std::vector<float> logits, double temperature, const std::string& text) {
+    const infer::SamplingOptions o{temperature, 0, 1.0, 1};
+    try {
+      infer::sample_token(logits.data(), int64_t(logits.size()), o, 7);
+      ADD_FAILURE() << "accepted; expected: " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  const float nan = std::nanf(""), inf = INFINITY;
+  for (double temperature : {0.0, 0.8}) {
+    expect_error({0.5f, nan, 1.0f}, temperature, "logits contain NaN at step 7 (token id 1)");
+    expect_error({0.5f, 1.0f, inf}, temperature, "logits contain +inf at step 7 (token id 2)");
+    expect_error({-inf, -inf}, temperature, "logits are all -inf at step 7");
+  }
+  // -inf alone is a token that cannot be drawn.
+  const float masked[3] = {-inf, 0.0f, -inf};
+  for (int s = 0; s < 20; ++s) EXPECT_EQ(infer::sample_token(masked, 3, {1.0, 0, 1.0, 3}, s), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, Decode, ::testing::Values("llama", "gpt2"));
 
 TEST(Sampler, GreedyTopKTopPAndTheDistribution) {

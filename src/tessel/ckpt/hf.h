@@ -14,10 +14,14 @@
 // num_hidden_layers + k with copies of the embedding and output head (embed_tokens,
 // shared_head.head).
 // Import reads model.safetensors or a sharded set listed in model.safetensors.index.json
-// (F32, BF16 or F16 tensors).
+// (F32, BF16 or F16 tensors). Each family lives in its own file (hf_llama.cpp for Llama and
+// Mixtral, hf_gpt2.cpp, hf_deepseek.cpp; shared parts in hf_common.*); this file dispatches.
+#include <nlohmann/json_fwd.hpp>
+
 #include <string>
 #include <vector>
 
+#include "tessel/nn/model.h"
 #include "tessel/nn/params.h"
 #include "tessel/train/config.h"
 
@@ -29,13 +33,35 @@ namespace tessel::ckpt {
 std::string export_hf(const nn::ModelConfig& cfg, const nn::ParamStore& params, const std::string& out_dir,
                       const std::vector<std::pair<std::string, Tensor>>& state = {});
 
+// A Hugging Face config.json, typed: the model it describes and what the tensor import needs.
+struct HfConfig {
+  std::string model_type;         // llama | mixtral | gpt2 | deepseek_v3
+  nn::ModelConfig model;
+  bool rope_interleaved = false;  // DeepSeek-V3's rope_interleave: q_pe / k_pe rows stored interleaved
+  std::vector<std::string> warnings;  // settings read but not applied (training-time dropout, noise)
+};
+// Reads config.json's content. `file` names it in messages. Anything missing, of the wrong type, out
+// of range or not implemented (rope_scaling, another activation, biases, ...) throws a tessel::Error
+// naming the file and the key; no other exception escapes (the entry point for fuzzing).
+HfConfig parse_hf_config(const nlohmann::json& cfg, const std::string& file);
+HfConfig parse_hf_config_text(const std::string& text, const std::string& file);
+
 struct HfImport {
   nn::ModelConfig model;                                 // from config.json
+  std::string model_type;                                // config.json's model_type
+  std::string source;                                    // where the tensors came from (for messages)
   std::vector<std::pair<std::string, Tensor>> tensors;  // tessel names, f32
   std::vector<std::pair<std::string, Tensor>> state;    // training state by tessel name (MoE expert biases)
   std::vector<std::string> warnings;                    // what was read but not kept
 };
 HfImport import_hf(const std::string& dir);
+
+// Copies an import's tensors into the model it describes (parameters and training state). Every
+// parameter must be imported (a missing one is named by its Hugging Face name: none is left at its
+// initial value), with the shape the config implies; a tensor the model has no place for is named
+// too, and so is a missing expert bias (it steers routing). Returns warnings for tessel's own state
+// that starts afresh (FP8 scaling histories).
+std::vector<std::string> copy_into(const HfImport& imp, nn::Model& model);
 
 // The config overrides ("model.<key>=<value>") that rebuild an imported model.
 std::vector<std::string> model_overrides(const nn::ModelConfig& m);

@@ -14,6 +14,8 @@ Tokenizer::Tokenizer(const std::string& model_path)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), path_(model_path) {
   TESSEL_CHECK(std::filesystem::exists(model_path), "tokenizer model '{}' does not exist (train one with `tessel "
                "train-tokenizer`)", model_path);
+  TESSEL_CHECK(!std::filesystem::is_directory(model_path), "tokenizer model '{}' is a directory; give the "
+               "SentencePiece .model file", model_path);
   const auto st = sp_->Load(model_path);
   TESSEL_CHECK(st.ok(), "tokenizer model '{}' could not be loaded: {}", model_path, st.ToString());
 }
@@ -43,6 +45,13 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
 int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int64_t Tokenizer::eos_id() const { return sp_->eos_id(); }
 int64_t Tokenizer::bos_id() const { return sp_->bos_id(); }
+
+void check_model_vocab(const Tokenizer& tok, int64_t model_vocab_size) {
+  const int64_t v = tok.vocab_size(), padded = (v + 127) / 128 * 128;
+  TESSEL_CHECK(model_vocab_size >= v && model_vocab_size <= padded,
+               "model.vocab_size {} disagrees with the tokenizer '{}' ({} tokens): the model's vocabulary must be {} "
+               "(or up to {}, padded to a multiple of 128)", model_vocab_size, tok.path(), v, v, padded);
+}
 
 void train_tokenizer(const TokenizerTrainOptions& o) {
   TESSEL_CHECK(!o.input_files.empty(), "train-tokenizer: no input files");

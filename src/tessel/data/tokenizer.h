@@ -22,11 +22,17 @@ class Tokenizer {
   int64_t vocab_size() const;
   int64_t eos_id() const;
   int64_t bos_id() const;
+  const std::string& path() const { return path_; }
 
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::string path_;
 };
+
+// A model fits a tokenizer when its vocabulary holds every token id, padded at most to the next
+// multiple of 128 (for tensor-parallel splits). Throws naming both sizes and the tokenizer otherwise
+// (train, generate: one rule).
+void check_model_vocab(const Tokenizer& tok, int64_t model_vocab_size);
 
 struct TokenizerTrainOptions {
   std::vector<std::string> input_files;  // plain text, one sentence per line

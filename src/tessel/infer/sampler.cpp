@@ -16,7 +16,21 @@ void SamplingOptions::validate() const {
   TESSEL_CHECK(top_p > 0 && top_p <= 1, "--top-p must be in (0, 1], got {}", top_p);
 }
 
+// A diverged model's logits (NaN, +inf, or all -inf) rank no token; NaN would also break std::sort's
+// ordering. Refused naming the step and the first offending id.
+void check_finite(const float* logits, int64_t vocab, int64_t step) {
+  TESSEL_CHECK(vocab > 0, "no logits to sample from at step {}", step);
+  bool any_finite = false;
+  for (int64_t i = 0; i < vocab; ++i) {
+    TESSEL_CHECK(!std::isnan(logits[i]), "logits contain NaN at step {} (token id {})", step, i);
+    TESSEL_CHECK(!(std::isinf(logits[i]) && logits[i] > 0), "logits contain +inf at step {} (token id {})", step, i);
+    any_finite = any_finite || std::isfinite(logits[i]);
+  }
+  TESSEL_CHECK(any_finite, "logits are all -inf at step {}", step);
+}
+
 int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, int64_t step) {
+  check_finite(logits, vocab, step);
   if (o.temperature == 0) return int64_t(std::max_element(logits, logits + vocab) - logits);
   std::vector<int64_t> idx(static_cast<size_t>(vocab));
   std::iota(idx.begin(), idx.end(), 0);

@@ -14,6 +14,8 @@ struct SamplingOptions {
   void validate() const;     // throws naming the bad option
 };
 
+// Picks one of ids [0, vocab): pass the tokenizer's vocabulary size to leave out a padded model's extra
+// ids. Throws on NaN or +inf logits (or all -inf), naming the step.
 int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, int64_t step);
 
 }  // namespace tessel::infer

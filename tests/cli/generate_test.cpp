@@ -1,0 +1,88 @@
+// tessel generate on models that do not match their tokenizer or have diverged: a padded vocabulary's
+// extra ids are never sampled, a tokenizer of another vocabulary is refused as train refuses it, NaN
+// logits stop with the step named. The checkpoints are tiny models written by export_hf and read
+// back with `tessel import-hf` (no training needed).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "cli/cli_support.h"
+#include "tessel/ckpt/hf.h"
+#include "tessel/nn/model.h"
+
+using namespace tessel;
+using namespace tessel::testing;
+
+namespace {
+
+// A 300-token tokenizer in dir/tok.model.
+void train_tokenizer(const TempDir& d) {
+  {
+    std::ofstream out(d / "corpus.txt");
+    const char* words[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"};
+    for (int i = 0; i < 400; ++i) out << words[i % 8] << " " << words[(i * 3) % 8] << " " << i << "\n%\n";
+  }
+  const auto r = run_tessel("train-tokenizer --input corpus.txt --doc-boundary percent --model-prefix tok "
+                            "--vocab-size 300", d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
+// A tiny random Llama of `vocab` tokens as checkpoint dir/NAME (via a Hugging Face export), with
+// `poison` applied to its parameters first.
+template <class F>
+void make_checkpoint(const TempDir& d, const std::string& name, int64_t vocab, F&& poison) {
+  nn::ModelConfig c;
+  c.num_layers = 1, c.hidden_size = 32, c.num_attention_heads = 4, c.num_query_groups = 4;
+  c.ffn_hidden_size = 48, c.vocab_size = vocab, c.seq_length = 64;
+  nn::Model m(c);
+  m.params().initialize(11);
+  poison(m.params());
+  ckpt::export_hf(c, m.params(), d / ("hf-" + name));
+  const auto r = run_tessel("import-hf --hf hf-" + name + " --out " + name, d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
+void make_checkpoint(const TempDir& d, const std::string& name, int64_t vocab) {
+  make_checkpoint(d, name, vocab, [](nn::ParamStore&) {});
+}
+
+const std::string kGenerate = "generate --tokenizer tok.model --prompt 'alpha beta' --temperature 1 --seed 1 ";
+
+TEST(GenerateCli, PaddedVocabularyIdsAreNeverSampled) {
+  TempDir d;
+  train_tokenizer(d);
+  // 384 = 300 padded to a multiple of 128: ids 300..383 are no tokens. An untrained model's logits are
+  // nearly uniform, so 40 draws over all 384 ids would pick one of them (p = 1 - (300/384)^40 > 0.9999).
+  make_checkpoint(d, "padded", 384);
+  const auto r = run_tessel(kGenerate + "--ckpt padded --max-new-tokens 40", d.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("alpha beta", 0), 0u) << r.output;
+}
+
+TEST(GenerateCli, ATokenizerOfAnotherVocabularyIsRefused) {
+  TempDir d;
+  train_tokenizer(d);
+  make_checkpoint(d, "big", 1000);
+  auto r = run_tessel(kGenerate + "--ckpt big", d.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("model.vocab_size 1000 disagrees with the tokenizer 'tok.model' (300 tokens)"),
+            std::string::npos) << r.output;
+  r = run_tessel("generate --ckpt big --tokenizer . --prompt x", d.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("tokenizer model '.' is a directory"), std::string::npos) << r.output;
+}
+
+TEST(GenerateCli, NanLogitsStopNamingTheStep) {
+  TempDir d;
+  train_tokenizer(d);
+  make_checkpoint(d, "nan", 300, [](nn::ParamStore& ps) { ps.param("model.norm.weight").data<float>()[0] = NAN; });
+  for (const std::string temperature : {"0", "1"}) {
+    const auto r = run_tessel("generate --ckpt nan --tokenizer tok.model --prompt 'alpha beta' --temperature " +
+                                  temperature, d.path());
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("logits contain NaN at step 0"), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
