@@ -217,6 +217,9 @@ Action add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a model from a YAML config (resumes from checkpoint.dir)");
   cmd->add_option("config", o->config, "YAML config (e.g. configs/demo.yaml, configs/synthetic.yaml)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
+  cmd->footer(fmt::format("Exit status: 0 when train.train_iters (or train.exit_interval) is reached, {} when "
+                          "stopped by SIGINT/SIGTERM after saving a checkpoint (requeue it), other non-zero codes on errors.",
+                          train::kExitCodeStopped));
   return [o] { return run_train(*o); };
 }
 

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -54,7 +56,8 @@ void write_text_file(const fs::path& p, const std::string& text) {
   {
     std::ofstream out(p, std::ios::trunc);
     out << text;
-    TESSEL_CHECK(out.good(), "cannot write '{}'", p.string());
+    out.flush();  // a full disk shows here, not in the destructor's silent close
+    TESSEL_CHECK(out.good(), "cannot write '{}': {}", p.string(), std::strerror(errno));
   }
   fsync_path(p, false);
 }
