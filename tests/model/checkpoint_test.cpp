@@ -192,6 +192,11 @@ TEST(CheckpointMetadata, IllTypedKeysAreDamage) {
              "metadata.json key 'files.model.safetensors.crc32' must fit in 32 bits, got 1099511627776");
   EXPECT_HAS(load_after_editing_step2([](json& m) { m["config"] = 7; }),
              "metadata.json key 'config' must be a string, got number 7");
+  EXPECT_HAS(load_after_editing_step2([](json& m) {
+               m["files"]["../step_00000001/model.safetensors"] = m["files"]["model.safetensors"];
+             }),
+             "metadata.json lists file '../step_00000001/model.safetensors', which is not a file name in the checkpoint "
+             "directory");
 }
 
 TEST(CheckpointMetadata, ShapesThatOverflowOrDisagreeAreDamageNotAnotherModel) {

@@ -104,6 +104,9 @@ CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std:
   out.config = r.string("config");
   const Reader files = r.object("files");
   for (const auto& [name, value] : files.raw().items()) {
+    // Files live in the checkpoint directory itself: a path would read something else.
+    TESSEL_CHECK(name.find('/') == std::string::npos && name != "." && name != "..",
+                 "{}: metadata.json lists file '{}', which is not a file name in the checkpoint directory", where, name);
     const Reader f = files.object(name);
     out.files[name] = {f.unsigned32("crc32"), f.non_negative("bytes")};
   }
