@@ -1,10 +1,7 @@
 #include "model_loading.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "tessel/ckpt/checkpoint.h"
 
@@ -27,16 +24,9 @@ LoadedModel load_model_from_checkpoint(const std::string& ckpt, const std::vecto
   std::string errors;
   for (const auto& d : dirs) {
     try {
-      std::ifstream in(fs::path(d) / "metadata.json");
-      TESSEL_CHECK(in.good(), "checkpoint '{}' has no metadata.json", d);
-      nlohmann::json md;
-      try {
-        md = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::exception& e) {
-        TESSEL_FAIL("checkpoint '{}': metadata.json is damaged: {}", d, e.what());
-      }
+      const ckpt::CheckpointMetadata md = ckpt::read_checkpoint_metadata(d);  // damaged: skipped below
       LoadedModel lm;
-      lm.config = train::Config::from_yaml_text(md.at("config").get<std::string>(), overrides, d + "/metadata.json");
+      lm.config = train::Config::from_yaml_text(md.config, overrides, d + "/metadata.json");
       lm.model = std::make_unique<nn::Model>(lm.config.model);
       ckpt::NamedTensors state;  // the MoE expert biases steer routing; FP8 delayed scales
       lm.step = ckpt::load_checkpoint(d, lm.model->params(), nullptr, false, &state).step;

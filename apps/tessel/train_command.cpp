@@ -1,7 +1,9 @@
 // tessel train CONFIG [--set k=v ...]: trains, printing one line per log.interval steps and writing
 // metrics.jsonl and the resolved config into log.dir. With checkpoint.dir set it resumes from the
 // newest valid checkpoint there, saves every checkpoint.interval steps and at the end, and on
-// SIGINT / SIGTERM finishes the current step, saves, and exits cleanly.
+// SIGINT / SIGTERM finishes the current step, saves, and exits with train::kExitCodeStopped (75), so a
+// scheduler can tell an interrupted run (to requeue) from a finished one (0). The lead rank holds
+// checkpoint.dir's lock for the whole run.
 #include <omp.h>
 
 #include <nlohmann/json.hpp>
@@ -11,15 +13,17 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <memory>
+#include <optional>
 
 #include "commands.h"
 #include "gemm_peak.h"
 #include "run_context.h"
 #include "tessel/ckpt/checkpoint.h"
+#include "tessel/ckpt/checkpoint_dir.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/train/data_setup.h"
+#include "tessel/train/run_files.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::app {
@@ -40,24 +44,6 @@ std::string hms(double s) {
   return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
 }
 
-// Keeps the metrics of steps up to `step` (a resumed run rewrites what came after its checkpoint).
-void truncate_metrics(const fs::path& path, int64_t step) {
-  std::vector<std::string> keep;
-  if (std::ifstream in(path); in.good()) {
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      try {
-        if (nlohmann::json::parse(line).value("step", int64_t(0)) <= step) keep.push_back(line);
-      } catch (const nlohmann::json::exception&) {
-        break;  // a torn last line from a crash
-      }
-    }
-  }
-  std::ofstream out(path, std::ios::trunc);
-  for (const auto& l : keep) out << l << "\n";
-}
-
 int run_train(const TrainOptions& o) {
   const train::Config cfg = train::Config::load(o.config, o.sets);
   // Under mpirun every rank runs this; data parallelism is what the world leaves after the other sizes.
@@ -67,10 +53,18 @@ int run_train(const TrainOptions& o) {
   const int64_t dp = ctx.dp;
   const bool lead = ctx.lead;
   const train::RunData run_data = train::make_run_data(cfg);  // data errors before anything is written
+  // One run per checkpoint.dir (two would prune each other's checkpoints), held until exit.
+  std::unique_ptr<ckpt::CheckpointDirLock> dir_lock;
+  if (lead && !cfg.checkpoint.dir.empty()) {
+    dir_lock = std::make_unique<ckpt::CheckpointDirLock>(cfg.checkpoint.dir);
+    for (const auto& p : ckpt::remove_stale_saves(cfg.checkpoint.dir))
+      std::printf("removed %s, left by an interrupted save\n", p.c_str());
+  }
   if (lead) {
-    fs::create_directories(cfg.log.dir);
-    std::ofstream out(fs::path(cfg.log.dir) / "config.yaml");
-    out << cfg.to_yaml();
+    std::error_code ec;
+    fs::create_directories(cfg.log.dir, ec);
+    TESSEL_CHECK(!ec, "cannot create log.dir '{}': {}", cfg.log.dir, ec.message());
+    train::write_run_file((fs::path(cfg.log.dir) / "config.yaml").string(), cfg.to_yaml());
   }
   train::Trainer trainer(cfg, &pstate);
   const auto& m = cfg.model;
@@ -86,11 +80,13 @@ int run_train(const TrainOptions& o) {
   }
 
   int64_t start = 0;
+  int64_t consumed = 0;  // samples taken from the training data so far: the next step starts here
   if (!cfg.checkpoint.dir.empty()) {
     ckpt::NamedTensors extra;
     auto st = ckpt::load_latest_checkpoint(cfg.checkpoint.dir, trainer.model().params(), &trainer.optimizer(),
                                            [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); },
                                            !trainer.model().plan().whole() || pstate.ep_size() > 1, &extra);
+    ckpt::check_ranks_loaded_same(*world, cfg.checkpoint.dir, st);
     if (st)
       for (const auto& name : trainer.model().load_state_tensors(extra))
         if (lead)
@@ -101,16 +97,16 @@ int run_train(const TrainOptions& o) {
                    "checkpoint in '{}' was trained with train.seed {}, the config says {}", cfg.checkpoint.dir,
                    st->seed, cfg.train.seed);
       start = st->step;
+      consumed = st->consumed_samples;
       if (lead) std::printf("resumed from checkpoint.dir %s at step %lld (%lld samples consumed)\n",
                   cfg.checkpoint.dir.c_str(), (long long)start, (long long)st->consumed_samples);
     }
   }
-  const fs::path metrics_path = fs::path(cfg.log.dir) / "metrics.jsonl";
-  std::ofstream metrics;
+  const std::string metrics_path = (fs::path(cfg.log.dir) / "metrics.jsonl").string();
+  std::optional<train::MetricsLog> metrics;
   if (lead) {
-    truncate_metrics(metrics_path, start);
-    metrics.open(metrics_path, std::ios::app);
-    TESSEL_CHECK(metrics.good(), "cannot write {}", metrics_path.string());
+    train::keep_metrics_through(metrics_path, start);
+    metrics.emplace(metrics_path);
   }
 
   auto save = [&](int64_t step) {
@@ -119,7 +115,7 @@ int run_train(const TrainOptions& o) {
     // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
     // are identical, so rank 0 alone writes.
     const ckpt::FullMoments moments = trainer.full_moments();
-    const ckpt::TrainState st{step, step * cfg.train.global_batch_size, uint64_t(cfg.train.seed)};
+    const ckpt::TrainState st{step, consumed, uint64_t(cfg.train.seed)};
     const auto& c = pstate.coords();
     comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
     const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), moments, st,
@@ -152,8 +148,7 @@ int run_train(const TrainOptions& o) {
     }
     if (!lead) return;  // every replica computes the same evaluation; rank 0 reports it
     const nlohmann::json j = {{"step", step}, {"eval_loss", loss / double(tokens)}, {"eval_tokens", tokens}};
-    metrics << j.dump() << "\n";
-    metrics.flush();
+    metrics->append(j);
     std::printf("eval at step %lld | valid loss %.4f over %lld tokens\n", (long long)step, loss / double(tokens),
                 (long long)tokens);
     std::fflush(stdout);
@@ -162,18 +157,22 @@ int run_train(const TrainOptions& o) {
   int64_t it = start;
   while (it < cfg.train.train_iters) {
     std::vector<data::Batch> mb;
-    // This rank's micro-batches of the global batch: the union over ranks is what one process would see.
-    for (int64_t a = 0; a < accum / dp; ++a) mb.push_back(run_data.train(ctx.micro_batch_index(it, accum, a) * mbs, mbs));
+    // This rank's micro-batches of the global batch, from the next unseen sample on (so a resume with
+    // another global batch size continues the data where it stopped): the union over ranks is what
+    // one process would see.
+    for (int64_t a = 0; a < accum / dp; ++a)
+      mb.push_back(run_data.train(consumed + ctx.micro_batch_index(0, accum, a) * mbs, mbs));
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = trainer.step(mb, it);
     const auto t1 = std::chrono::steady_clock::now();
     ++it;
+    consumed += cfg.train.global_batch_size;
     const double dt = std::chrono::duration<double>(t1 - t0).count();
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     const double tps = double(cfg.train.global_batch_size * m.seq_length) / dt;
     const double mfu = flops_per_token * tps / 1e9 / peak_gflops;
     nlohmann::json j = {{"step", it}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                        {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt}};
+                        {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt}, {"consumed_samples", consumed}};
     if (m.mtp_num_layers > 0) j["mtp_loss"] = r.mtp_loss;
     if (m.num_experts > 0) {  // load balance per MoE layer: max / mean tokens per expert (1 = even)
       j["moe_aux_loss"] = r.moe_aux_loss;
@@ -183,10 +182,7 @@ int run_train(const TrainOptions& o) {
         per_layer.push_back(r.expert_load_max_mean[size_t(l)]);
       j["expert_load_max_mean"] = per_layer;
     }
-    if (lead) {
-      metrics << j.dump() << "\n";
-      metrics.flush();
-    }
+    if (lead) metrics->append(j);
     if (lead && (it % cfg.log.interval == 0 || it == cfg.train.train_iters)) {
       const double eta = elapsed / double(it - start) * double(cfg.train.train_iters - it);
       std::printf(
@@ -201,7 +197,7 @@ int run_train(const TrainOptions& o) {
     if (stop) {
       if (lead) std::printf("received signal %d: saving and exiting\n", stop);
       save(it);
-      return 0;
+      return train::kExitCodeStopped;
     }
     if (cfg.train.exit_interval > 0 && it % cfg.train.exit_interval == 0 && it < cfg.train.train_iters) {
       if (lead) std::printf("train.exit_interval reached at step %lld: saving and exiting\n", (long long)it);
@@ -221,6 +217,9 @@ Action add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a model from a YAML config (resumes from checkpoint.dir)");
   cmd->add_option("config", o->config, "YAML config (e.g. configs/demo.yaml, configs/synthetic.yaml)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
+  cmd->footer(fmt::format("Exit status: 0 when train.train_iters (or train.exit_interval) is reached, {} when "
+                          "stopped by SIGINT/SIGTERM after saving a checkpoint (requeue it), other non-zero codes on errors.",
+                          train::kExitCodeStopped));
   return [o] { return run_train(*o); };
 }
 

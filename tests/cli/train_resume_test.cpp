@@ -1,4 +1,5 @@
-// `tessel train` end to end: bit-exact resume, clean stop on SIGTERM, and bad input that loses nothing.
+// `tessel train` end to end: bit-exact resume, resume with another batch size, stop on SIGTERM (exit
+// 75), one run per checkpoint.dir, damaged metadata skipped, and bad input that loses nothing.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -59,7 +60,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::string(" --set precision.fp8.recipe=delayed --set precision.compute=bf16")),
     [](const auto& info) { return info.index == 0 ? std::string("dense") : info.index == 1 ? "moe" : "fp8"; });
 
-TEST(TrainCli, SigtermSavesAndExitsCleanly) {
+// Also: while it runs, a second run on the same checkpoint.dir is refused naming the holder's PID.
+TEST(TrainCli, SigtermSavesAndExitsForRequeueWhileASecondRunIsRefused) {
   TempDir d;
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -74,17 +76,87 @@ TEST(TrainCli, SigtermSavesAndExitsCleanly) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (metric_values(d / "run/metrics.jsonl", "loss").size() < 3 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto second = run_tessel("train " + config("synthetic.yaml") + kSmall + " --set log.dir=run2 --set checkpoint.dir=ck",
+                                 d.path());
+  EXPECT_NE(second.exit_code, 0);
+  EXPECT_NE(second.output.find(fmt::format("checkpoint.dir 'ck' is in use by another run (PID {}", pid)),
+            std::string::npos)
+      << second.output;
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(WEXITSTATUS(status), 75);  // README: stopped by a signal after saving, to be requeued
   const auto steps = metric_values(d / "run/metrics.jsonl", "step");
   ASSERT_GE(steps.size(), 3u);
   std::ifstream latest(d / "ck/latest");
   std::string name;
   latest >> name;
   EXPECT_EQ(name, fmt::format("step_{:08d}", int64_t(steps.back())));  // the last finished step was saved
+  EXPECT_FALSE(std::filesystem::exists(d / "run2"));  // refused before writing anything
+}
+
+// A resume with another train.global_batch_size continues at the next unseen sample. Checked through
+// the losses: the first step after resuming with batch 32 sees samples [48, 80) under the step-3
+// parameters; a resume with batch 16 and lr 0 (parameters left unchanged) sees [48, 64) and [64, 80)
+// under the same parameters, so its two losses average to the same value (equal token counts).
+TEST(TrainCli, ResumeWithAnotherGlobalBatchContinuesAtTheNextSample) {
+  TempDir d;
+  const std::string cfg =
+      config("synthetic.yaml") + " --set model.num_layers=1 --set log.interval=1 --set train.lr_warmup_iters=1";
+  const auto first = run_tessel("train " + cfg + " --set train.train_iters=8 --set train.exit_interval=3"
+                                " --set log.dir=a --set checkpoint.dir=ck", d.path());
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::filesystem::copy(d / "ck", d / "ck16", std::filesystem::copy_options::recursive);
+  std::filesystem::remove(d / "ck16/.lock");
+  const auto wide = run_tessel("train " + cfg + " --set train.train_iters=4 --set train.global_batch_size=32"
+                               " --set log.dir=a --set checkpoint.dir=ck", d.path());
+  ASSERT_EQ(wide.exit_code, 0) << wide.output;
+  EXPECT_NE(wide.output.find("resumed from checkpoint.dir ck at step 3 (48 samples consumed)"), std::string::npos)
+      << wide.output;
+  const auto narrow = run_tessel("train " + cfg + " --set train.train_iters=5 --set train.lr=0 --set train.min_lr=0"
+                                 " --set log.dir=b --set checkpoint.dir=ck16", d.path());
+  ASSERT_EQ(narrow.exit_code, 0) << narrow.output;
+  const auto wide_loss = metric_values(d / "a/metrics.jsonl", "loss");
+  const auto narrow_loss = metric_values(d / "b/metrics.jsonl", "loss");
+  ASSERT_EQ(wide_loss.size(), 4u);
+  ASSERT_EQ(narrow_loss.size(), 2u);  // steps 4 and 5 (a fresh log.dir)
+  EXPECT_NEAR(wide_loss[3], (narrow_loss[0] + narrow_loss[1]) / 2, 1e-6);
+  EXPECT_EQ(metric_values(d / "a/metrics.jsonl", "consumed_samples"), (std::vector<double>{16, 32, 48, 80}));
+  const auto md = nlohmann::json::parse(std::ifstream(d / "ck/step_00000004/metadata.json"));
+  EXPECT_EQ(md.at("consumed_samples").get<int64_t>(), 3 * 16 + 32);
+}
+
+// A damaged metadata.json (no `step`) is named and skipped for the previous checkpoint by train and by
+// the commands that load a model (export-hf here); a dead run's temporary save is removed at start.
+TEST(TrainCli, DamagedMetadataFallsBackAndStaleSavesAreRemoved) {
+  TempDir d;
+  const std::string cfg = config("synthetic.yaml") +
+                          " --set model.num_layers=1 --set train.lr_warmup_iters=1 --set log.dir=a"
+                          " --set checkpoint.dir=ck --set checkpoint.interval=1 --set checkpoint.keep=3";
+  ASSERT_EQ(run_tessel("train " + cfg + " --set train.train_iters=2", d.path()).exit_code, 0);
+  const auto md_path = d / "ck/step_00000002/metadata.json";
+  auto md = nlohmann::json::parse(std::ifstream(md_path));
+  md.erase("step");
+  std::ofstream(md_path, std::ios::trunc) << md.dump();
+  const auto exported = run_tessel("export-hf --ckpt ck --out hf", d.path());
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_NE(exported.output.find("metadata.json has no key 'step'"), std::string::npos) << exported.output;
+
+  const pid_t dead = fork();  // a PID that no longer runs, as a killed save's would be
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  const std::string stale = fmt::format("ck/step_00000009.tmp-{}", dead);
+  std::filesystem::create_directories(d / stale);
+  std::ofstream(d / (stale + "/model.safetensors")) << "partial";
+  const auto resumed = run_tessel("train " + cfg + " --set train.train_iters=3", d.path());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("removed " + stale + ", left by an interrupted save"), std::string::npos)
+      << resumed.output;
+  EXPECT_FALSE(std::filesystem::exists(d / stale));
+  EXPECT_NE(resumed.output.find("skipping damaged checkpoint step_00000002"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("metadata.json has no key 'step'"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from checkpoint.dir ck at step 1"), std::string::npos) << resumed.output;
 }
 
 TEST(TrainCli, BadConfigKeyFailsAndKeepsTheCheckpoint) {

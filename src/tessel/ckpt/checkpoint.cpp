@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -54,7 +56,8 @@ void write_text_file(const fs::path& p, const std::string& text) {
   {
     std::ofstream out(p, std::ios::trunc);
     out << text;
-    TESSEL_CHECK(out.good(), "cannot write '{}'", p.string());
+    out.flush();  // a full disk shows here, not in the destructor's silent close
+    TESSEL_CHECK(out.good(), "cannot write '{}': {}", p.string(), std::strerror(errno));
   }
   fsync_path(p, false);
 }
@@ -255,70 +258,114 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
   return final_dir.string();
 }
 
+namespace {
+
+// Sizes and CRC-32s of the files metadata.json lists (the model's and optimizer's are required).
+void verify_files(const fs::path& d, const CheckpointMetadata& md) {
+  const std::string ckpt_dir = d.string();
+  for (const char* f : {kModelFile, kOptimFile})
+    TESSEL_CHECK(md.files.count(f), "checkpoint '{}': metadata.json does not list {}", ckpt_dir, f);
+  for (const auto& [f, want] : md.files) {
+    TESSEL_CHECK(fs::exists(d / f), "checkpoint '{}': {} is missing", ckpt_dir, f);
+    const auto [crc, size] = file_crc(d / f);
+    TESSEL_CHECK(size == want.bytes, "checkpoint '{}': {} is truncated or altered ({} bytes, expected {})", ckpt_dir, f,
+                 size, want.bytes);
+    TESSEL_CHECK(crc == want.crc32, "checkpoint '{}': {} is corrupted (CRC-32 {:08x}, expected {:08x})", ckpt_dir, f,
+                 crc, want.crc32);
+  }
+}
+
+// The saved tensors agree with metadata.json's global shapes (a disagreement is damage, not another model).
+void verify_against_metadata(const std::string& ckpt_dir, const SafetensorsFile& model, const CheckpointMetadata& md) {
+  for (const auto& [name, t] : model.tensors) {
+    const auto it = md.global_shapes.find(name);
+    TESSEL_CHECK(it != md.global_shapes.end(), "checkpoint '{}': {} holds '{}', which metadata.json does not list",
+                 ckpt_dir, kModelFile, name);
+    TESSEL_CHECK(it->second == t.shape(), "checkpoint '{}': {} holds '{}' as {}, metadata.json says {}", ckpt_dir,
+                 kModelFile, name, t.str(), shape_str(it->second));
+  }
+  TESSEL_CHECK(md.global_shapes.size() == model.tensors.size(),
+               "checkpoint '{}': metadata.json lists {} tensors, {} holds {}", ckpt_dir, md.global_shapes.size(),
+               kModelFile, model.tensors.size());
+}
+
+[[noreturn]] void model_mismatch(const std::string& msg) { throw ModelMismatch(msg); }
+
+}  // namespace
+
 TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt, bool partial,
                            NamedTensors* extra_state) {
   const fs::path d(ckpt_dir);
-  nlohmann::json md;
-  try {
-    md = nlohmann::json::parse(read_text_file(d / "metadata.json"));
-  } catch (const nlohmann::json::exception& e) {
-    TESSEL_FAIL("checkpoint '{}': metadata.json is damaged: {}", ckpt_dir, e.what());
-  }
-  TESSEL_CHECK(md.value("format", "") == kFormat, "checkpoint '{}': format '{}' is not '{}'", ckpt_dir,
-               md.value("format", ""), kFormat);
-  std::vector<const char*> listed{kModelFile, kOptimFile};
-  if (md["files"].contains(kStateFile)) listed.push_back(kStateFile);
-  for (const char* f : listed) {
-    TESSEL_CHECK(md["files"].contains(f), "checkpoint '{}': metadata.json does not list {}", ckpt_dir, f);
-    TESSEL_CHECK(fs::exists(d / f), "checkpoint '{}': {} is missing", ckpt_dir, f);
-    const auto [crc, size] = file_crc(d / f);
-    const int64_t want_size = md["files"][f]["bytes"].get<int64_t>();
-    TESSEL_CHECK(size == want_size, "checkpoint '{}': {} is truncated or altered ({} bytes, expected {})", ckpt_dir,
-                 f, size, want_size);
-    TESSEL_CHECK(crc == md["files"][f]["crc32"].get<uint32_t>(),
-                 "checkpoint '{}': {} is corrupted (CRC-32 {:08x}, expected {:08x})", ckpt_dir, f, crc,
-                 md["files"][f]["crc32"].get<uint32_t>());
-  }
+  const CheckpointMetadata md = read_checkpoint_metadata(ckpt_dir);
+  TESSEL_CHECK(md.format == kFormat, "checkpoint '{}': format '{}' is not '{}'", ckpt_dir, md.format, kFormat);
+  verify_files(d, md);
   const SafetensorsFile model = read_safetensors((d / kModelFile).string());
+  verify_against_metadata(ckpt_dir, model, md);
   // Check everything before copying anything, so a mismatch leaves the model untouched.
   for (const auto& s : params.specs()) {
-    TESSEL_CHECK(model.has(s.name), "checkpoint '{}' has no tensor '{}': it was saved from another model", ckpt_dir,
-                 s.name);
+    if (!model.has(s.name))
+      model_mismatch(fmt::format("checkpoint '{}' has no tensor '{}': it was saved from another model", ckpt_dir, s.name));
     const Tensor& t = model.get(s.name);
-    TESSEL_CHECK(t.shape() == s.global_shape && t.dtype() == DType::f32,
-                 "checkpoint '{}' holds '{}' as {}, but the model has f32{}: the checkpoint is of another model shape",
-                 ckpt_dir, s.name, t.str(), shape_str(s.global_shape));
+    if (t.shape() != s.global_shape || t.dtype() != DType::f32)
+      model_mismatch(fmt::format(
+          "checkpoint '{}' holds '{}' as {}, but the model has f32{}: the checkpoint is of another model shape",
+          ckpt_dir, s.name, t.str(), shape_str(s.global_shape)));
   }
-  TESSEL_CHECK(partial || model.tensors.size() == params.specs().size(),
-               "checkpoint '{}' holds {} tensors, the model has {}: it was saved from another model", ckpt_dir,
-               model.tensors.size(), params.specs().size());
+  if (!partial && model.tensors.size() != params.specs().size())
+    model_mismatch(fmt::format("checkpoint '{}' holds {} tensors, the model has {}: it was saved from another model",
+                               ckpt_dir, model.tensors.size(), params.specs().size()));
+  std::optional<SafetensorsFile> moments;
+  if (opt) {
+    moments = read_safetensors((d / kOptimFile).string());
+    for (const auto& s : params.specs())
+      for (const std::string& name : {"exp_avg." + s.name, "exp_avg_sq." + s.name}) {
+        TESSEL_CHECK(moments->has(name), "checkpoint '{}': {} has no '{}'", ckpt_dir, kOptimFile, name);
+        TESSEL_CHECK(moments->get(name).shape() == s.global_shape && moments->get(name).dtype() == DType::f32,
+                     "checkpoint '{}': {} holds '{}' as {}, expected f32{}", ckpt_dir, kOptimFile, name,
+                     moments->get(name).str(), shape_str(s.global_shape));
+      }
+  }
+  NamedTensors state;
+  if (extra_state && md.files.count(kStateFile)) state = read_safetensors((d / kStateFile).string()).tensors;
+
   for (const auto& s : params.specs()) params.param_at(s.offset, s.shape).copy_from(shard_of(s, model.get(s.name)));
   params.refresh_compute_copy();
   if (opt) {
-    const SafetensorsFile o = read_safetensors((d / kOptimFile).string());
     // Each tensor's part inside the optimizer's owned range [own_begin, own_end).
     for (const auto& s : params.specs()) {
       const int64_t b = std::max(opt->own_begin(), s.offset), e = std::min(opt->own_end(), s.offset + s.numel);
       if (b >= e) continue;
       // This rank's slice of the whole moments (a tensor-parallel shard's slice is strided).
-      const Tensor mt = shard_of(s, o.get("exp_avg." + s.name)).clone();
-      const Tensor vt = shard_of(s, o.get("exp_avg_sq." + s.name)).clone();
+      const Tensor mt = shard_of(s, moments->get("exp_avg." + s.name)).clone();
+      const Tensor vt = shard_of(s, moments->get("exp_avg_sq." + s.name)).clone();
       const float* m = mt.data<float>();
       const float* v = vt.data<float>();
       std::copy(m + (b - s.offset), m + (e - s.offset), opt->exp_avg_data() + (b - opt->own_begin()));
       std::copy(v + (b - s.offset), v + (e - s.offset), opt->exp_avg_sq_data() + (b - opt->own_begin()));
     }
-    opt->set_steps_taken(md["optimizer_steps"].get<int64_t>());
+    opt->set_steps_taken(md.optimizer_steps);
   }
-  if (extra_state) {
-    extra_state->clear();
-    if (md["files"].contains(kStateFile)) *extra_state = read_safetensors((d / kStateFile).string()).tensors;
-  }
-  TrainState st;
-  st.step = md["step"].get<int64_t>();
-  st.consumed_samples = md["consumed_samples"].get<int64_t>();
-  st.seed = md["seed"].get<uint64_t>();
-  return st;
+  if (extra_state) *extra_state = std::move(state);
+  return TrainState{md.step, md.consumed_samples, md.seed, md.crc32};
+}
+
+void check_loaded_range(const std::string& dir, const LoadedRange& r) {
+  const auto step = [](int64_t s) { return s < 0 ? std::string("none") : fmt::format("step {}", s); };
+  TESSEL_CHECK(r.min_step == r.max_step,
+               "the ranks loaded different checkpoints from checkpoint.dir '{}' (from {} to {}): every rank must see "
+               "the same directory (a shared file system) with the same readable checkpoints",
+               dir, step(r.min_step), step(r.max_step));
+  TESSEL_CHECK(r.min_crc == r.max_crc,
+               "the ranks loaded {} from checkpoint.dir '{}' with different metadata.json contents (CRC-32 {:08x} "
+               "and {:08x}): every rank must see the same directory",
+               step(r.min_step), dir, r.min_crc, r.max_crc);
+}
+
+void check_ranks_loaded_same(comm::Communicator& world, const std::string& dir, const std::optional<TrainState>& st) {
+  const int64_t step = st ? st->step : -1, crc = st ? int64_t(st->metadata_crc) : -1;
+  int64_t v[4] = {step, crc, -step, -crc};  // one max-reduction gives both the maxima and the minima
+  world.all_reduce(v, 4, DType::i64, comm::ReduceOp::max);
+  check_loaded_range(dir, {-v[2], v[0], -v[3], v[1]});
 }
 
 std::vector<std::string> checkpoint_candidates(const std::string& dir) {
@@ -342,10 +389,10 @@ std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::Par
   for (const auto& c : candidates) {
     try {
       return load_checkpoint((fs::path(dir) / c).string(), params, opt, partial, extra_state);
+    } catch (const ModelMismatch&) {
+      throw;  // a configuration error, not damage: do not fall back past it
     } catch (const Error& e) {
       const std::string msg = e.what();
-      // Another model's checkpoint is a configuration error, not damage: do not fall back past it.
-      if (msg.find("another model") != std::string::npos) throw;
       warn(fmt::format("skipping damaged checkpoint {}: {}", c, msg));
       errors += "\n  " + msg;
     }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/ckpt/checkpoint_metadata.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/nn/params.h"
 #include "tessel/optim/adamw.h"
@@ -26,6 +27,14 @@ struct TrainState {
   int64_t step = 0;              // optimizer steps completed
   int64_t consumed_samples = 0;  // data position
   uint64_t seed = 0;
+  uint32_t metadata_crc = 0;     // set on load: CRC-32 of the metadata.json it came from
+};
+
+// An intact checkpoint saved from another model (tensor names, count or shapes): a configuration
+// error, so loading never falls back past it. Every other error of a checkpoint counts as damage.
+class ModelMismatch : public Error {
+ public:
+  using Error::Error;
 };
 
 // AdamW moments laid out like the whole flat parameter buffer (a distributed optimizer gathers its
@@ -53,7 +62,9 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
 
 // Loads the newest valid checkpoint in dir into params/opt. Returns nullopt when dir holds none.
 // Damaged checkpoints are passed to warn() and skipped; if every checkpoint is damaged, throws.
-// A checkpoint of another model (names or shapes) throws, naming the tensor.
+// A checkpoint of another model (names or shapes) throws ModelMismatch, naming the tensor. Damage is
+// any other failure: a file missing, truncated or failing its CRC, metadata.json unreadable or with
+// a missing or ill-typed key, tensors that disagree with metadata.json.
 // partial: params hold one pipeline stage, so the checkpoint may hold more tensors than they do.
 std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
                                                  const std::function<void(const std::string&)>& warn,
@@ -64,6 +75,17 @@ std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::Par
 // extra_state (optional) receives state.safetensors' tensors (empty when the checkpoint has none).
 TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt,
                            bool partial = false, NamedTensors* extra_state = nullptr);
+
+// Every rank of `world` checks that all ranks loaded the same checkpoint (the same step and the same
+// metadata.json, or none at all); collective. Throws on every rank alike, naming both ends, if not.
+void check_ranks_loaded_same(comm::Communicator& world, const std::string& dir, const std::optional<TrainState>& st);
+
+// What the ranks loaded, reduced over them: step -1 and CRC -1 stand for "no checkpoint".
+struct LoadedRange {
+  int64_t min_step, max_step, min_crc, max_crc;
+};
+// The verdict of check_ranks_loaded_same: throws naming dir and the steps when the ranks differ.
+void check_loaded_range(const std::string& dir, const LoadedRange& r);
 
 // Step directories present in dir, newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);

@@ -16,6 +16,11 @@
 
 namespace tessel::train {
 
+// Exit status of `tessel train` stopped by SIGINT / SIGTERM after saving its checkpoint: EX_TEMPFAIL
+// of sysexits.h ("try again later"), so a scheduler requeues it; a finished run exits 0. (Not 114:
+// CLI11 reserves 100-127 for its own usage errors.)
+inline constexpr int kExitCodeStopped = 75;
+
 struct StepResult {
   double loss = 0;       // mean over the global batch's tokens
   double grad_norm = 0;  // before clipping

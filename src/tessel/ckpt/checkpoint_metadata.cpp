@@ -1,0 +1,128 @@
+#include "tessel/ckpt/checkpoint_metadata.h"
+
+#include <zlib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "tessel/core/check.h"
+
+namespace tessel::ckpt {
+
+namespace {
+
+using nlohmann::json;
+
+// A short rendering of an offending value for messages (a damaged file may hold anything).
+std::string shown(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return fmt::format("{} {}", v.type_name(), s);
+}
+
+// Reads keys of one JSON object, naming the checkpoint and the key's full path on any failure.
+class Reader {
+ public:
+  Reader(const json& obj, std::string where, std::string path)
+      : obj_(obj), where_(std::move(where)), path_(std::move(path)) {
+    TESSEL_CHECK(obj_.is_object(), "{}: metadata.json{} must be an object, got {}", where_,
+                 path_.empty() ? "" : " key '" + path_ + "'", shown(obj_));
+  }
+  std::string key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  bool has(const std::string& key) const { return obj_.contains(key); }
+  const json& at(const std::string& key) const {
+    TESSEL_CHECK(obj_.contains(key), "{}: metadata.json has no key '{}'", where_, key_path(key));
+    return obj_.at(key);
+  }
+  Reader object(const std::string& key) const { return Reader(at(key), where_, key_path(key)); }
+  int64_t non_negative(const std::string& key) const { return non_negative_value(at(key), key_path(key)); }
+  int64_t non_negative_value(const json& v, const std::string& path) const {
+    const bool ok = (v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max())) ||
+                    (v.is_number_integer() && v.get<int64_t>() >= 0);
+    TESSEL_CHECK(ok, "{}: metadata.json key '{}' must be an integer in [0, 2^63), got {}", where_, path, shown(v));
+    return v.get<int64_t>();
+  }
+  uint64_t unsigned64(const std::string& key) const {
+    const json& v = at(key);
+    TESSEL_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
+                 "{}: metadata.json key '{}' must be an integer in [0, 2^64), got {}", where_, key_path(key), shown(v));
+    return v.get<uint64_t>();
+  }
+  uint32_t unsigned32(const std::string& key) const {
+    const uint64_t v = unsigned64(key);
+    TESSEL_CHECK(v <= std::numeric_limits<uint32_t>::max(), "{}: metadata.json key '{}' must fit in 32 bits, got {}",
+                 where_, key_path(key), v);
+    return uint32_t(v);
+  }
+  std::string string(const std::string& key) const {
+    const json& v = at(key);
+    TESSEL_CHECK(v.is_string(), "{}: metadata.json key '{}' must be a string, got {}", where_, key_path(key), shown(v));
+    return v.get<std::string>();
+  }
+  // A list of non-negative dimensions whose product fits in int64.
+  Shape shape(const std::string& key) const {
+    const json& v = at(key);
+    const std::string path = key_path(key);
+    TESSEL_CHECK(v.is_array(), "{}: metadata.json key '{}' must be a list of dimensions, got {}", where_, path, shown(v));
+    Shape s;
+    int64_t elements = 1;
+    for (const json& d : v) {
+      s.push_back(non_negative_value(d, path));
+      TESSEL_CHECK(!__builtin_mul_overflow(elements, s.back(), &elements),
+                   "{}: metadata.json key '{}' = {} has more elements than fit in 64 bits", where_, path, v.dump());
+    }
+    return s;
+  }
+  const json& raw() const { return obj_; }
+
+ private:
+  const json& obj_;
+  std::string where_, path_;
+};
+
+}  // namespace
+
+CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std::string& where) {
+  json md;
+  try {
+    md = json::parse(text);
+  } catch (const json::parse_error& e) {
+    TESSEL_FAIL("{}: metadata.json is not valid JSON (at byte {})", where, e.byte);
+  }
+  CheckpointMetadata out;
+  out.crc32 = uint32_t(crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), uInt(text.size())));
+  const Reader r(md, where, "");
+  out.format = r.string("format");
+  out.step = r.non_negative("step");
+  out.consumed_samples = r.non_negative("consumed_samples");
+  out.optimizer_steps = r.non_negative("optimizer_steps");
+  out.seed = r.unsigned64("seed");
+  out.config = r.string("config");
+  const Reader files = r.object("files");
+  for (const auto& [name, value] : files.raw().items()) {
+    // Files live in the checkpoint directory itself: a path would read something else.
+    TESSEL_CHECK(name.find('/') == std::string::npos && name != "." && name != "..",
+                 "{}: metadata.json lists file '{}', which is not a file name in the checkpoint directory", where, name);
+    const Reader f = files.object(name);
+    out.files[name] = {f.unsigned32("crc32"), f.non_negative("bytes")};
+  }
+  const Reader tensors = r.object("tensors");
+  for (const auto& [name, value] : tensors.raw().items())
+    out.global_shapes[name] = tensors.object(name).shape("global_shape");
+  return out;
+}
+
+CheckpointMetadata read_checkpoint_metadata(const std::string& ckpt_dir) {
+  const auto path = std::filesystem::path(ckpt_dir) / "metadata.json";
+  std::ifstream in(path, std::ios::binary);
+  TESSEL_CHECK(in.good(), "checkpoint '{}': cannot read metadata.json", ckpt_dir);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_checkpoint_metadata(ss.str(), fmt::format("checkpoint '{}'", ckpt_dir));
+}
+
+}  // namespace tessel::ckpt

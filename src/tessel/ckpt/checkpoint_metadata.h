@@ -1,0 +1,36 @@
+#pragma once
+// A checkpoint's metadata.json, read and validated in one place: every key that loading uses is
+// present with its type and range, and every tensor's element count fits in 64 bits. Any failure
+// throws a tessel::Error naming the checkpoint and the key, so the checkpoint counts as damaged and
+// the loader falls back to the previous one (as for a CRC failure).
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "tessel/core/tensor.h"
+
+namespace tessel::ckpt {
+
+struct CheckpointMetadata {
+  struct File {
+    uint32_t crc32 = 0;
+    int64_t bytes = 0;
+  };
+  std::string format;
+  int64_t step = 0;
+  int64_t consumed_samples = 0;
+  int64_t optimizer_steps = 0;
+  uint64_t seed = 0;
+  std::map<std::string, File> files;           // by file name
+  std::map<std::string, Shape> global_shapes;  // model tensors by name
+  std::string config;                          // the resolved config (YAML text)
+  uint32_t crc32 = 0;                          // of metadata.json itself: ranks compare it
+};
+
+// Reads ckpt_dir/metadata.json. Throws naming the checkpoint and the missing or ill-typed key.
+CheckpointMetadata read_checkpoint_metadata(const std::string& ckpt_dir);
+
+// The same from metadata.json's text (where: the name used in messages).
+CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std::string& where);
+
+}  // namespace tessel::ckpt
