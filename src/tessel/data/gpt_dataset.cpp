@@ -1,9 +1,12 @@
 #include "tessel/data/gpt_dataset.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <future>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "tessel/core/check.h"
@@ -23,24 +26,43 @@ void philox_shuffle(std::vector<int64_t>& v, uint64_t seed, uint64_t stream) {
   }
 }
 
+// A weight as written in data.path / data.split: the whole word (spaces and one leading '+'
+// aside) a finite number; std::stod would take "0.7x" as 0.7 and "inf" as infinity.
+std::optional<double> finite_number(const std::string& word) {
+  const char* b = word.data();
+  const char* e = b + word.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(*b))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(e[-1]))) --e;
+  if (b < e && *b == '+') ++b;
+  double v = 0;
+  const auto [end, ec] = std::from_chars(b, e, v);
+  if (ec != std::errc() || end != e || b == e || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// The sum of weights, refused when it overflows (the shares would be NaN).
+double finite_sum(const std::vector<double>& w, const std::string& what) {
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  TESSEL_CHECK(std::isfinite(total), "{}: the weights sum to more than a double holds; scale them down", what);
+  return total;
+}
+
 }  // namespace
 
 std::vector<std::pair<int64_t, int64_t>> split_ranges(const std::string& split, int64_t n) {
+  const std::string what = "data.split '" + split + "'";
   std::vector<double> w;
   std::stringstream ss(split);
   std::string part;
   while (std::getline(ss, part, ',')) {
-    try {
-      w.push_back(std::stod(part));
-    } catch (const std::exception&) {
-      TESSEL_FAIL("data.split: '{}' is not a list of numbers such as 969,30,1", split);
-    }
+    const auto v = finite_number(part);
+    TESSEL_CHECK(v && *v >= 0, "{}: weight '{}' must be a finite number >= 0 (a list such as 969,30,1)", what, part);
+    w.push_back(*v);
   }
-  TESSEL_CHECK(!w.empty() && w.size() <= 3, "data.split: '{}' needs 1 to 3 weights (train, valid, test)", split);
+  TESSEL_CHECK(!w.empty() && w.size() <= 3, "{}: needs 1 to 3 weights (train, valid, test)", what);
   while (w.size() < 3) w.push_back(0.0);
-  const double total = w[0] + w[1] + w[2];
-  TESSEL_CHECK(total > 0 && w[0] >= 0 && w[1] >= 0 && w[2] >= 0, "data.split: '{}' must be non-negative, not all 0",
-               split);
+  const double total = finite_sum(w, what);
+  TESSEL_CHECK(total > 0, "{}: the weights are all 0", what);
   std::vector<std::pair<int64_t, int64_t>> r;
   int64_t begin = 0;
   double acc = 0;
@@ -214,14 +236,12 @@ DataBlend parse_data_path(const std::string& path) {
   }
   TESSEL_CHECK(words.size() % 2 == 0, "data.path '{}': a blend is pairs of weight and prefix", path);
   for (size_t i = 0; i < words.size(); i += 2) {
-    double weight;
-    try {
-      weight = std::stod(words[i]);
-    } catch (const std::exception&) {
-      TESSEL_FAIL("data.path '{}': '{}' should be a weight (a blend is pairs of weight and prefix)", path, words[i]);
-    }
-    TESSEL_CHECK(weight > 0, "data.path '{}': weight {} must be > 0", path, weight);
-    b.weights.push_back(weight);
+    const auto weight = finite_number(words[i]);
+    TESSEL_CHECK(weight && *weight > 0,
+                 "data.path '{}': weight '{}' of '{}' must be a finite number > 0 (a blend is pairs of weight and "
+                 "prefix)",
+                 path, words[i], words[i + 1]);
+    b.weights.push_back(*weight);
     b.prefixes.push_back(words[i + 1]);
   }
   return b;

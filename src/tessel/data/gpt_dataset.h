@@ -18,7 +18,7 @@
 
 namespace tessel::data {
 
-// "969,30,1" -> document ranges [begin, end) for train, valid, test.
+// "969,30,1" -> document ranges [begin, end) for train, valid, test (finite weights >= 0, not all 0).
 std::vector<std::pair<int64_t, int64_t>> split_ranges(const std::string& split, int64_t num_documents);
 
 class SampleSource {
@@ -87,7 +87,8 @@ class BatchLoader {
   std::unique_ptr<Prefetch> pending_;
 };
 
-// data.path forms: "PREFIX" or "W1 PREFIX1 W2 PREFIX2 ..." (Megatron's blend syntax).
+// data.path forms: "PREFIX" or "W1 PREFIX1 W2 PREFIX2 ..." (Megatron's blend syntax); weights are
+// finite numbers > 0.
 struct DataBlend {
   std::vector<double> weights;
   std::vector<std::string> prefixes;
