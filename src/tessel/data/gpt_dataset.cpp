@@ -244,15 +244,17 @@ DataBlend parse_data_path(const std::string& path) {
     b.weights.push_back(*weight);
     b.prefixes.push_back(words[i + 1]);
   }
+  finite_sum(b.weights, "data.path '" + path + "'");
   return b;
 }
 
 std::shared_ptr<SampleSource> build_split(const DataBlend& blend, const std::string& split, int split_index,
-                                          int64_t seq_length, int64_t num_samples, uint64_t seed) {
+                                          int64_t seq_length, int64_t num_samples, uint64_t seed,
+                                          const VocabBound& vocab) {
   std::vector<std::shared_ptr<SampleSource>> parts;
   const double total = std::accumulate(blend.weights.begin(), blend.weights.end(), 0.0);
   for (size_t k = 0; k < blend.prefixes.size(); ++k) {
-    auto ds = std::make_shared<const IndexedDataset>(blend.prefixes[k]);
+    auto ds = std::make_shared<const IndexedDataset>(blend.prefixes[k], vocab);
     const auto range = split_ranges(split, ds->num_documents())[size_t(split_index)];
     // Each part is sized for its share plus a margin, as Megatron does (0.5%).
     const int64_t need = int64_t(std::ceil(double(num_samples) * blend.weights[k] / total * 1.005)) + 1;

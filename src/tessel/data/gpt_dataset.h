@@ -95,8 +95,10 @@ struct DataBlend {
 };
 DataBlend parse_data_path(const std::string& path);
 
-// Builds the sample source of one split (0 train, 1 valid, 2 test) for a blend.
+// Builds the sample source of one split (0 train, 1 valid, 2 test) for a blend; every sample read
+// refuses token ids outside vocab.
 std::shared_ptr<SampleSource> build_split(const DataBlend& blend, const std::string& split, int split_index,
-                                          int64_t seq_length, int64_t num_samples, uint64_t seed);
+                                          int64_t seq_length, int64_t num_samples, uint64_t seed,
+                                          const VocabBound& vocab);
 
 }  // namespace tessel::data
