@@ -67,7 +67,7 @@ std::string error_parsing(const std::string& bytes) {
 // "PATH: ".
 struct BadHeader {
   const char* name;
-  const char* header;
+  std::string header;
   size_t data_bytes;
   const char* message;
 };
@@ -87,57 +87,70 @@ TEST_P(SafetensorsBadHeader, IsRefusedNamingFileAndField) {
   EXPECT_NE(err_mem.find(std::string("buffer.safetensors: ") + c.message), std::string::npos) << "got: " << err_mem;
 }
 
+// The header of one tensor 'w' with the given JSON texts as fields (nullptr: field absent).
+std::string w(const char* dtype, const char* shape, const char* offsets) {
+  std::string fields;
+  if (dtype) fields += std::string(R"("dtype": )") + dtype;
+  if (shape) fields += std::string(fields.empty() ? "" : ", ") + R"("shape": )" + shape;
+  if (offsets) fields += std::string(fields.empty() ? "" : ", ") + R"("data_offsets": )" + offsets;
+  return R"({"w": {)" + fields + "}}";
+}
+
 // F32 [2, 3] = 24 bytes of data is the well-formed baseline each case departs from.
+constexpr const char* kF32 = R"("F32")";
+constexpr const char* kShape = "[2, 3]";
+constexpr const char* kOffsets = "[0, 24]";
+
 const BadHeader kBadHeaders[] = {
     {"not_json", R"({"w": )", 24, "header is not valid JSON (syntax error at byte 6 of 6)"},
-    {"not_an_object", R"([1, 2])", 24, "header is not a JSON object (it is an array)"},
+    {"not_an_object", "[1, 2]", 24, "header is not a JSON object (it is an array)"},
     {"entry_not_an_object", R"({"w": 5})", 24,
      "tensor 'w' is not an object with dtype, shape and data_offsets (it is a number)"},
-    {"dtype_missing", R"({"w": {"shape": [2, 3], "data_offsets": [0, 24]}})", 24, "tensor 'w' has no 'dtype'"},
-    {"dtype_not_a_string", R"({"w": {"dtype": 5, "shape": [2, 3], "data_offsets": [0, 24]}})", 24,
+    {"dtype_missing", w(nullptr, kShape, kOffsets), 24, "tensor 'w' has no 'dtype'"},
+    {"dtype_not_a_string", w("5", kShape, kOffsets), 24,
      "tensor 'w': 'dtype' must be a string such as \"F32\", not 5"},
-    {"dtype_unknown", R"({"w": {"dtype": "F99", "shape": [2, 3], "data_offsets": [0, 24]}})", 24,
+    {"dtype_unknown", w(R"("F99")", kShape, kOffsets), 24,
      "tensor 'w' has dtype 'F99' (supported: F32, BF16, F16, F8_E4M3, F8_E5M2, I32, I64)"},
-    {"shape_missing", R"({"w": {"dtype": "F32", "data_offsets": [0, 24]}})", 24, "tensor 'w' has no 'shape'"},
-    {"shape_not_an_array", R"({"w": {"dtype": "F32", "shape": "2x3", "data_offsets": [0, 24]}})", 24,
+    {"shape_missing", w(kF32, nullptr, kOffsets), 24, "tensor 'w' has no 'shape'"},
+    {"shape_not_an_array", w(kF32, R"("2x3")", kOffsets), 24,
      "tensor 'w': 'shape' must be an array of non-negative integers, not \"2x3\""},
-    {"shape_negative", R"({"w": {"dtype": "F32", "shape": [2, -3], "data_offsets": [0, 24]}})", 24,
+    {"shape_negative", w(kF32, "[2, -3]", kOffsets), 24,
      "tensor 'w': 'shape' must be an array of non-negative integers, not [2,-3]"},
-    {"shape_fraction", R"({"w": {"dtype": "F32", "shape": [2, 1.5], "data_offsets": [0, 24]}})", 24,
+    {"shape_fraction", w(kF32, "[2, 1.5]", kOffsets), 24,
      "tensor 'w': 'shape' must be an array of non-negative integers, not [2,1.5]"},
-    {"shape_above_int64", R"({"w": {"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 24]}})", 24,
+    {"shape_above_int64", w(kF32, "[18446744073709551615]", kOffsets), 24,
      "tensor 'w': 'shape' must be an array of non-negative integers, not [18446744073709551615]"},
     // 2^32 x 2^32 elements wrap a 64-bit count to 0, which would match empty data_offsets.
-    {"numel_overflow", R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", 0,
+    {"numel_overflow", w(kF32, "[4294967296, 4294967296]", "[0, 0]"), 0,
      "tensor 'w': shape [4294967296, 4294967296] has more elements than a 64-bit count holds"},
     // 2^62 elements fit, their 2^64 bytes wrap to 0.
-    {"bytes_overflow", R"({"w": {"dtype": "F32", "shape": [2147483648, 2147483648], "data_offsets": [0, 0]}})", 0,
+    {"bytes_overflow", w(kF32, "[2147483648, 2147483648]", "[0, 0]"), 0,
      "tensor 'w': shape [2147483648, 2147483648] of F32 has more bytes than a 64-bit size holds"},
     // A zero dimension does not hide an overflowing product of the others.
     {"numel_overflow_after_zero",
-     R"({"w": {"dtype": "F32", "shape": [0, 4294967296, 4294967296], "data_offsets": [0, 0]}})", 0,
+     w(kF32, "[0, 4294967296, 4294967296]", "[0, 0]"), 0,
      "tensor 'w': shape [0, 4294967296, 4294967296] has more elements than a 64-bit count holds"},
-    {"offsets_missing", R"({"w": {"dtype": "F32", "shape": [2, 3]}})", 24, "tensor 'w' has no 'data_offsets'"},
-    {"offsets_empty", R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": []}})", 24,
+    {"offsets_missing", w(kF32, kShape, nullptr), 24, "tensor 'w' has no 'data_offsets'"},
+    {"offsets_empty", w(kF32, kShape, "[]"), 24,
      "tensor 'w': 'data_offsets' must be [begin, end] (two non-negative integers), not []"},
-    {"offsets_one_element", R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0]}})", 24,
+    {"offsets_one_element", w(kF32, kShape, "[0]"), 24,
      "tensor 'w': 'data_offsets' must be [begin, end] (two non-negative integers), not [0]"},
-    {"offsets_three_elements", R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24, 48]}})", 24,
+    {"offsets_three_elements", w(kF32, kShape, "[0, 24, 48]"), 24,
      "tensor 'w': 'data_offsets' must be [begin, end] (two non-negative integers), not [0,24,48]"},
-    {"offsets_negative", R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [-8, 16]}})", 24,
+    {"offsets_negative", w(kF32, kShape, "[-8, 16]"), 24,
      "tensor 'w': 'data_offsets' must be [begin, end] (two non-negative integers), not [-8,16]"},
-    {"offsets_strings", R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": ["0", "24"]}})", 24,
+    {"offsets_strings", w(kF32, kShape, R"(["0", "24"])"), 24,
      "tensor 'w': 'data_offsets' must be [begin, end] (two non-negative integers), not [\"0\",\"24\"]"},
-    {"offsets_not_an_array", R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": 24}})", 24,
+    {"offsets_not_an_array", w(kF32, kShape, "24"), 24,
      "tensor 'w': 'data_offsets' must be [begin, end] (two non-negative integers), not 24"},
-    {"offsets_begin_after_end", R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [24, 0]}})", 24,
+    {"offsets_begin_after_end", w(kF32, "[0]", "[24, 0]"), 24,
      "tensor 'w': data_offsets [24, 0] begin after they end"},
-    {"offsets_past_data", R"({"w": {"dtype": "F32", "shape": [2, 6], "data_offsets": [0, 48]}})", 24,
+    {"offsets_past_data", w(kF32, "[2, 6]", "[0, 48]"), 24,
      "tensor 'w': data_offsets [0, 48] run past the end of the data section (24 bytes)"},
     {"offsets_far_past_data",
-     R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [9223372036854775800, 9223372036854775807]}})", 24,
+     w(kF32, kShape, "[9223372036854775800, 9223372036854775807]"), 24,
      "tensor 'w': data_offsets [9223372036854775800, 9223372036854775807] run past the end of the data section"},
-    {"offsets_disagree_with_shape", R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 16]}})", 24,
+    {"offsets_disagree_with_shape", w(kF32, kShape, "[0, 16]"), 24,
      "tensor 'w': data_offsets [0, 16] hold 16 bytes, but shape [2, 3] of F32 needs 24"},
     {"metadata_not_an_object", R"({"__metadata__": [1], "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}})",
      24, "'__metadata__' must be an object of string values, not [1]"},
@@ -155,7 +168,7 @@ TEST(Safetensors, LongValuesAreShortenedInMessages) {
   std::string big_shape = "[";
   for (int i = 0; i < 200; ++i) big_shape += "1,";
   big_shape += "0.5]";  // 201 dimensions, the last one a fraction
-  write_file(path, file_bytes(R"({"w": {"dtype": "F32", "shape": )" + big_shape + R"(, "data_offsets": [0, 4]}})", 4));
+  write_file(path, file_bytes(w(kF32, big_shape.c_str(), "[0, 4]"), 4));
   const std::string err = error_reading(path);
   EXPECT_NE(err.find("tensor 'w': 'shape' must be an array of non-negative integers, not [1,1,1,1,"), std::string::npos)
       << err;
