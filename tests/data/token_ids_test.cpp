@@ -1,11 +1,11 @@
 // Token ids outside the model's vocabulary (a .bin made with another tokenizer): every read that
 // builds a batch refuses them naming the dataset, the id, where it sits and the vocabulary; so do
-// the run's data setup and both ends of the vocabulary-parallel model.
+// both ends of the vocabulary-parallel model (the run's data setup: run_data_test.cpp).
 #include <gtest/gtest.h>
 
 #include "support/scratch_dir.h"
 #include "data/idx_bytes.h"
-#include "data/tiny_tokenizer.h"
+#include "data/numbered_dataset.h"
 
 #include <cmath>
 
@@ -13,7 +13,6 @@
 #include "tessel/core/check.h"
 #include "tessel/data/gpt_dataset.h"
 #include "tessel/nn/vocab_parallel.h"
-#include "tessel/train/data_setup.h"
 
 using namespace tessel;
 using namespace tessel::data;
@@ -23,19 +22,6 @@ namespace {
 struct Scratch : tessel::testing::ScratchDir {
   Scratch() : ScratchDir("tessel-ids") {}
 };
-
-// Four documents of 20 tokens each, ids 0..19; `bad` replaces token `at` of document `doc` (of
-// every document when doc is -1).
-std::string make_dataset(const std::string& prefix, int64_t bad, int64_t doc, int64_t at) {
-  IndexedDatasetBuilder b(prefix, IndexDType::i32);
-  for (int64_t d = 0; d < 4; ++d) {
-    std::vector<int64_t> t;
-    for (int64_t j = 0; j < 20; ++j) t.push_back((d == doc || doc < 0) && j == at ? bad : j);
-    b.add_document(t);
-  }
-  b.finalize();
-  return prefix;
-}
 
 template <class F>
 std::string error_of(F&& f) {
@@ -49,7 +35,7 @@ std::string error_of(F&& f) {
 
 TEST(TokenIds, ReadRefusesAnIdAtOrAboveTheBound) {
   Scratch s;
-  const auto prefix = make_dataset(s / "d", 512, 1, 7);
+  const auto prefix = tessel::testing::write_numbered_dataset(s / "d", 512, 1, 7);
   const IndexedDataset ds(prefix, VocabBound{512, "model.vocab_size"});
   std::vector<int64_t> out(20);
   EXPECT_EQ(error_of([&] { ds.read(0, 0, 20, out.data()); }), "");  // other sequences read fine
@@ -86,7 +72,7 @@ TEST(TokenIds, NegativeIdIsRefused) {
 
 TEST(TokenIds, EverySampleOfASplitIsChecked) {
   Scratch s;
-  const auto prefix = make_dataset(s / "d", 100, 2, 19);
+  const auto prefix = tessel::testing::write_numbered_dataset(s / "d", 100, 2, 19);
   const DataBlend blend{{1.0}, {prefix}};
   const auto src = build_split(blend, "1", 0, 8, 64, 1, VocabBound{64, "model.vocab_size"});
   std::vector<int64_t> out(9);
@@ -101,45 +87,6 @@ TEST(TokenIds, EverySampleOfASplitIsChecked) {
   err.clear();
   for (int64_t i = 0; i < windows.size() && err.empty(); ++i) err = error_of([&] { windows.sample(i, out.data()); });
   EXPECT_NE(err.find("token id 100 (sequence 2, position 19)"), std::string::npos) << err;
-}
-
-train::Config run_config(const std::string& data_path, int64_t vocab_size) {
-  train::Config c;
-  c.model.vocab_size = vocab_size;
-  c.model.seq_length = 8;
-  c.train.train_iters = 2;
-  c.train.global_batch_size = 2;
-  c.data.path = data_path;
-  c.data.split = "1";
-  return c;
-}
-
-TEST(TokenIds, RunDataWithoutTokenizerRefusesIdsPastModelVocab) {
-  Scratch s;
-  const auto prefix = make_dataset(s / "d", 70, 1, 3);
-  EXPECT_NE(error_of([&] { train::make_run_data(run_config(prefix, 64)); })
-                .find("dataset '" + prefix + "': token id 70 (sequence 1, position 3) is outside model.vocab_size: "
-                      "ids must be in [0, 64)"),
-            std::string::npos)
-      << error_of([&] { train::make_run_data(run_config(prefix, 64)); });
-  EXPECT_EQ(error_of([&] { train::make_run_data(run_config(prefix, 71)); }), "");
-}
-
-TEST(TokenIds, RunDataWithTokenizerRefusesIdsInThePaddedVocab) {
-  // model.vocab_size 384 pads the tokenizer's 320 ids; id 330 is a padding row no text maps to, so a
-  // dataset holding it was made with another tokenizer.
-  Scratch s;
-  const std::string tok = tessel::testing::train_tiny_tokenizer(s.dir, 320);
-  const auto prefix = make_dataset(s / "d", 330, -1, 5);
-  auto cfg = run_config(prefix, 384);
-  cfg.data.tokenizer = tok;
-  const auto run = train::make_run_data(cfg);
-  std::string err;
-  for (int64_t first = 0; first < 20 && err.empty(); first += 2) err = error_of([&] { run.train(first, 2); });
-  EXPECT_NE(err.find("dataset '" + prefix + "': token id 330 (sequence "), std::string::npos) << err;
-  EXPECT_NE(err.find(", position 5) is outside the vocabulary of tokenizer '" + tok + "': ids must be in [0, 320)"),
-            std::string::npos)
-      << err;
 }
 
 TEST(TokenIds, VocabParallelCrossEntropyRefusesTargetsPastTheVocabulary) {

@@ -1,10 +1,13 @@
 #include "tessel/data/gpt_dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <future>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -75,6 +78,18 @@ std::vector<std::pair<int64_t, int64_t>> split_ranges(const std::string& split, 
   return r;
 }
 
+void GptDataset::check_index_fits(int64_t epochs, int64_t sequences, int64_t tokens_per_epoch,
+                                  int64_t num_samples) const {
+  // Per epoch: a sequence id per sequence (8 bytes); per sample: a start (16) and a shuffle slot (8).
+  const double bytes = double(epochs) * (8.0 * double(sequences) + 24.0 * double(tokens_per_epoch) / double(T_));
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  TESSEL_CHECK(bytes <= memory,
+               "dataset '{}': {} samples of {} tokens need a sample index of {:.1f} GB ({} epochs), more than this "
+               "machine's {:.1f} GB of memory (train.train_iters x train.global_batch_size samples are drawn: fewer "
+               "samples or more data)",
+               ds_->prefix(), num_samples, T_ + 1, bytes / 1e9, epochs, memory / 1e9);
+}
+
 GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> ds, std::pair<int64_t, int64_t> doc_range,
                        int64_t seq_length, int64_t num_samples, uint64_t seed)
     : ds_(std::move(ds)), T_(seq_length) {
@@ -91,7 +106,14 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> ds, std::pair<int64
                "= {} (more data or another data.split is needed)",
                ds_->prefix(), doc_range.first, doc_range.second, tokens_per_epoch, T_ + 1);
   // Enough epochs for num_samples windows of T tokens plus the final target token.
-  epochs_ = std::max<int64_t>(1, (num_samples * T_ + 1 + tokens_per_epoch - 1) / tokens_per_epoch);
+  int64_t stream_tokens = 0;
+  TESSEL_CHECK(num_samples >= 0 && !__builtin_mul_overflow(num_samples, T_, &stream_tokens) &&
+                   stream_tokens <= std::numeric_limits<int64_t>::max() - tokens_per_epoch,
+               "dataset '{}': {} samples of {} tokens are more tokens than a 64-bit count holds (train.train_iters x "
+               "train.global_batch_size samples are drawn)",
+               ds_->prefix(), num_samples, T_ + 1);
+  epochs_ = std::max<int64_t>(1, (stream_tokens + 1 + tokens_per_epoch - 1) / tokens_per_epoch);
+  check_index_fits(epochs_, int64_t(seqs.size()), tokens_per_epoch, num_samples);
   for (int64_t e = 0; e < epochs_; ++e) {
     std::vector<int64_t> order = seqs;
     philox_shuffle(order, seed, stream_id("gpt_dataset.doc_order") + uint64_t(e));

@@ -37,6 +37,9 @@ class GptDataset : public SampleSource {
   int64_t epochs() const { return epochs_; }
 
  private:
+  // Refuses a sample index larger than the machine's memory before allocating it.
+  void check_index_fits(int64_t epochs, int64_t sequences, int64_t tokens_per_epoch, int64_t num_samples) const;
+
   std::shared_ptr<const IndexedDataset> ds_;
   int64_t T_;
   int64_t epochs_ = 0;

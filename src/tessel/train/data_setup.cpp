@@ -23,11 +23,20 @@ data::VocabBound dataset_vocab_bound(const Config& cfg) {
   return {v, "the vocabulary of tokenizer '" + cfg.data.tokenizer + "'"};
 }
 
+// iters x train.global_batch_size, refused when it overflows (the product sizes the sample index).
+int64_t samples_of(int64_t iters, const char* iters_key, const Config& cfg) {
+  int64_t n = 0;
+  TESSEL_CHECK(!__builtin_mul_overflow(iters, cfg.train.global_batch_size, &n),
+               "{} {} x train.global_batch_size {} samples are more than a 64-bit count holds", iters_key, iters,
+               cfg.train.global_batch_size);
+  return n;
+}
+
 }  // namespace
 
 int64_t eval_samples(const Config& cfg) {
   if (cfg.train.eval_interval <= 0 || cfg.train.eval_iters <= 0) return 0;
-  return cfg.train.eval_iters * cfg.train.global_batch_size;
+  return samples_of(cfg.train.eval_iters, "train.eval_iters", cfg);
 }
 
 RunData make_run_data(const Config& cfg) {
@@ -50,7 +59,7 @@ RunData make_run_data(const Config& cfg) {
     // (an error now rather than mid-run). With one, ids are checked as batches are read.
     for (const auto& p : blend.prefixes) data::IndexedDataset(p, vocab).scan_token_ids();
   }
-  const int64_t train_samples = cfg.train.train_iters * cfg.train.global_batch_size;
+  const int64_t train_samples = samples_of(cfg.train.train_iters, "train.train_iters", cfg);
   auto train = std::shared_ptr<const data::SampleSource>(
       data::build_split(blend, cfg.data.split, 0, m.seq_length, std::max<int64_t>(1, train_samples), seed, vocab));
   auto train_loader = std::make_shared<data::BatchLoader>(train, m.seq_length);
