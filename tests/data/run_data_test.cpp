@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "support/scratch_dir.h"
+#include "data/error_of.h"
 #include "data/numbered_dataset.h"
 #include "data/tiny_tokenizer.h"
 
@@ -17,15 +18,7 @@ struct Scratch : tessel::testing::ScratchDir {
   Scratch() : ScratchDir("tessel-run-data") {}
 };
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using tessel::testing::error_of;
 
 train::Config run_config(const std::string& data_path, int64_t vocab_size) {
   train::Config c;

@@ -5,6 +5,7 @@
 
 #include "support/scratch_dir.h"
 #include "data/idx_bytes.h"
+#include "data/error_of.h"
 #include "data/numbered_dataset.h"
 
 #include <cmath>
@@ -23,15 +24,7 @@ struct Scratch : tessel::testing::ScratchDir {
   Scratch() : ScratchDir("tessel-ids") {}
 };
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using tessel::testing::error_of;
 
 TEST(TokenIds, ReadRefusesAnIdAtOrAboveTheBound) {
   Scratch s;
