@@ -55,6 +55,19 @@ TEST(Documents, JsonlTextFieldAndErrorsNameTheLine) {
   EXPECT_THROW(read_all({j}, {"xml", "blank", "text"}), tessel::Error);
 }
 
+TEST(Documents, MalformedJsonlLineIsNamedWithoutTheParserText) {
+  Scratch s;
+  const auto bad = s.file("broken.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n");
+  std::string err;
+  try {
+    read_all({bad}, {});
+  } catch (const tessel::Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find(bad + ":2: not a JSON object (syntax error at byte 23 of 23)"), std::string::npos) << err;
+  EXPECT_EQ(err.find("json.exception"), std::string::npos) << err;
+}
+
 TEST(Tokenizer, TrainsBpeWithByteFallbackAndRoundTrips) {
   Scratch s;
   tessel::testing::train_tiny_tokenizer(s.dir, 320);
