@@ -6,11 +6,21 @@ namespace tessel::train {
 
 namespace {
 
-// The ids a run's datasets may hold. With a tokenizer: its vocabulary, after checking that
-// model.vocab_size covers it. model.vocab_size may pad the tokenizer's vocabulary (to a multiple
-// of 128, for tensor-parallel splits and GEMM shapes); ids in the padding are rows no text maps to,
-// so data holding them was made with another tokenizer and is refused. Without a tokenizer the
-// real vocabulary is unknown and model.vocab_size is the bound.
+// iters x train.global_batch_size, refused when it overflows (the product sizes the sample index).
+int64_t samples_of(int64_t iters, const char* iters_key, const Config& cfg) {
+  int64_t n = 0;
+  TESSEL_CHECK(!__builtin_mul_overflow(iters, cfg.train.global_batch_size, &n),
+               "{} {} x train.global_batch_size {} samples are more than a 64-bit count holds", iters_key, iters,
+               cfg.train.global_batch_size);
+  return n;
+}
+
+}  // namespace
+
+// model.vocab_size may pad the tokenizer's vocabulary (to a multiple of 128, for tensor-parallel
+// splits and GEMM shapes); ids in the padding are rows no text maps to, so data holding them was
+// made with another tokenizer and is refused. Without a tokenizer the real vocabulary is unknown
+// and model.vocab_size is the bound.
 data::VocabBound dataset_vocab_bound(const Config& cfg) {
   const auto& m = cfg.model;
   if (cfg.data.tokenizer.empty()) return {m.vocab_size, "model.vocab_size"};
@@ -22,17 +32,6 @@ data::VocabBound dataset_vocab_bound(const Config& cfg) {
                m.vocab_size, cfg.data.tokenizer, v, v, padded);
   return {v, "the vocabulary of tokenizer '" + cfg.data.tokenizer + "'"};
 }
-
-// iters x train.global_batch_size, refused when it overflows (the product sizes the sample index).
-int64_t samples_of(int64_t iters, const char* iters_key, const Config& cfg) {
-  int64_t n = 0;
-  TESSEL_CHECK(!__builtin_mul_overflow(iters, cfg.train.global_batch_size, &n),
-               "{} {} x train.global_batch_size {} samples are more than a 64-bit count holds", iters_key, iters,
-               cfg.train.global_batch_size);
-  return n;
-}
-
-}  // namespace
 
 int64_t eval_samples(const Config& cfg) {
   if (cfg.train.eval_interval <= 0 || cfg.train.eval_iters <= 0) return 0;
