@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "support/scratch_dir.h"
+#include "data/tiny_tokenizer.h"
 
 #include <filesystem>
 #include <fstream>
@@ -54,18 +55,22 @@ TEST(Documents, JsonlTextFieldAndErrorsNameTheLine) {
   EXPECT_THROW(read_all({j}, {"xml", "blank", "text"}), tessel::Error);
 }
 
+TEST(Documents, MalformedJsonlLineIsNamedWithoutTheParserText) {
+  Scratch s;
+  const auto bad = s.file("broken.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n");
+  std::string err;
+  try {
+    read_all({bad}, {});
+  } catch (const tessel::Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find(bad + ":2: not a JSON object (syntax error at byte 23 of 23)"), std::string::npos) << err;
+  EXPECT_EQ(err.find("json.exception"), std::string::npos) << err;
+}
+
 TEST(Tokenizer, TrainsBpeWithByteFallbackAndRoundTrips) {
   Scratch s;
-  std::string text;
-  const char* words[] = {"the", "model", "trains", "on", "text", "tokens", "loss", "falls", "quickly", "slowly"};
-  for (int i = 0; i < 3000; ++i)
-    text += std::string(words[i % 10]) + " " + words[(i * 7) % 10] + " " + words[(i * 3) % 10] + " " +
-            std::to_string(i) + "\n";
-  TokenizerTrainOptions o;
-  o.input_files = {s.file("corpus.txt", text)};
-  o.model_prefix = s.dir + "/tok";
-  o.vocab_size = 320;
-  train_tokenizer(o);
+  tessel::testing::train_tiny_tokenizer(s.dir, 320);
   Tokenizer tok(s.dir + "/tok.model");
   EXPECT_EQ(tok.vocab_size(), 320);
   EXPECT_GE(tok.eos_id(), 0);

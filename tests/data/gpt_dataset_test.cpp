@@ -127,4 +127,55 @@ TEST(DataPath, ParsesPrefixesAndBlends) {
   EXPECT_THROW(parse_data_path("x data/a"), tessel::Error);
 }
 
+std::string data_path_error(const std::string& path) {
+  try {
+    parse_data_path(path);
+  } catch (const tessel::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DataPath, WeightsThatAreNotFinitePositiveNumbersAreRefusedByName) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"inf data/a 0.3 data/b", "data.path 'inf data/a 0.3 data/b': weight 'inf' of 'data/a' must be a finite number > 0"},
+      {"0.7 data/a nan data/b", "data.path '0.7 data/a nan data/b': weight 'nan' of 'data/b' must be a finite number > 0"},
+      {"-0.5 data/a 1 data/b", "weight '-0.5' of 'data/a' must be a finite number > 0"},
+      {"0 data/a 0 data/b", "weight '0' of 'data/a' must be a finite number > 0"},
+      {"1e999 data/a 1 data/b", "weight '1e999' of 'data/a' must be a finite number > 0"},
+      {"0.7x data/a 0.3 data/b", "weight '0.7x' of 'data/a' must be a finite number > 0"},
+      {"1e308 data/a 1e308 data/b", "data.path '1e308 data/a 1e308 data/b': the weights sum to more than a double "
+                                    "holds; scale them down"},
+  };
+  for (const auto& [path, message] : cases) {
+    SCOPED_TRACE(path);
+    EXPECT_NE(data_path_error(path).find(message), std::string::npos) << data_path_error(path);
+  }
+}
+
+std::string split_error(const std::string& split) {
+  try {
+    split_ranges(split, 100);
+  } catch (const tessel::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Split, WeightsThatAreNotFiniteNonNegativeNumbersAreRefusedByName) {
+  EXPECT_NE(split_error("inf,1,0").find("data.split 'inf,1,0': weight 'inf' must be a finite number >= 0"),
+            std::string::npos)
+      << split_error("inf,1,0");
+  EXPECT_NE(split_error("1,nan").find("data.split '1,nan': weight 'nan' must be a finite number >= 0"),
+            std::string::npos);
+  EXPECT_NE(split_error("1,-2,0").find("data.split '1,-2,0': weight '-2' must be a finite number >= 0"),
+            std::string::npos);
+  EXPECT_NE(split_error("9x,1").find("data.split '9x,1': weight '9x' must be a finite number >= 0"),
+            std::string::npos);
+  EXPECT_NE(split_error("1e308,1e308,1").find("data.split '1e308,1e308,1': the weights sum to more than a double holds"),
+            std::string::npos);
+  EXPECT_NE(split_error("0,0,0").find("data.split '0,0,0': the weights are all 0"), std::string::npos);
+  EXPECT_EQ(split_ranges("969,30,1", 1000), (std::vector<std::pair<int64_t, int64_t>>{{0, 969}, {969, 999}, {999, 1000}}));
+}
+
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "support/scratch_dir.h"
+#include "data/idx_bytes.h"
 
 #include <cstring>
 #include <filesystem>
@@ -21,37 +22,10 @@ struct Scratch : tessel::testing::ScratchDir {
   Scratch() : ScratchDir("tessel-data") {}
 };
 
-template <class T>
-void append(std::string& s, T v) {
-  s.append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
-// The .idx bytes per the spec: magic, version, dtype code, counts, sizes, byte pointers, doc index.
-std::string spec_idx(uint8_t code, size_t item, const std::vector<int32_t>& sizes, const std::vector<int64_t>& docs) {
-  std::string s("MMIDIDX\0\0", 9);
-  append<uint64_t>(s, 1);
-  append<uint8_t>(s, code);
-  append<uint64_t>(s, sizes.size());
-  append<uint64_t>(s, docs.size());
-  for (int32_t x : sizes) append<int32_t>(s, x);
-  int64_t p = 0;
-  for (int32_t x : sizes) {
-    append<int64_t>(s, p);
-    p += int64_t(x) * int64_t(item);
-  }
-  for (int64_t d : docs) append<int64_t>(s, d);
-  return s;
-}
-
-std::string read_file(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const std::string& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+using tessel::testing::append_bytes;
+using tessel::testing::spec_idx;
+using tessel::testing::read_file_bytes;
+using tessel::testing::write_file_bytes;
 
 TEST(IndexedDataset, WriterIsByteCompatibleWithTheSpec) {
   Scratch s;
@@ -61,9 +35,9 @@ TEST(IndexedDataset, WriterIsByteCompatibleWithTheSpec) {
   b.finalize();
   std::string bin;
   for (const auto& d : docs)
-    for (int64_t t : d) append<uint16_t>(bin, uint16_t(t));
-  EXPECT_EQ(read_file(s.dir + "/d.bin"), bin);
-  EXPECT_EQ(read_file(s.dir + "/d.idx"), spec_idx(8, 2, {4, 2, 5}, {0, 1, 2, 3}));
+    for (int64_t t : d) append_bytes<uint16_t>(bin, uint16_t(t));
+  EXPECT_EQ(read_file_bytes(s.dir + "/d.bin"), bin);
+  EXPECT_EQ(read_file_bytes(s.dir + "/d.idx"), spec_idx(8, 2, {4, 2, 5}, {0, 1, 2, 3}));
 }
 
 TEST(IndexedDataset, ReadsMegatronLayoutWithSeveralSequencesPerDocument) {
@@ -74,10 +48,10 @@ TEST(IndexedDataset, ReadsMegatronLayoutWithSeveralSequencesPerDocument) {
   std::vector<int32_t> sizes;
   for (const auto& q : seqs) {
     sizes.push_back(int32_t(q.size()));
-    for (int32_t t : q) append<int32_t>(bin, t);
+    for (int32_t t : q) append_bytes<int32_t>(bin, t);
   }
-  write_file(s.dir + "/m.bin", bin);
-  write_file(s.dir + "/m.idx", spec_idx(4, 4, sizes, {0, 3, 4}));
+  write_file_bytes(s.dir + "/m.bin", bin);
+  write_file_bytes(s.dir + "/m.idx", spec_idx(4, 4, sizes, {0, 3, 4}));
   IndexedDataset ds(s.dir + "/m");
   EXPECT_EQ(ds.num_sequences(), 4);
   EXPECT_EQ(ds.num_documents(), 2);
@@ -112,11 +86,11 @@ TEST(IndexedDataset, DamagedPairsAreRefusedByName) {
   EXPECT_NE(error_of(s.dir + "/d").find("d.bin is 12 bytes but its index describes 20 bytes"), std::string::npos)
       << error_of(s.dir + "/d");
   // Bad magic and truncated index.
-  std::string idx = read_file(s.dir + "/d.idx");
-  write_file(s.dir + "/e.bin", read_file(s.dir + "/d.bin"));
-  write_file(s.dir + "/e.idx", "XXXXXXXXX" + idx.substr(9));
+  std::string idx = read_file_bytes(s.dir + "/d.idx");
+  write_file_bytes(s.dir + "/e.bin", read_file_bytes(s.dir + "/d.bin"));
+  write_file_bytes(s.dir + "/e.idx", "XXXXXXXXX" + idx.substr(9));
   EXPECT_NE(error_of(s.dir + "/e").find("bad magic"), std::string::npos);
-  write_file(s.dir + "/e.idx", idx.substr(0, idx.size() - 3));
+  write_file_bytes(s.dir + "/e.idx", idx.substr(0, idx.size() - 3));
   EXPECT_NE(error_of(s.dir + "/e").find("index is"), std::string::npos) << error_of(s.dir + "/e");
 }
 

@@ -3,29 +3,74 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+
+#include "tessel/ckpt/safetensors_header.h"
 
 namespace tessel::ckpt {
 
 namespace {
 
-std::string st_dtype(DType t) {
-  switch (t) {
-    case DType::f32: return "F32";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::e4m3: return "F8_E4M3";
-    case DType::e5m2: return "F8_E5M2";
-    case DType::i32: return "I32";
-    case DType::i64: return "I64";
-  }
-  return "?";
-}
+// Where a file's bytes come from: a file read piecewise (tensors are not held twice in memory) or
+// a buffer. Callers only ask for ranges already checked against the size.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual bool read(int64_t offset, int64_t n, void* dst) = 0;  // false on an I/O error
+};
 
-DType parse_st_dtype(const std::string& s, const std::string& path, const std::string& name) {
-  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::e4m3, DType::e5m2, DType::i32, DType::i64})
-    if (st_dtype(t) == s) return t;
-  TESSEL_FAIL("{}: tensor '{}' has dtype '{}' (supported: F32, BF16, F16, F8_E4M3, F8_E5M2, I32, I64)", path, name, s);
+class FileSource : public ByteSource {
+ public:
+  explicit FileSource(std::ifstream& in) : in_(in) {}
+  bool read(int64_t offset, int64_t n, void* dst) override {
+    in_.seekg(offset);
+    in_.read(static_cast<char*>(dst), n);
+    return in_.good();
+  }
+
+ private:
+  std::ifstream& in_;
+};
+
+class BufferSource : public ByteSource {
+ public:
+  explicit BufferSource(std::string_view bytes) : bytes_(bytes) {}
+  bool read(int64_t offset, int64_t n, void* dst) override {
+    if (n > 0) std::memcpy(dst, bytes_.data() + offset, size_t(n));
+    return true;
+  }
+
+ private:
+  std::string_view bytes_;
+};
+
+SafetensorsFile read_from(ByteSource& src, int64_t size, const std::string& source) {
+  TESSEL_CHECK(size >= 8, "{}: {} bytes, too short for a safetensors file (it starts with an 8-byte header length)",
+               source, size);
+  unsigned char word[8];
+  TESSEL_CHECK(src.read(0, 8, word), "{}: could not read the header length", source);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | word[i];  // little-endian
+  TESSEL_CHECK(header_len <= uint64_t(size - 8), "{}: header length {} runs past the end of the file ({} bytes)",
+               source, header_len, size);
+  TESSEL_CHECK(header_len <= kSafetensorsMaxHeaderBytes,
+               "{}: header length {} exceeds the safetensors limit of {} bytes", source, header_len,
+               kSafetensorsMaxHeaderBytes);
+  std::string header(header_len, '\0');
+  TESSEL_CHECK(src.read(8, int64_t(header_len), header.data()), "{}: could not read the header", source);
+  const int64_t data_start = 8 + int64_t(header_len);
+  const SafetensorsHeader h = parse_safetensors_header(header, size - data_start, source);
+  SafetensorsFile f;
+  f.metadata = h.metadata;
+  for (const SafetensorsEntry& e : h.entries) {
+    Tensor t = Tensor::empty(e.shape, e.dtype);
+    TESSEL_CHECK(src.read(data_start + e.begin, e.end - e.begin, t.raw()), "{}: could not read tensor '{}'", source,
+                 e.name);
+    f.tensors.emplace_back(e.name, t);
+  }
+  return f;
 }
 
 }  // namespace
@@ -41,50 +86,21 @@ bool SafetensorsFile::has(const std::string& name) const {
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  TESSEL_CHECK(!ec && fs::exists(status), "cannot open safetensors file '{}'", path);
+  TESSEL_CHECK(fs::is_regular_file(status), "{}: not a regular file", path);
   std::ifstream in(path, std::ios::binary);
-  TESSEL_CHECK(in.good(), "cannot open safetensors file '{}'", path);
-  in.seekg(0, std::ios::end);
-  const int64_t file_size = in.tellg();
-  in.seekg(0);
-  uint64_t header_len = 0;
-  in.read(reinterpret_cast<char*>(&header_len), 8);
-  TESSEL_CHECK(in.good() && file_size >= 8 && header_len <= uint64_t(file_size - 8),
-               "{}: truncated or not a safetensors file (header length {} in a {}-byte file)", path, header_len,
-               file_size);
-  std::string header(header_len, '\0');
-  in.read(header.data(), int64_t(header_len));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(header);
-  } catch (const std::exception& e) {
-    TESSEL_FAIL("{}: header is not valid JSON: {}", path, e.what());
-  }
-  const int64_t data_start = 8 + int64_t(header_len);
-  const int64_t data_size = file_size - data_start;
-  SafetensorsFile f;
-  std::vector<std::tuple<int64_t, std::string, Tensor>> ordered;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      for (auto m = it.value().begin(); m != it.value().end(); ++m) f.metadata[m.key()] = m.value().get<std::string>();
-      continue;
-    }
-    const auto& e = it.value();
-    const DType dt = parse_st_dtype(e.at("dtype").get<std::string>(), path, it.key());
-    const Shape shape = e.at("shape").get<Shape>();
-    const int64_t b = e.at("data_offsets")[0].get<int64_t>(), end = e.at("data_offsets")[1].get<int64_t>();
-    TESSEL_CHECK(0 <= b && b <= end && end <= data_size &&
-                     end - b == shape_numel(shape) * int64_t(dtype_size(dt)),
-                 "{}: tensor '{}' has data_offsets [{}, {}] inconsistent with shape {} / file size", path, it.key(), b,
-                 end, shape_str(shape));
-    Tensor t = Tensor::empty(shape, dt);
-    in.seekg(data_start + b);
-    in.read(static_cast<char*>(t.raw()), end - b);
-    TESSEL_CHECK(in.good(), "{}: could not read tensor '{}'", path, it.key());
-    ordered.emplace_back(b, it.key(), t);
-  }
-  std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
-  for (auto& [off, name, t] : ordered) f.tensors.emplace_back(name, t);
-  return f;
+  const auto size = fs::file_size(path, ec);
+  TESSEL_CHECK(in.good() && !ec, "cannot open safetensors file '{}'", path);
+  FileSource src(in);
+  return read_from(src, int64_t(size), path);
+}
+
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& source) {
+  BufferSource src(bytes);
+  return read_from(src, int64_t(bytes.size()), source);
 }
 
 void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
@@ -94,7 +110,9 @@ void write_safetensors(const std::string& path, const std::map<std::string, std:
   int64_t off = 0;
   for (const auto& [name, t] : tensors) {
     TESSEL_CHECK(t.is_contiguous(), "safetensors: tensor '{}' must be contiguous", name);
-    j[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {off, off + int64_t(t.nbytes())}}};
+    j[name] = {{"dtype", safetensors_dtype_name(t.dtype())},
+               {"shape", t.shape()},
+               {"data_offsets", {off, off + int64_t(t.nbytes())}}};
     off += int64_t(t.nbytes());
   }
   std::string header = j.dump();

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -45,8 +46,10 @@ int64_t for_each_document(const std::vector<std::string>& files, const DocumentR
         nlohmann::json j;
         try {
           j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception& e) {
-          TESSEL_FAIL("{}:{}: not a JSON object: {}", path, lineno, e.what());
+        } catch (const nlohmann::json::parse_error& e) {
+          // The position, not the parser's own text (which quotes the line back).
+          TESSEL_FAIL("{}:{}: not a JSON object (syntax error at byte {} of {})", path, lineno,
+                      std::min<size_t>(e.byte, line.size()), line.size());
         }
         TESSEL_CHECK(j.is_object() && j.contains(o.json_key) && j[o.json_key].is_string(),
                      "{}:{}: no string field '{}' (set it with --json-key)", path, lineno, o.json_key);

@@ -1,9 +1,15 @@
 #include "tessel/data/gpt_dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <future>
+#include <limits>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "tessel/core/check.h"
@@ -23,24 +29,43 @@ void philox_shuffle(std::vector<int64_t>& v, uint64_t seed, uint64_t stream) {
   }
 }
 
+// A weight as written in data.path / data.split: the whole word (spaces and one leading '+'
+// aside) a finite number; std::stod would take "0.7x" as 0.7 and "inf" as infinity.
+std::optional<double> finite_number(const std::string& word) {
+  const char* b = word.data();
+  const char* e = b + word.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(*b))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(e[-1]))) --e;
+  if (b < e && *b == '+') ++b;
+  double v = 0;
+  const auto [end, ec] = std::from_chars(b, e, v);
+  if (ec != std::errc() || end != e || b == e || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// The sum of weights, refused when it overflows (the shares would be NaN).
+double finite_sum(const std::vector<double>& w, const std::string& what) {
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  TESSEL_CHECK(std::isfinite(total), "{}: the weights sum to more than a double holds; scale them down", what);
+  return total;
+}
+
 }  // namespace
 
 std::vector<std::pair<int64_t, int64_t>> split_ranges(const std::string& split, int64_t n) {
+  const std::string what = "data.split '" + split + "'";
   std::vector<double> w;
   std::stringstream ss(split);
   std::string part;
   while (std::getline(ss, part, ',')) {
-    try {
-      w.push_back(std::stod(part));
-    } catch (const std::exception&) {
-      TESSEL_FAIL("data.split: '{}' is not a list of numbers such as 969,30,1", split);
-    }
+    const auto v = finite_number(part);
+    TESSEL_CHECK(v && *v >= 0, "{}: weight '{}' must be a finite number >= 0 (a list such as 969,30,1)", what, part);
+    w.push_back(*v);
   }
-  TESSEL_CHECK(!w.empty() && w.size() <= 3, "data.split: '{}' needs 1 to 3 weights (train, valid, test)", split);
+  TESSEL_CHECK(!w.empty() && w.size() <= 3, "{}: needs 1 to 3 weights (train, valid, test)", what);
   while (w.size() < 3) w.push_back(0.0);
-  const double total = w[0] + w[1] + w[2];
-  TESSEL_CHECK(total > 0 && w[0] >= 0 && w[1] >= 0 && w[2] >= 0, "data.split: '{}' must be non-negative, not all 0",
-               split);
+  const double total = finite_sum(w, what);
+  TESSEL_CHECK(total > 0, "{}: the weights are all 0", what);
   std::vector<std::pair<int64_t, int64_t>> r;
   int64_t begin = 0;
   double acc = 0;
@@ -51,6 +76,18 @@ std::vector<std::pair<int64_t, int64_t>> split_ranges(const std::string& split, 
     begin = std::max(begin, end);
   }
   return r;
+}
+
+void GptDataset::check_index_fits(int64_t epochs, int64_t sequences, int64_t tokens_per_epoch,
+                                  int64_t num_samples) const {
+  // Per epoch: a sequence id per sequence (8 bytes); per sample: a start (16) and a shuffle slot (8).
+  const double bytes = double(epochs) * (8.0 * double(sequences) + 24.0 * double(tokens_per_epoch) / double(T_));
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  TESSEL_CHECK(bytes <= memory,
+               "dataset '{}': {} samples of {} tokens need a sample index of {:.1f} GB ({} epochs), more than this "
+               "machine's {:.1f} GB of memory (train.train_iters x train.global_batch_size samples are drawn: fewer "
+               "samples or more data)",
+               ds_->prefix(), num_samples, T_ + 1, bytes / 1e9, epochs, memory / 1e9);
 }
 
 GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> ds, std::pair<int64_t, int64_t> doc_range,
@@ -69,7 +106,14 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> ds, std::pair<int64
                "= {} (more data or another data.split is needed)",
                ds_->prefix(), doc_range.first, doc_range.second, tokens_per_epoch, T_ + 1);
   // Enough epochs for num_samples windows of T tokens plus the final target token.
-  epochs_ = std::max<int64_t>(1, (num_samples * T_ + 1 + tokens_per_epoch - 1) / tokens_per_epoch);
+  int64_t stream_tokens = 0;
+  TESSEL_CHECK(num_samples >= 0 && !__builtin_mul_overflow(num_samples, T_, &stream_tokens) &&
+                   stream_tokens <= std::numeric_limits<int64_t>::max() - tokens_per_epoch,
+               "dataset '{}': {} samples of {} tokens are more tokens than a 64-bit count holds (train.train_iters x "
+               "train.global_batch_size samples are drawn)",
+               ds_->prefix(), num_samples, T_ + 1);
+  epochs_ = std::max<int64_t>(1, (stream_tokens + 1 + tokens_per_epoch - 1) / tokens_per_epoch);
+  check_index_fits(epochs_, int64_t(seqs.size()), tokens_per_epoch, num_samples);
   for (int64_t e = 0; e < epochs_; ++e) {
     std::vector<int64_t> order = seqs;
     philox_shuffle(order, seed, stream_id("gpt_dataset.doc_order") + uint64_t(e));
@@ -214,25 +258,25 @@ DataBlend parse_data_path(const std::string& path) {
   }
   TESSEL_CHECK(words.size() % 2 == 0, "data.path '{}': a blend is pairs of weight and prefix", path);
   for (size_t i = 0; i < words.size(); i += 2) {
-    double weight;
-    try {
-      weight = std::stod(words[i]);
-    } catch (const std::exception&) {
-      TESSEL_FAIL("data.path '{}': '{}' should be a weight (a blend is pairs of weight and prefix)", path, words[i]);
-    }
-    TESSEL_CHECK(weight > 0, "data.path '{}': weight {} must be > 0", path, weight);
-    b.weights.push_back(weight);
+    const auto weight = finite_number(words[i]);
+    TESSEL_CHECK(weight && *weight > 0,
+                 "data.path '{}': weight '{}' of '{}' must be a finite number > 0 (a blend is pairs of weight and "
+                 "prefix)",
+                 path, words[i], words[i + 1]);
+    b.weights.push_back(*weight);
     b.prefixes.push_back(words[i + 1]);
   }
+  finite_sum(b.weights, "data.path '" + path + "'");
   return b;
 }
 
 std::shared_ptr<SampleSource> build_split(const DataBlend& blend, const std::string& split, int split_index,
-                                          int64_t seq_length, int64_t num_samples, uint64_t seed) {
+                                          int64_t seq_length, int64_t num_samples, uint64_t seed,
+                                          const VocabBound& vocab) {
   std::vector<std::shared_ptr<SampleSource>> parts;
   const double total = std::accumulate(blend.weights.begin(), blend.weights.end(), 0.0);
   for (size_t k = 0; k < blend.prefixes.size(); ++k) {
-    auto ds = std::make_shared<const IndexedDataset>(blend.prefixes[k]);
+    auto ds = std::make_shared<const IndexedDataset>(blend.prefixes[k], vocab);
     const auto range = split_ranges(split, ds->num_documents())[size_t(split_index)];
     // Each part is sized for its share plus a margin, as Megatron does (0.5%).
     const int64_t need = int64_t(std::ceil(double(num_samples) * blend.weights[k] / total * 1.005)) + 1;

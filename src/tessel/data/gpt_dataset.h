@@ -18,7 +18,7 @@
 
 namespace tessel::data {
 
-// "969,30,1" -> document ranges [begin, end) for train, valid, test.
+// "969,30,1" -> document ranges [begin, end) for train, valid, test (finite weights >= 0, not all 0).
 std::vector<std::pair<int64_t, int64_t>> split_ranges(const std::string& split, int64_t num_documents);
 
 class SampleSource {
@@ -37,6 +37,9 @@ class GptDataset : public SampleSource {
   int64_t epochs() const { return epochs_; }
 
  private:
+  // Refuses a sample index larger than the machine's memory before allocating it.
+  void check_index_fits(int64_t epochs, int64_t sequences, int64_t tokens_per_epoch, int64_t num_samples) const;
+
   std::shared_ptr<const IndexedDataset> ds_;
   int64_t T_;
   int64_t epochs_ = 0;
@@ -87,15 +90,18 @@ class BatchLoader {
   std::unique_ptr<Prefetch> pending_;
 };
 
-// data.path forms: "PREFIX" or "W1 PREFIX1 W2 PREFIX2 ..." (Megatron's blend syntax).
+// data.path forms: "PREFIX" or "W1 PREFIX1 W2 PREFIX2 ..." (Megatron's blend syntax); weights are
+// finite numbers > 0.
 struct DataBlend {
   std::vector<double> weights;
   std::vector<std::string> prefixes;
 };
 DataBlend parse_data_path(const std::string& path);
 
-// Builds the sample source of one split (0 train, 1 valid, 2 test) for a blend.
+// Builds the sample source of one split (0 train, 1 valid, 2 test) for a blend; every sample read
+// refuses token ids outside vocab.
 std::shared_ptr<SampleSource> build_split(const DataBlend& blend, const std::string& split, int split_index,
-                                          int64_t seq_length, int64_t num_samples, uint64_t seed);
+                                          int64_t seq_length, int64_t num_samples, uint64_t seed,
+                                          const VocabBound& vocab);
 
 }  // namespace tessel::data

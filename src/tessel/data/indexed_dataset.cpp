@@ -13,33 +13,12 @@
 namespace tessel::data {
 namespace {
 
-constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
-
 template <class T>
 void put(std::ofstream& out, const T& v) {
   out.write(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
-template <class T>
-T get(const std::vector<char>& buf, size_t& pos, const std::string& file) {
-  TESSEL_CHECK(pos + sizeof(T) <= buf.size(), "{}: truncated index (ends at byte {})", file, buf.size());
-  T v;
-  std::memcpy(&v, buf.data() + pos, sizeof(T));
-  pos += sizeof(T);
-  return v;
-}
-
 }  // namespace
-
-size_t index_dtype_size(IndexDType t) {
-  switch (t) {
-    case IndexDType::u8: case IndexDType::i8: return 1;
-    case IndexDType::i16: case IndexDType::u16: return 2;
-    case IndexDType::i32: case IndexDType::f32: return 4;
-    case IndexDType::i64: case IndexDType::f64: return 8;
-  }
-  return 0;
-}
 
 IndexDType dtype_for_vocab(int64_t vocab_size) { return vocab_size <= 65535 ? IndexDType::u16 : IndexDType::i32; }
 
@@ -53,13 +32,12 @@ IndexedDatasetBuilder::IndexedDatasetBuilder(const std::string& prefix, IndexDTy
 void IndexedDatasetBuilder::add_document(const std::vector<int64_t>& tokens) {
   TESSEL_CHECK(tokens.size() <= size_t(INT32_MAX), "document of {} tokens is longer than the format allows",
                tokens.size());
+  const int64_t max_id = dtype_ == IndexDType::u16 ? 65535 : dtype_ == IndexDType::i32 ? INT32_MAX : INT64_MAX;
   for (int64_t t : tokens) {
+    TESSEL_CHECK(t >= 0 && t <= max_id, "dataset '{}': token id {} does not fit the dataset's {} ids", prefix_, t,
+                 dtype_ == IndexDType::u16 ? "u16" : dtype_ == IndexDType::i32 ? "i32" : "i64");
     switch (dtype_) {
-      case IndexDType::u16: {
-        TESSEL_CHECK(t >= 0 && t <= 65535, "token id {} does not fit the dataset's u16", t);
-        put(bin_, uint16_t(t));
-        break;
-      }
+      case IndexDType::u16: put(bin_, uint16_t(t)); break;
       case IndexDType::i32: put(bin_, int32_t(t)); break;
       default: put(bin_, t); break;
     }
@@ -73,7 +51,7 @@ void IndexedDatasetBuilder::finalize() {
   TESSEL_CHECK(!bin_.fail(), "failed writing '{}.bin'", prefix_);
   std::ofstream idx(prefix_ + ".idx", std::ios::binary | std::ios::trunc);
   TESSEL_CHECK(idx.good(), "cannot write '{}.idx'", prefix_);
-  idx.write(kMagic, 9);
+  idx.write(kIndexMagic, sizeof(kIndexMagic));
   put(idx, uint64_t(1));
   put(idx, uint8_t(dtype_));
   put(idx, uint64_t(sizes_.size()));
@@ -88,49 +66,44 @@ void IndexedDatasetBuilder::finalize() {
   TESSEL_CHECK(idx.good(), "failed writing '{}.idx'", prefix_);
 }
 
-IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+namespace {
+
+// The whole file, with errors naming it; a missing path is reported by the caller.
+std::vector<uint8_t> read_whole_file(const std::string& path) {
+  std::error_code ec;
+  TESSEL_CHECK(std::filesystem::is_regular_file(path, ec), "{}: not a regular file", path);
+  const auto size = std::filesystem::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  TESSEL_CHECK(!ec && in.good(), "cannot open {}", path);
+  std::vector<uint8_t> buf(size);
+  in.read(reinterpret_cast<char*>(buf.data()), std::streamsize(size));
+  TESSEL_CHECK(in.good() || size == 0, "cannot read {}", path);
+  return buf;
+}
+
+template <class T>
+void widen(const uint8_t* p, int64_t first, int64_t count, int64_t* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    T v;
+    std::memcpy(&v, p + (first + i) * int64_t(sizeof(T)), sizeof(T));
+    out[i] = int64_t(v);
+  }
+}
+
+}  // namespace
+
+IndexedDataset::IndexedDataset(const std::string& prefix, VocabBound vocab)
+    : prefix_(prefix), vocab_(std::move(vocab)) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
   TESSEL_CHECK(std::filesystem::exists(idx_path),
                "dataset '{}': index file {} is missing (a dataset is a PREFIX.bin + PREFIX.idx pair; make one with "
                "`tessel preprocess`)", prefix, idx_path);
   TESSEL_CHECK(std::filesystem::exists(bin_path), "dataset '{}': data file {} is missing", prefix, bin_path);
-  std::ifstream in(idx_path, std::ios::binary);
-  std::vector<char> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  TESSEL_CHECK(buf.size() >= 34 && std::memcmp(buf.data(), kMagic, 9) == 0,
-               "{}: not a Megatron indexed dataset index (bad magic)", idx_path);
-  size_t pos = 9;
-  const auto version = get<uint64_t>(buf, pos, idx_path);
-  TESSEL_CHECK(version == 1, "{}: index version {} is not supported (allowed: 1)", idx_path, version);
-  const auto code = get<uint8_t>(buf, pos, idx_path);
-  TESSEL_CHECK(code >= 1 && code <= 8, "{}: unknown dtype code {} (allowed: 1..8)", idx_path, int(code));
-  dtype_ = IndexDType(code);
-  TESSEL_CHECK(dtype_ != IndexDType::f32 && dtype_ != IndexDType::f64, "{}: float token ids are not supported",
-               idx_path);
-  const auto nseq = get<uint64_t>(buf, pos, idx_path);
-  const auto ndoc = get<uint64_t>(buf, pos, idx_path);
-  const size_t need = pos + nseq * 4 + nseq * 8 + ndoc * 8;
-  TESSEL_CHECK(buf.size() == need, "{}: index is {} bytes, but its counts ({} sequences, {} document entries) need {}",
-               idx_path, buf.size(), nseq, ndoc, need);
-  sizes_.resize(nseq);
-  pointers_.resize(nseq);
-  doc_index_.resize(ndoc);
-  std::memcpy(sizes_.data(), buf.data() + pos, nseq * 4);
-  pos += nseq * 4;
-  std::memcpy(pointers_.data(), buf.data() + pos, nseq * 8);
-  pos += nseq * 8;
-  std::memcpy(doc_index_.data(), buf.data() + pos, ndoc * 8);
-  TESSEL_CHECK(ndoc >= 1 && doc_index_.front() == 0 && doc_index_.back() == int64_t(nseq),
-               "{}: document index must start at 0 and end at the sequence count {}", idx_path, nseq);
-  int64_t expect_ptr = 0;
-  const int64_t item = int64_t(index_dtype_size(dtype_));
-  for (size_t i = 0; i < nseq; ++i) {
-    TESSEL_CHECK(sizes_[i] >= 0 && pointers_[i] == expect_ptr, "{}: sequence {} has offset {} (expected {})",
-                 idx_path, i, pointers_[i], expect_ptr);
-    expect_ptr += int64_t(sizes_[i]) * item;
-  }
-  const int64_t bin_size = int64_t(std::filesystem::file_size(bin_path));
-  TESSEL_CHECK(bin_size == expect_ptr, "dataset '{}': {} is {} bytes but its index describes {} bytes", prefix,
-               bin_path, bin_size, expect_ptr);
+  std::error_code ec;
+  TESSEL_CHECK(std::filesystem::is_regular_file(bin_path, ec), "{}: not a regular file", bin_path);
+  const uint64_t bin_size = std::filesystem::file_size(bin_path, ec);
+  TESSEL_CHECK(!ec, "cannot open {}", bin_path);
+  index_ = parse_index_file(read_whole_file(idx_path), bin_size, prefix);
   bin_bytes_ = size_t(bin_size);
   if (bin_bytes_ > 0) {
     const int fd = ::open(bin_path.c_str(), O_RDONLY);
@@ -139,39 +112,68 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
     ::close(fd);
     TESSEL_CHECK(p != MAP_FAILED, "cannot memory-map {}", bin_path);
     bin_ = static_cast<const uint8_t*>(p);
+    mapped_ = true;
   }
 }
 
+IndexedDataset::IndexedDataset(const std::string& name, std::span<const uint8_t> idx, std::span<const uint8_t> bin,
+                               VocabBound vocab)
+    : prefix_(name), vocab_(std::move(vocab)), index_(parse_index_file(idx, bin.size(), name)), bin_(bin.data()),
+      bin_bytes_(bin.size()) {}
+
 IndexedDataset::~IndexedDataset() {
-  if (bin_) ::munmap(const_cast<uint8_t*>(bin_), bin_bytes_);
+  if (mapped_) ::munmap(const_cast<uint8_t*>(bin_), bin_bytes_);
 }
 
 void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int64_t* out) const {
-  TESSEL_CHECK(seq >= 0 && seq < num_sequences() && offset >= 0 && offset + count <= sizes_[size_t(seq)],
+  TESSEL_CHECK(seq >= 0 && seq < num_sequences() && offset >= 0 && count >= 0 &&
+                   offset <= sequence_length(seq) - count,
                "dataset '{}': read of [{}, {}) from sequence {} out of range", prefix_, offset, offset + count, seq);
-  const uint8_t* p = bin_ + pointers_[size_t(seq)];
-  for (int64_t i = offset; i < offset + count; ++i) {
-    switch (dtype_) {
-      case IndexDType::u8: *out++ = p[i]; break;
-      case IndexDType::i8: *out++ = reinterpret_cast<const int8_t*>(p)[i]; break;
-      case IndexDType::i16: { int16_t v; std::memcpy(&v, p + 2 * i, 2); *out++ = v; break; }
-      case IndexDType::u16: { uint16_t v; std::memcpy(&v, p + 2 * i, 2); *out++ = v; break; }
-      case IndexDType::i32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); *out++ = v; break; }
-      case IndexDType::i64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); *out++ = v; break; }
-      default: TESSEL_FAIL("dataset '{}': float token ids are not supported", prefix_);
-    }
+  const uint8_t* p = bin_ + index_.pointers[size_t(seq)];
+  switch (index_.dtype) {
+    case IndexDType::u8: widen<uint8_t>(p, offset, count, out); break;
+    case IndexDType::i8: widen<int8_t>(p, offset, count, out); break;
+    case IndexDType::i16: widen<int16_t>(p, offset, count, out); break;
+    case IndexDType::u16: widen<uint16_t>(p, offset, count, out); break;
+    case IndexDType::i32: widen<int32_t>(p, offset, count, out); break;
+    case IndexDType::i64: widen<int64_t>(p, offset, count, out); break;
+    default: TESSEL_FAIL("dataset '{}': float token ids are not supported", prefix_);
+  }
+  if (vocab_.size > 0) check_ids(out, count, seq, offset);
+}
+
+void IndexedDataset::check_ids(const int64_t* ids, int64_t count, int64_t seq, int64_t offset) const {
+  // One unsigned compare per id (negative ids wrap above the bound); located only when one is bad.
+  bool bad = false;
+  for (int64_t i = 0; i < count; ++i) bad |= uint64_t(ids[i]) >= uint64_t(vocab_.size);
+  if (!bad) return;
+  for (int64_t i = 0; i < count; ++i)
+    TESSEL_CHECK(ids[i] >= 0 && ids[i] < vocab_.size,
+                 "dataset '{}': token id {} (sequence {}, position {}) is outside {}: ids must be in [0, {}); was the "
+                 ".bin made with another tokenizer?",
+                 prefix_, ids[i], seq, offset + i, vocab_.source, vocab_.size);
+}
+
+template <class F>
+void IndexedDataset::for_each_sequence(F&& f) const {
+  std::vector<int64_t> buf;
+  for (int64_t s = 0; s < num_sequences(); ++s) {
+    buf.resize(size_t(sequence_length(s)));
+    read(s, 0, sequence_length(s), buf.data());
+    f(buf);
   }
 }
 
 int64_t IndexedDataset::max_token() const {
   int64_t mx = -1;
-  std::vector<int64_t> buf;
-  for (int64_t s = 0; s < num_sequences(); ++s) {
-    buf.resize(size_t(sizes_[size_t(s)]));
-    read(s, 0, sizes_[size_t(s)], buf.data());
-    for (int64_t t : buf) mx = std::max(mx, t);
-  }
+  for_each_sequence([&](const std::vector<int64_t>& ids) {
+    for (int64_t t : ids) mx = std::max(mx, t);
+  });
   return mx;
+}
+
+void IndexedDataset::scan_token_ids() const {
+  for_each_sequence([](const std::vector<int64_t>&) {});
 }
 
 }  // namespace tessel::data

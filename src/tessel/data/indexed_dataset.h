@@ -9,13 +9,14 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "tessel/data/index_file.h"
+
 namespace tessel::data {
 
-enum class IndexDType : uint8_t { u8 = 1, i8 = 2, i16 = 3, i32 = 4, i64 = 5, f64 = 6, f32 = 7, u16 = 8 };
-size_t index_dtype_size(IndexDType t);
 IndexDType dtype_for_vocab(int64_t vocab_size);  // u16 when every id fits, else i32
 
 class IndexedDatasetBuilder {
@@ -34,32 +35,48 @@ class IndexedDatasetBuilder {
   int64_t total_tokens_ = 0;
 };
 
-// Memory-mapped reader. Every inconsistency between .idx and .bin is an error naming the file.
+// The token ids a reader accepts: [0, size). size 0 accepts any id (tools that only inspect data).
+struct VocabBound {
+  int64_t size = 0;
+  std::string source;  // where the bound comes from, for messages: "model.vocab_size", "the vocabulary of tokenizer 'x'"
+};
+
+// Memory-mapped reader. Every inconsistency between .idx and .bin is an error naming the file
+// (checked on opening: index_file.h); with a VocabBound every read refuses ids outside it, naming
+// the dataset, the id and where it sits.
 class IndexedDataset {
  public:
-  explicit IndexedDataset(const std::string& prefix);
+  explicit IndexedDataset(const std::string& prefix, VocabBound vocab = {});
+  // A pair already in memory (no file access, no global state: a fuzz target); bin must outlive the
+  // dataset. name stands for the prefix in messages.
+  IndexedDataset(const std::string& name, std::span<const uint8_t> idx, std::span<const uint8_t> bin,
+                 VocabBound vocab = {});
   ~IndexedDataset();
   IndexedDataset(const IndexedDataset&) = delete;
   IndexedDataset& operator=(const IndexedDataset&) = delete;
 
   const std::string& prefix() const { return prefix_; }
-  int64_t num_sequences() const { return int64_t(sizes_.size()); }
-  int64_t num_documents() const { return int64_t(doc_index_.size()) - 1; }
-  int64_t sequence_length(int64_t i) const { return sizes_[size_t(i)]; }
-  const std::vector<int64_t>& document_index() const { return doc_index_; }
-  IndexDType dtype() const { return dtype_; }
+  int64_t num_sequences() const { return int64_t(index_.sizes.size()); }
+  int64_t num_documents() const { return int64_t(index_.doc_index.size()) - 1; }
+  int64_t sequence_length(int64_t i) const { return index_.sizes[size_t(i)]; }
+  const std::vector<int64_t>& document_index() const { return index_.doc_index; }
+  IndexDType dtype() const { return index_.dtype; }
   // Copies tokens [offset, offset + count) of sequence i, widened to int64.
   void read(int64_t seq, int64_t offset, int64_t count, int64_t* out) const;
-  int64_t max_token() const;  // scans the data once
+  int64_t max_token() const;      // scans the data once
+  void scan_token_ids() const;    // reads every token once: an id outside the bound is an error now
 
  private:
+  template <class F>
+  void for_each_sequence(F&& f) const;
+  void check_ids(const int64_t* ids, int64_t count, int64_t seq, int64_t offset) const;
+
   std::string prefix_;
-  IndexDType dtype_;
-  std::vector<int32_t> sizes_;
-  std::vector<int64_t> pointers_;
-  std::vector<int64_t> doc_index_;
+  VocabBound vocab_;
+  IndexFile index_;
   const uint8_t* bin_ = nullptr;
   size_t bin_bytes_ = 0;
+  bool mapped_ = false;  // bin_ is this object's mmap of PREFIX.bin
 };
 
 }  // namespace tessel::data

@@ -9,10 +9,25 @@
 
 namespace tessel::nn {
 
+namespace {
+
+// Every rank holds an equal slice (nn::Model requires model.vocab_size divisible by the group), so
+// the global vocabulary is the slice size times the group size.
+void check_ids(const Tensor& ids, int64_t vocab, bool allow_ignored, const char* what, const char* op) {
+  const int64_t* t = ids.data<int64_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    TESSEL_CHECK(t[i] < vocab && (t[i] >= 0 || allow_ignored), "{}: {} {} at {} {} is outside the vocabulary [0, {})",
+                 op, what, t[i], allow_ignored ? "row" : "position", i, vocab);
+}
+
+}  // namespace
+
 double vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
                                     float grad_scale, float* dlogits, comm::Communicator& tp) {
   const int64_t N = logits.size(0), Vl = logits.size(1);
   TESSEL_CHECK(targets.numel() == N, "vocab-parallel cross-entropy: {} targets for {} rows", targets.numel(), N);
+  // A target past the vocabulary would otherwise count as a zero logit on every rank.
+  check_ids(targets, Vl * tp.size(), true, "target", "vocab-parallel cross-entropy");
   const float* x = logits.data<float>();
   const int64_t* t = targets.data<int64_t>();
   std::vector<float> mx(static_cast<size_t>(N)), sum(static_cast<size_t>(N)), xt(static_cast<size_t>(N), 0.0f);
@@ -60,6 +75,7 @@ Tensor vocab_parallel_embedding_partial(const Tensor& tokens, const Tensor& weig
 
 void vocab_parallel_embedding(const Tensor& tokens, const Tensor& weight, int64_t vocab_begin, Tensor& out,
                               comm::Communicator& tp) {
+  check_ids(tokens, weight.size(0) * tp.size(), false, "token id", "vocab-parallel embedding");
   out = vocab_parallel_embedding_partial(tokens, weight, vocab_begin);
   tp.all_reduce(out.raw(), out.numel(), DType::f32, comm::ReduceOp::sum);
 }

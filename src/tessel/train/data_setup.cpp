@@ -4,9 +4,38 @@
 
 namespace tessel::train {
 
+namespace {
+
+// iters x train.global_batch_size, refused when it overflows (the product sizes the sample index).
+int64_t samples_of(int64_t iters, const char* iters_key, const Config& cfg) {
+  int64_t n = 0;
+  TESSEL_CHECK(!__builtin_mul_overflow(iters, cfg.train.global_batch_size, &n),
+               "{} {} x train.global_batch_size {} samples are more than a 64-bit count holds", iters_key, iters,
+               cfg.train.global_batch_size);
+  return n;
+}
+
+}  // namespace
+
+// model.vocab_size may pad the tokenizer's vocabulary (to a multiple of 128, for tensor-parallel
+// splits and GEMM shapes); ids in the padding are rows no text maps to, so data holding them was
+// made with another tokenizer and is refused. Without a tokenizer the real vocabulary is unknown
+// and model.vocab_size is the bound.
+data::VocabBound dataset_vocab_bound(const Config& cfg) {
+  const auto& m = cfg.model;
+  if (cfg.data.tokenizer.empty()) return {m.vocab_size, "model.vocab_size"};
+  const data::Tokenizer tok(cfg.data.tokenizer);
+  const int64_t v = tok.vocab_size(), padded = (v + 127) / 128 * 128;
+  TESSEL_CHECK(m.vocab_size >= v && m.vocab_size <= padded,
+               "model.vocab_size {} disagrees with the tokenizer '{}' ({} tokens): set model.vocab_size to {} (or "
+               "up to {}, padded to a multiple of 128)",
+               m.vocab_size, cfg.data.tokenizer, v, v, padded);
+  return {v, "the vocabulary of tokenizer '" + cfg.data.tokenizer + "'"};
+}
+
 int64_t eval_samples(const Config& cfg) {
   if (cfg.train.eval_interval <= 0 || cfg.train.eval_iters <= 0) return 0;
-  return cfg.train.eval_iters * cfg.train.global_batch_size;
+  return samples_of(cfg.train.eval_iters, "train.eval_iters", cfg);
 }
 
 RunData make_run_data(const Config& cfg) {
@@ -23,28 +52,20 @@ RunData make_run_data(const Config& cfg) {
     return r;
   }
   const data::DataBlend blend = data::parse_data_path(cfg.data.path);
-  if (!cfg.data.tokenizer.empty()) {
-    const data::Tokenizer tok(cfg.data.tokenizer);
-    const int64_t v = tok.vocab_size(), padded = (v + 127) / 128 * 128;
-    TESSEL_CHECK(m.vocab_size >= v && m.vocab_size <= padded,
-                 "model.vocab_size {} disagrees with the tokenizer '{}' ({} tokens): set model.vocab_size to {} (or "
-                 "up to {}, padded to a multiple of 128)",
-                 m.vocab_size, cfg.data.tokenizer, v, v, padded);
-  } else {
-    for (const auto& p : blend.prefixes) {
-      const int64_t mx = data::IndexedDataset(p).max_token();
-      TESSEL_CHECK(mx < m.vocab_size, "dataset '{}' holds token id {}, outside model.vocab_size {}", p, mx,
-                   m.vocab_size);
-    }
+  const data::VocabBound vocab = dataset_vocab_bound(cfg);
+  if (cfg.data.tokenizer.empty()) {
+    // Without a tokenizer nothing else vouches for the data: every id is read once before training
+    // (an error now rather than mid-run). With one, ids are checked as batches are read.
+    for (const auto& p : blend.prefixes) data::IndexedDataset(p, vocab).scan_token_ids();
   }
-  const int64_t train_samples = cfg.train.train_iters * cfg.train.global_batch_size;
+  const int64_t train_samples = samples_of(cfg.train.train_iters, "train.train_iters", cfg);
   auto train = std::shared_ptr<const data::SampleSource>(
-      data::build_split(blend, cfg.data.split, 0, m.seq_length, std::max<int64_t>(1, train_samples), seed));
+      data::build_split(blend, cfg.data.split, 0, m.seq_length, std::max<int64_t>(1, train_samples), seed, vocab));
   auto train_loader = std::make_shared<data::BatchLoader>(train, m.seq_length);
   r.train = [train_loader](int64_t f, int64_t n) { return train_loader->get(f, n); };
   if (eval_samples(cfg) > 0) {
     auto valid = std::shared_ptr<const data::SampleSource>(
-        data::build_split(blend, cfg.data.split, 1, m.seq_length, eval_samples(cfg), seed));
+        data::build_split(blend, cfg.data.split, 1, m.seq_length, eval_samples(cfg), seed, vocab));
     auto valid_loader = std::make_shared<data::BatchLoader>(valid, m.seq_length);
     r.valid = [valid_loader](int64_t f, int64_t n) { return valid_loader->get(f, n); };
   }

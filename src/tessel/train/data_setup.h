@@ -22,6 +22,11 @@ struct RunData {
 // ids in range, enough documents in each split) and builds the sources.
 RunData make_run_data(const Config& cfg);
 
+// The token ids a run's datasets may hold: below the tokenizer's vocabulary (data.tokenizer, after
+// checking it against model.vocab_size; ids in model.vocab_size's padding are refused) or below
+// model.vocab_size (no tokenizer).
+data::VocabBound dataset_vocab_bound(const Config& cfg);
+
 // Samples the valid split needs: eval_iters batches per evaluation, evaluations every eval_interval.
 int64_t eval_samples(const Config& cfg);
 
