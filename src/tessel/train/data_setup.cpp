@@ -25,11 +25,8 @@ data::VocabBound dataset_vocab_bound(const Config& cfg) {
   const auto& m = cfg.model;
   if (cfg.data.tokenizer.empty()) return {m.vocab_size, "model.vocab_size"};
   const data::Tokenizer tok(cfg.data.tokenizer);
-  const int64_t v = tok.vocab_size(), padded = (v + 127) / 128 * 128;
-  TESSEL_CHECK(m.vocab_size >= v && m.vocab_size <= padded,
-               "model.vocab_size {} disagrees with the tokenizer '{}' ({} tokens): set model.vocab_size to {} (or "
-               "up to {}, padded to a multiple of 128)",
-               m.vocab_size, cfg.data.tokenizer, v, v, padded);
+  data::check_model_vocab(tok, m.vocab_size);  // the same rule as generate
+  const int64_t v = tok.vocab_size();
   return {v, "the vocabulary of tokenizer '" + cfg.data.tokenizer + "'"};
 }
 
