@@ -182,7 +182,7 @@ std::pair<double, std::string> gemm_peak(DType dtype, bool remeasure) {
   // Every attempt looked busy: an older verified entry beats a measurement known to be low.
   if (entry && well_formed(*entry))
     return {(*entry)["gflops"].get<double>(),
-            fmt::format("cached {} in {} (stale; measuring again failed: the machine looks busy: {})",
+            fmt::format("cached {} in {}, kept: measuring again found the machine busy ({})",
                         date_of((*entry)["measured_at"].get<double>()), path.string(), busy_reason)};
   const std::string src = fmt::format(
       "PROVISIONAL, for this run only: the machine looks busy ({}); not cached, so MFU reads too high; run "
