@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "gemm_peak.h"
 #include "run_context.h"
+#include "tessel/core/block_pool.h"
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/train/trainer.h"
@@ -115,7 +116,9 @@ int run_bench(const BenchOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = trainer.step(mbs_list, s);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%s step %d: %.4f s, loss %.4f\n", measured ? "bench" : "warm-up", s, dt, r.loss);
+    // The GEMM primitives and free pool blocks held: both must level off in long runs (MoE included).
+    std::printf("%s step %d: %.4f s, loss %.4f, %zu GEMM primitives, %.1f MB pooled\n", measured ? "bench" : "warm-up",
+                s, dt, r.loss, kernels::gemm_cached_primitives(), double(tensor_pool_stats().cached_bytes) / 1e6);
     if (measured) times.push_back(dt);
   }
   Profiler::get().enabled = false;
@@ -277,6 +280,9 @@ int run_bench(const BenchOptions& o) {
                       {"flops_per_token", flops_tok},
                       {"gflops", gflops},
                       {"gemm_peak_gflops", peak},
+                      {"gemm_peak_source", peak_src},
+                      {"gemm_primitives_cached", kernels::gemm_cached_primitives()},
+                      {"pool_cached_mb", double(tensor_pool_stats().cached_bytes) / 1e6},
                       {"mfu", mfu},
                       {"peak_rss_mb", rss},
                       {"params", local},

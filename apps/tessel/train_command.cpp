@@ -132,7 +132,9 @@ int run_train(const TrainOptions& o) {
     std::printf("nothing to train: the checkpoint is at step %lld and train.train_iters is %lld\n", (long long)start,
                 (long long)cfg.train.train_iters);
   // MFU against this machine's GEMM peak for the compute dtype (cached by `tessel bench`).
-  const double peak_gflops = (lead ? gemm_peak(m.compute, false).first : 1.0) * world->size();  // all devices
+  const auto [peak_one, peak_source] = lead ? gemm_peak(m.compute, false) : std::make_pair(1.0, std::string());
+  if (lead) std::printf("MFU against a GEMM peak of %.1f GFLOP/s per process (%s)\n", peak_one, peak_source.c_str());
+  const double peak_gflops = peak_one * world->size();  // all devices
   const double flops_per_token = m.train_flops_per_token();
   g_stop_signal = 0;
   std::signal(SIGINT, on_stop_signal);

@@ -1,9 +1,9 @@
 #include "tessel/core/tensor.h"
 
+#include "tessel/core/block_pool.h"
+
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 
 namespace tessel {
 
@@ -21,50 +21,24 @@ int64_t shape_numel(const Shape& s) {
 
 namespace {
 
-// Freed blocks are kept by exact (64-byte rounded) size and handed out again. A training step
-// allocates the same buffers in the same order every time, so after the first step no allocation
-// reaches the OS: without this, glibc returns large blocks with munmap and every step pays page
-// faults and zeroing for its activations (the logits alone are 131 MB at vocab 32000).
-class BlockPool {
- public:
-  void* get(size_t rounded) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(rounded);
-      if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        return p;
-      }
-    }
-    return std::aligned_alloc(64, rounded);
-  }
-  void put(void* p, size_t rounded) {
-    std::lock_guard<std::mutex> lock(mu_);
-    free_[rounded].push_back(p);
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-};
-
+// Tensor storage comes from one process-wide pool (see block_pool.h), which keeps at least 64 MiB of
+// freed blocks and otherwise as much as the process ever had in use at once.
 BlockPool& pool() {
-  static BlockPool* p = new BlockPool;  // never destroyed: tensors may outlive static destructors
+  static BlockPool* p = new BlockPool(size_t(64) << 20);  // never destroyed: tensors may outlive static destructors
   return *p;
 }
 
-size_t rounded_size(size_t nbytes) { return nbytes ? (nbytes + 63) / 64 * 64 : 64; }
-
 }  // namespace
 
+BlockPoolStats tensor_pool_stats() { return pool().stats(); }
+
 Storage::Storage(size_t nbytes) : bytes(nbytes) {
-  ptr = pool().get(rounded_size(nbytes));
+  ptr = pool().get(nbytes);
   TESSEL_CHECK(ptr != nullptr, "out of memory allocating {} bytes", nbytes);
 }
 Storage::Storage(void* external, size_t nbytes) : ptr(external), bytes(nbytes), owned(false) {}
 Storage::~Storage() {
-  if (owned) pool().put(ptr, rounded_size(bytes));
+  if (owned) pool().put(ptr, bytes);
 }
 
 static Shape contiguous_strides(const Shape& shape) {

@@ -3,7 +3,9 @@
 // A and B share one dtype (f32 or bf16); accumulation is fp32. All matrices are row-major with
 // leading dimensions, so a transposed operand is the same memory read with swapped strides (no copy):
 // dgrad (dY @ W) and wgrad (dY^T @ X) use the forward's buffers as they are.
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "tessel/core/tensor.h"
 
@@ -21,6 +23,13 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
 // Tensor form for 2-D operands: c = op(a) @ op(b) (+ c). Shapes are checked.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, bool accumulate,
             const float* bias = nullptr);
+
+// Primitives in the GEMM cache (bounded: see gemm_onednn.cpp).
+size_t gemm_cached_primitives();
+
+// The instruction set oneDNN's kernels use on this machine ("avx512_core_amx", "avx512_core_bf16", ...),
+// after any ONEDNN_MAX_CPU_ISA cap.
+std::string gemm_cpu_isa();
 
 // Measured GEMM throughput of this machine (GFLOP/s) for a square bf16 or f32 problem.
 double measure_gemm_gflops(DType dtype, int64_t n, int reps);

@@ -1,0 +1,83 @@
+// The GEMM primitive cache stays bounded when the token dimension changes from call to call (MoE
+// experts get a different number of rows each step), and the size-class handling keeps results:
+// rows cut into chunks are bit for bit the rows of one exact GEMM, and a zero-padded K is bit for bit
+// the GEMM of explicitly zero-extended operands.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/reference.h"
+#include "tessel/core/tensor.h"
+#include "tessel/kernels/gemm.h"
+
+namespace tessel {
+namespace {
+
+using kernels::GemmOperand;
+
+template <class T>
+std::vector<T> random_matrix(int64_t n, uint64_t seed) {
+  testref::Rand rng(seed);
+  std::vector<T> v(static_cast<size_t>(n));
+  for (auto& x : v) testref::store_d(&x, rng.normal());
+  return v;
+}
+
+TEST(GemmSizeClasses, CacheStaysBoundedOverEveryTokenCount) {
+  // Every row count 1..600 in the forward layout (tokens in M) and every K 1..600 in the
+  // weight-gradient layout (tokens in K). Exact-shape caching made 1200 primitives here.
+  const int64_t n = 8, max_tokens = 600;
+  const auto x = random_matrix<float>(max_tokens * n, 1), w = random_matrix<float>(n * n, 2);
+  std::vector<float> c(size_t(max_tokens * n));
+  const size_t before = kernels::gemm_cached_primitives();
+  for (int64_t t = 1; t <= max_tokens; ++t) {
+    kernels::gemm(t, n, n, DType::f32, {x.data(), n, false}, {w.data(), n, true}, c.data(), n, false);  // X W^T
+    kernels::gemm(n, n, t, DType::f32, {x.data(), n, true}, {x.data(), n, false}, c.data(), n, false);  // X^T X
+  }
+  const size_t added = kernels::gemm_cached_primitives() - before;
+  // 16 exact sizes + 8 classes per octave from 16 to 1024: 16 + 8 * 6 = 64 per layout at most.
+  EXPECT_LE(added, size_t(2 * 64)) << "primitives made for 1200 token counts";
+  EXPECT_GT(added, size_t(2 * 16));  // the exact small sizes at least: the count is real
+}
+
+template <class T>
+void rows_match_one_big_gemm() {
+  const DType dt = dtype_of<T>();
+  const int64_t big = 2048, N = 96, K = 80;  // 2048 is a size class: one primitive, no chunks
+  const auto a = random_matrix<T>(big * K, 3), b = random_matrix<T>(N * K, 4);
+  std::vector<float> ref(size_t(big * N));
+  kernels::gemm(big, N, K, dt, {a.data(), K, false}, {b.data(), K, true}, ref.data(), N, false);
+  for (int64_t M : {2, 17, 18, 129, 300, 1000, 2047}) {
+    for (int64_t first : {0, 1}) {
+      SCOPED_TRACE(::testing::Message() << "M=" << M << " first row " << first);
+      std::vector<float> c(size_t(M * N));
+      kernels::gemm(M, N, K, dt, {a.data() + first * K, K, false}, {b.data(), K, true}, c.data(), N, false);
+      EXPECT_EQ(std::memcmp(c.data(), ref.data() + first * N, c.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(GemmSizeClasses, RowChunksAreBitIdenticalToOneGemmF32) { rows_match_one_big_gemm<float>(); }
+TEST(GemmSizeClasses, RowChunksAreBitIdenticalToOneGemmBf16) { rows_match_one_big_gemm<bf16>(); }
+
+template <class T>
+void padded_k_matches_zero_extended() {
+  const DType dt = dtype_of<T>();
+  const int64_t M = 40, N = 24, K = 300, Kc = 320;  // 300 is padded to its class, 320
+  // dW = dY^T X with dY [K, M] and X [K, N] inside bigger buffers whose extra rows hold junk.
+  auto dy = random_matrix<T>((K + 30) * M, 5), x = random_matrix<T>((K + 30) * N, 6);
+  std::vector<float> got(size_t(M * N)), want(size_t(M * N));
+  kernels::gemm(M, N, K, dt, {dy.data(), M, true}, {x.data(), N, false}, got.data(), N, false);
+  std::vector<T> dy0(dy.begin(), dy.begin() + Kc * M), x0(x.begin(), x.begin() + Kc * N);
+  for (int64_t i = K * M; i < Kc * M; ++i) testref::store_d(&dy0[size_t(i)], 0.0);
+  for (int64_t i = K * N; i < Kc * N; ++i) testref::store_d(&x0[size_t(i)], 0.0);
+  kernels::gemm(M, N, Kc, dt, {dy0.data(), M, true}, {x0.data(), N, false}, want.data(), N, false);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST(GemmSizeClasses, PaddedKIsBitIdenticalToZeroExtendedF32) { padded_k_matches_zero_extended<float>(); }
+TEST(GemmSizeClasses, PaddedKIsBitIdenticalToZeroExtendedBf16) { padded_k_matches_zero_extended<bf16>(); }
+
+}  // namespace
+}  // namespace tessel
