@@ -375,4 +375,20 @@ inline double xent_row(int64_t V, const float* x, int64_t t, double scale, doubl
   return lse - double(x[t]);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// AdamW: one element of torch.optim.AdamW's single-tensor step, in double (t: the 1-based step count
+// after this update):
+//   p *= 1 - lr wd;  m += (g - m)(1 - b1);  v = b2 v + (1 - b2) g^2;
+//   p -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+struct AdamWRef {
+  double lr, beta1, beta2, eps, weight_decay;
+  void step(int64_t t, double g, double& p, double& m, double& v) const {
+    const double bc1 = 1.0 - std::pow(beta1, double(t)), bc2 = 1.0 - std::pow(beta2, double(t));
+    p *= 1.0 - lr * weight_decay;
+    m += (g - m) * (1.0 - beta1);
+    v = v * beta2 + (1.0 - beta2) * g * g;
+    p -= (lr / bc1) * m / (std::sqrt(v) / std::sqrt(bc2) + eps);
+  }
+};
+
 }  // namespace tessel::testref

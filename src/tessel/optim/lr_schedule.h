@@ -1,7 +1,8 @@
 #pragma once
-// Learning-rate schedules as Megatron-LM defines them: linear warm-up from 0 over lr_warmup_iters,
-// then decay to min_lr over the remaining iterations: constant, linear, cosine, or WSD
-// (warmup-stable-decay: constant, then a linear cool-down over the last wsd_decay_iters).
+// Learning-rate schedules as Megatron-LM defines them: linear warm-up from 0 at step 0 to lr at step
+// lr_warmup_iters, then decay to min_lr at step total_iters: constant, linear, cosine, or WSD
+// (warmup-stable-decay: constant, then a linear cool-down over the last wsd_decay_iters); min_lr
+// after total_iters. A warm-up longer than the run keeps every step on the ramp.
 #include <cstdint>
 #include <string>
 
