@@ -80,12 +80,14 @@ def relative(a, b):
 
 
 def record(run, figures, tolerances):
-    """Appends the measured figures to $TESSEL_COMPARE_RECORD (JSON lines) for measure_spread.sh."""
+    """Appends the measured figures to $TESSEL_COMPARE_RECORD (JSON lines) for measure_spread.sh;
+    figures whose tolerance a --step1 argument set are listed as "set_by_caller", outside the spread."""
     path = os.environ.get("TESSEL_COMPARE_RECORD")
     if path:
+        own = [k for k in tolerances if tolerances[k] != tolerance(k)]
         with open(path, "a") as f:
             f.write(json.dumps({"run": run, "env": os.environ.get("TESSEL_SPREAD_ENV", "default"),
-                                "figures": figures, "tolerances": tolerances}) + "\n")
+                                "figures": figures, "tolerances": tolerances, "set_by_caller": own}) + "\n")
 
 
 def verdict(run, figures, tolerances):

@@ -25,6 +25,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "tessel/core/check.h"
 #include "tessel/core/size_class.h"
 #include "tessel/kernels/gemm.h"
 
@@ -100,7 +101,18 @@ void run_primitive(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand 
         attr.set_post_ops(po);
       }
       auto desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
-      dnnl::matmul::primitive_desc pd(desc, attr, cx.engine);
+      dnnl::matmul::primitive_desc pd;
+      try {
+        pd = dnnl::matmul::primitive_desc(desc, attr, cx.engine);
+      } catch (const dnnl::error&) {
+        // oneDNN has no bf16 matmul below AVX512_CORE (a CPU without AVX-512, or ONEDNN_MAX_CPU_ISA
+        // capped to AVX2): say so instead of oneDNN's "could not create a primitive descriptor".
+        TESSEL_FAIL("oneDNN has no {} matmul [{}x{}x{}] for this CPU's instruction set ({}){}",
+                    ab_dtype == DType::bf16 ? "bf16" : "f32", M, N, K, gemm_cpu_isa(),
+                    ab_dtype == DType::bf16 ? ": bf16 compute and FP8 need AVX512_CORE or newer; use "
+                                              "precision.compute=fp32 without precision.fp8 here"
+                                            : "");
+      }
       if (cx.cache.size() >= kMaxPrimitives) evict_least_recently_used(cx);
       it = cx.cache.emplace(key, Entry{dnnl::matmul(pd), 0}).first;
     }
