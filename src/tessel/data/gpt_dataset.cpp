@@ -215,7 +215,7 @@ BatchLoader::BatchLoader(std::shared_ptr<const SampleSource> src, int64_t seq_le
     : src_(std::move(src)), T_(seq_length) {}
 
 BatchLoader::~BatchLoader() {
-  if (pending_) pending_->result.wait();
+  if (pending_ && pending_->result.valid()) pending_->result.wait();
 }
 
 Batch BatchLoader::build(int64_t first, int64_t batch) const {
@@ -231,10 +231,14 @@ Batch BatchLoader::build(int64_t first, int64_t batch) const {
 
 Batch BatchLoader::get(int64_t first, int64_t batch) {
   Batch b;
-  if (pending_ && pending_->first == first && pending_->batch == batch) {
-    b = pending_->result.get();
+  // The prefetch is taken out of pending_ before its result is read: a sample that failed on the
+  // background thread rethrows here as its own error, and leaves no consumed future behind for the
+  // destructor or the next call to wait on (std::future_error, then std::terminate).
+  std::unique_ptr<Prefetch> done = std::move(pending_);
+  if (done && done->first == first && done->batch == batch) {
+    b = done->result.get();
   } else {
-    if (pending_) pending_->result.wait();
+    if (done) done->result.wait();  // a guess that missed: its error, if any, concerns no request
     b = build(first, batch);
   }
   pending_ = std::make_unique<Prefetch>();
