@@ -2,9 +2,11 @@
 
 #include <yaml-cpp/depthguard.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <string_view>
 
 #include "tessel/core/check.h"
 
@@ -31,12 +33,34 @@ double as_plain_number(const std::string& text) {
   return end != text.c_str() && *end == '\0' ? v : std::numeric_limits<double>::quiet_NaN();
 }
 
+// YAML's integer forms: 12, -12, +12, 0x0c, 0o14; true when `text` is one that fits in int64.
+bool parse_yaml_integer(const std::string& text, int64_t& out) {
+  std::string_view t = text;
+  bool negative = false;
+  if (!t.empty() && (t[0] == '+' || t[0] == '-')) {
+    negative = t[0] == '-';
+    t.remove_prefix(1);
+  }
+  int base = 10;
+  if (t.size() > 2 && t[0] == '0' && (t[1] == 'x' || t[1] == 'o')) {
+    base = t[1] == 'x' ? 16 : 8;
+    t.remove_prefix(2);
+  }
+  uint64_t magnitude = 0;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), magnitude, base);
+  if (t.empty() || ec != std::errc() || end != t.data() + t.size()) return false;
+  const uint64_t limit = uint64_t(std::numeric_limits<int64_t>::max()) + (negative ? 1 : 0);
+  if (magnitude > limit) return false;
+  out = negative ? int64_t(0 - magnitude) : int64_t(magnitude);
+  return true;
+}
+
 }  // namespace
 
 void read_scalar(const YAML::Node& n, const std::string& key, int64_t& out) {
-  if (YAML::convert<int64_t>::decode(n, out)) return;  // yaml-cpp's integer forms: 12, +12, 0x0c, 0o14
-  // A whole number written as a float (64.0, 4e6) is exact below 2^53; a fraction is not an integer.
   const std::string text = n.Scalar();
+  if (parse_yaml_integer(text, out)) return;
+  // A whole number written as a float (64.0, 4e6) is exact below 2^53; a fraction is not an integer.
   const double v = as_plain_number(text);
   TESSEL_CHECK(std::isfinite(v) && v == std::trunc(v), "{}: '{}' is not an integer", key, text);
   constexpr double kExact = 9007199254740992.0;  // 2^53
