@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "commands.h"
+#include "option_checks.h"
 #include "tessel/core/check.h"
 #include "tessel/data/documents.h"
 #include "tessel/data/indexed_dataset.h"
@@ -91,7 +92,9 @@ Action add_train_tokenizer_command(CLI::App& app) {
   cmd->add_option("--input", o->inputs, "text or JSONL files")->required()->expected(1, -1);
   cmd->add_option("--model-prefix", o->train.model_prefix, "writes PREFIX.model and PREFIX.vocab")->required();
   cmd->add_option("--vocab-size", o->train.vocab_size, "vocabulary size")->capture_default_str();
-  cmd->add_option("--max-sentences", o->train.max_sentences, "lines sampled for training")->capture_default_str();
+  cmd->add_option("--max-sentences", o->train.max_sentences, "lines sampled for training (0: all)")
+      ->capture_default_str()
+      ->check(integer_at_least(0));
   add_reader_options(cmd, o->reader);
   return [o] { return run_train_tokenizer(*o); };
 }
@@ -101,7 +104,7 @@ Action add_preprocess_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("preprocess", "Tokenize text or JSONL into a Megatron-format indexed dataset");
   cmd->add_option("--input", o->inputs, "text or JSONL files")->required()->expected(1, -1);
   cmd->add_option("--output-prefix", o->output_prefix, "writes PREFIX.bin and PREFIX.idx")->required();
-  cmd->add_option("--tokenizer", o->tokenizer, "SentencePiece .model file")->required();
+  cmd->add_option("--tokenizer", o->tokenizer, "SentencePiece .model file")->required()->check(CLI::ExistingFile);
   add_reader_options(cmd, o->reader);
   return [o] { return run_preprocess(*o); };
 }

@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "model_loading.h"
+#include "option_checks.h"
 #include "tessel/data/gpt_dataset.h"
 
 namespace tessel::app {
@@ -54,8 +55,9 @@ Action add_eval_command(CLI::App& app) {
       ->required();
   cmd->add_option("--data", o->data, "dataset prefix (PREFIX.bin / PREFIX.idx)")->required();
   cmd->add_option("--max-samples", o->max_samples, "evaluate at most this many windows (0: all)")
-      ->capture_default_str();
-  cmd->add_option("--batch", o->batch, "windows per forward pass")->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_at_least(0));
+  cmd->add_option("--batch", o->batch, "windows per forward pass")->capture_default_str()->check(integer_at_least(1));
   cmd->add_option("--set", o->sets, "override a key of the checkpoint's config, e.g. precision.compute=fp32");
   return [o] { return run_eval(*o); };
 }

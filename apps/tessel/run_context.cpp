@@ -1,5 +1,7 @@
 #include "run_context.h"
 
+#include <cstdio>
+
 #include "tessel/core/check.h"
 
 namespace tessel::app {
@@ -12,6 +14,8 @@ RunContext make_run_context(const train::Config& cfg) {
                                     int(cfg.parallel.pipeline_model_parallel_size),
                                     int(cfg.parallel.expert_model_parallel_size)});
   c.lead = c.world->rank() == 0;
+  if (c.lead)
+    for (const auto& w : cfg.warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
   c.dp = c.groups->dp_size();
   c.dp_rank = c.groups->coords().dp;
   TESSEL_CHECK(cfg.train.global_batch_size % (cfg.train.micro_batch_size * c.dp) == 0,

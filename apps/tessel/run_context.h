@@ -21,6 +21,7 @@ struct RunContext {
 };
 
 // Throws (on every rank alike) when the global batch does not split over the data-parallel ranks.
+// Rank 0 prints the config's warnings (Config::warnings) to stderr.
 RunContext make_run_context(const train::Config& cfg);
 
 }  // namespace tessel::app

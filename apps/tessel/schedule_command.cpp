@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "option_checks.h"
 #include "tessel/core/check.h"
 #include "tessel/pipeline/simulate.h"
 
@@ -61,13 +62,23 @@ Action add_schedule_command(CLI::App& app) {
   auto o = std::make_shared<ScheduleOptions>();
   auto* cmd = app.add_subcommand("schedule", "Generate a pipeline schedule and price it with the timeline simulator");
   cmd->add_option("--kind", o->kind, "1f1b or interleaved")->capture_default_str();
-  cmd->add_option("--pp", o->pp, "pipeline ranks")->capture_default_str();
-  cmd->add_option("--vpp", o->vpp, "model chunks per rank (interleaved)")->capture_default_str();
-  cmd->add_option("--micro-batches", o->micro_batches, "micro-batches per step")->capture_default_str();
-  cmd->add_option("--f", o->costs.f, "forward time of one full stage")->capture_default_str();
-  cmd->add_option("--b", o->costs.b, "input-gradient backward time of one full stage")->capture_default_str();
-  cmd->add_option("--w", o->costs.w, "weight-gradient backward time of one full stage")->capture_default_str();
-  cmd->add_option("--comm", o->costs.comm, "time of one activation transfer between ranks")->capture_default_str();
+  cmd->add_option("--pp", o->pp, "pipeline ranks")->capture_default_str()->check(integer_at_least(1));
+  cmd->add_option("--vpp", o->vpp, "model chunks per rank (interleaved)")
+      ->capture_default_str()
+      ->check(integer_at_least(1));
+  cmd->add_option("--micro-batches", o->micro_batches, "micro-batches per step")
+      ->capture_default_str()
+      ->check(integer_at_least(1));
+  cmd->add_option("--f", o->costs.f, "forward time of one full stage")->capture_default_str()->check(finite_non_negative());
+  cmd->add_option("--b", o->costs.b, "input-gradient backward time of one full stage")
+      ->capture_default_str()
+      ->check(finite_non_negative());
+  cmd->add_option("--w", o->costs.w, "weight-gradient backward time of one full stage")
+      ->capture_default_str()
+      ->check(finite_non_negative());
+  cmd->add_option("--comm", o->costs.comm, "time of one activation transfer between ranks")
+      ->capture_default_str()
+      ->check(finite_non_negative());
   cmd->add_flag("--ops", o->ops, "also list every rank's operations");
   return [o] { return run_schedule(*o); };
 }

@@ -1,6 +1,7 @@
 #include "tessel/nn/model_config.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "tessel/core/check.h"
 
@@ -16,6 +17,10 @@ void ModelConfig::validate() const {
                  "multi-latent attention: model.kv_lora_rank {}, qk_head_dim {}, qk_pos_emb_head_dim {} (even), "
                  "v_head_dim {} (at most qk_head_dim + qk_pos_emb_head_dim) must be positive, q_lora_rank {} >= 0",
                  kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim, q_lora_rank);
+    for (auto [key, v] : {std::pair{"model.q_lora_rank", q_lora_rank}, {"model.kv_lora_rank", kv_lora_rank},
+                          {"model.qk_head_dim", qk_head_dim}, {"model.qk_pos_emb_head_dim", qk_pos_emb_head_dim},
+                          {"model.v_head_dim", v_head_dim}})
+      TESSEL_CHECK_RANGE(key, v, 0, ModelLimits::hidden_size);
   }
   TESSEL_CHECK(arch != "mixtral" || num_experts > 0, "model.arch mixtral needs model.num_experts > 0");
   TESSEL_CHECK(num_experts == 0 || arch != "gpt2", "Mixture-of-Experts layers are SwiGLU (model.arch llama or "
@@ -40,20 +45,27 @@ void ModelConfig::validate() const {
                  moe_expert_capacity_factor);
     TESSEL_CHECK(moe_token_drop_policy == "probs" || moe_token_drop_policy == "position",
                  "model.moe_token_drop_policy: '{}' is not supported (allowed: probs, position)", moe_token_drop_policy);
-    TESSEL_CHECK(moe_first_dense_layers >= 0 && moe_ffn_hidden_size >= 0 && moe_shared_expert_intermediate_size >= 0,
-                 "model.moe_first_dense_layers, moe_ffn_hidden_size and moe_shared_expert_intermediate_size must be "
-                 ">= 0");
+    TESSEL_CHECK_MIN("model.moe_first_dense_layers", moe_first_dense_layers, 0);
+    TESSEL_CHECK_RANGE("model.moe_ffn_hidden_size", moe_ffn_hidden_size, 0, ModelLimits::ffn_hidden_size);
+    TESSEL_CHECK_RANGE("model.moe_shared_expert_intermediate_size", moe_shared_expert_intermediate_size, 0,
+                       ModelLimits::ffn_hidden_size);
+    TESSEL_CHECK(moe_router_topk_scaling_factor > 0, "model.moe_router_topk_scaling_factor must be > 0, got {}",
+                 moe_router_topk_scaling_factor);
+    TESSEL_CHECK_MIN("model.moe_router_bias_update_rate", moe_router_bias_update_rate, 0.0);
+    TESSEL_CHECK_MIN("model.moe_aux_loss_coeff", moe_aux_loss_coeff, 0.0);
+    TESSEL_CHECK_MIN("model.moe_z_loss_coeff", moe_z_loss_coeff, 0.0);
   }
-  auto positive = [](const char* key, int64_t v) {
-    TESSEL_CHECK(v > 0, "model.{} must be a positive integer, got {}", key, v);
-  };
-  positive("num_layers", num_layers);
-  positive("hidden_size", hidden_size);
-  positive("num_attention_heads", num_attention_heads);
-  positive("num_query_groups", num_query_groups);
-  positive("ffn_hidden_size", ffn_hidden_size);
-  positive("vocab_size", vocab_size);
-  positive("seq_length", seq_length);
+  using L = ModelLimits;
+  TESSEL_CHECK_RANGE("model.num_layers", num_layers, 1, L::layers);
+  TESSEL_CHECK_RANGE("model.hidden_size", hidden_size, 1, L::hidden_size);
+  TESSEL_CHECK_RANGE("model.num_attention_heads", num_attention_heads, 1, L::attention_heads);
+  TESSEL_CHECK_RANGE("model.num_query_groups", num_query_groups, 1, L::attention_heads);
+  TESSEL_CHECK_RANGE("model.ffn_hidden_size", ffn_hidden_size, 1, L::ffn_hidden_size);
+  TESSEL_CHECK_RANGE("model.vocab_size", vocab_size, 1, L::vocab_size);
+  TESSEL_CHECK_RANGE("model.seq_length", seq_length, 1, L::seq_length);
+  TESSEL_CHECK_RANGE("model.num_experts", num_experts, 0, L::experts);
+  TESSEL_CHECK_RANGE("model.mtp_num_layers", mtp_num_layers, 0, L::layers);
+  TESSEL_CHECK_MIN("model.init_method_std", init_method_std, 0.0);
   TESSEL_CHECK(hidden_size % num_attention_heads == 0,
                "model.hidden_size ({}) must be divisible by model.num_attention_heads ({})", hidden_size,
                num_attention_heads);

@@ -8,6 +8,19 @@
 
 namespace tessel::nn {
 
+// Upper bounds on model sizes, several times the largest published model's (docs/configs.md): a
+// mistyped size is refused at once instead of running setup for hours. What fits under them is
+// checked against the machine's memory when the parameters are allocated (ParamStore::finalize).
+struct ModelLimits {
+  static constexpr int64_t layers = 1024;             // Llama 3.1 405B: 126
+  static constexpr int64_t hidden_size = 131072;      // Megatron-Turing NLG 530B: 20480
+  static constexpr int64_t attention_heads = 1024;    // 128
+  static constexpr int64_t ffn_hidden_size = 1048576; // PaLM 540B: 73728
+  static constexpr int64_t vocab_size = 4194304;      // Gemma 3: 262144
+  static constexpr int64_t seq_length = 16777216;     // Llama 4 Scout's context: 10M
+  static constexpr int64_t experts = 4096;            // DeepSeek-V3: 256, Kimi K2: 384
+};
+
 struct ModelConfig {
   std::string arch = "llama";  // llama | gpt2
   int64_t num_layers = 2;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "tessel/core/machine_memory.h"
 #include "tessel/core/rng.h"
 #include "tessel/kernels/cast.h"
 
@@ -9,21 +10,24 @@ namespace tessel::nn {
 
 int64_t ParamStore::add(const std::string& name, const Shape& shape, Init init, float std, bool weight_decay) {
   TESSEL_CHECK(!finalized_, "parameter '{}' registered after the store was finalized", name);
-  for (const auto& s : specs_) TESSEL_CHECK(s.name != name, "parameter '{}' registered twice", name);
+  TESSEL_CHECK(by_name_.emplace(name, specs_.size()).second, "parameter '{}' registered twice", name);
+  by_offset_.emplace(total_, specs_.size());
   const int64_t n = shape_numel(shape);
   specs_.push_back({name, shape, init, std, weight_decay, total_, n, shape, Shape(shape.size(), 0)});
   total_ += n;
   return total_ - n;
 }
 
+ParamSpec& ParamStore::spec_at_offset(int64_t offset, const char* caller) {
+  const auto it = by_offset_.find(offset);
+  TESSEL_CHECK(it != by_offset_.end(), "{}: no parameter at offset {}", caller, offset);
+  return specs_[it->second];
+}
+
 void ParamStore::set_replica(int64_t offset, int replicas, int replica) {
-  for (auto& s : specs_)
-    if (s.offset == offset) {
-      s.replicas = replicas;
-      s.replica = replica;
-      return;
-    }
-  TESSEL_FAIL("set_replica: no parameter at offset {}", offset);
+  ParamSpec& s = spec_at_offset(offset, "set_replica");
+  s.replicas = replicas;
+  s.replica = replica;
 }
 
 void ParamStore::mark_expert_range(int64_t begin, int64_t end) {
@@ -31,14 +35,7 @@ void ParamStore::mark_expert_range(int64_t begin, int64_t end) {
     if (s.offset >= begin && s.offset < end) s.expert = true;
 }
 
-void ParamStore::mark_tied_copy(int64_t offset) {
-  for (auto& s : specs_)
-    if (s.offset == offset) {
-      s.tied_copy = true;
-      return;
-    }
-  TESSEL_FAIL("mark_tied_copy: no parameter at offset {}", offset);
-}
+void ParamStore::mark_tied_copy(int64_t offset) { spec_at_offset(offset, "mark_tied_copy").tied_copy = true; }
 
 int64_t ParamStore::add_shard(const std::string& name, const Shape& global_shape, int dim, int part, int parts,
                               Init init, float std, bool weight_decay) {
@@ -57,6 +54,12 @@ int64_t ParamStore::add_shard(const std::string& name, const Shape& global_shape
 
 void ParamStore::finalize() {
   TESSEL_CHECK(!finalized_, "ParamStore finalized twice");
+  const int64_t bytes_per_param = 2 * 4 + (compute_ == DType::f32 ? 0 : int64_t(dtype_size(compute_)));
+  check_fits_in_memory(double(total_) * double(bytes_per_param), "the model",
+                       fmt::format("{} parameters x {} bytes: fp32 weights and gradients{}, before optimizer state "
+                                   "and activations", total_, bytes_per_param,
+                                   compute_ == DType::f32 ? "" : ", the compute copy"),
+                       "reduce the model sizes or split the model over more ranks (tensor / pipeline parallelism)");
   finalized_ = true;
   params_ = Tensor::zeros({total_}, DType::f32);
   grads_ = Tensor::zeros({total_}, DType::f32);
@@ -64,9 +67,9 @@ void ParamStore::finalize() {
 }
 
 const ParamSpec& ParamStore::spec(const std::string& name) const {
-  for (const auto& s : specs_)
-    if (s.name == name) return s;
-  TESSEL_FAIL("no parameter named '{}'", name);
+  const auto it = by_name_.find(name);
+  TESSEL_CHECK(it != by_name_.end(), "no parameter named '{}'", name);
+  return specs_[it->second];
 }
 
 void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, int64_t rows, int64_t col_begin,

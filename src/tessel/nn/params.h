@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tessel/comm/communicator.h"
@@ -51,7 +52,8 @@ class ParamStore {
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
-  // Registers a parameter; returns its offset. Only before finalize().
+  // Registers a parameter; returns its offset. Only before finalize(). O(1) amortised (indexed by
+  // name and offset), so a model of many layers sets up in linear time.
   int64_t add(const std::string& name, const Shape& shape, Init init, float std, bool weight_decay);
   // Registers shard `part` of `parts` equal slices along dimension `dim` of a tensor whose global
   // shape is `global_shape` (tensor parallelism). Its values are drawn exactly as the unsharded
@@ -61,6 +63,8 @@ class ParamStore {
   void mark_tied_copy(int64_t offset);
   void set_replica(int64_t offset, int replicas, int replica);
   void mark_expert_range(int64_t begin, int64_t end);  // every parameter registered in [begin, end)
+  // Allocates the flat buffers: fp32 parameters and gradients, plus the compute copy. Refuses with
+  // the size in GiB, before allocating, when they exceed the machine's memory.
   void finalize();
   void initialize(uint64_t seed);
 
@@ -91,6 +95,9 @@ class ParamStore {
  private:
   DType compute_;
   std::vector<ParamSpec> specs_;
+  std::unordered_map<std::string, size_t> by_name_;  // spec index of each name
+  std::unordered_map<int64_t, size_t> by_offset_;    // spec index of the first parameter at each offset
+  ParamSpec& spec_at_offset(int64_t offset, const char* caller);
   int64_t total_ = 0;
   bool finalized_ = false;
   uint64_t version_ = 0;

@@ -25,6 +25,10 @@ namespace {
 void check_sizes(int pp, int vpp, int m) {
   TESSEL_CHECK(pp >= 1 && vpp >= 1 && m >= 1, "pipeline sizes must be positive (pp {}, vpp {}, micro-batches {})", pp,
                vpp, m);
+  const long long passes = (long long)pp * vpp * m;
+  TESSEL_CHECK(passes <= kMaxSchedulePasses,
+               "a pipeline schedule of pp {} x vpp {} x {} micro-batches = {} passes is larger than the {} allowed",
+               pp, vpp, m, passes, kMaxSchedulePasses);
 }
 
 }  // namespace

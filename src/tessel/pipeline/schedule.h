@@ -28,6 +28,11 @@ struct Schedule {
   int stages() const { return pp * vpp; }
 };
 
+// The generators refuse schedules of more than this many (rank, chunk, micro-batch) passes,
+// pp x vpp x micro-batches: a schedule holds three compute operations per pass (plus their
+// send/recv), the simulator prices them all, and a mistyped size would otherwise run for hours.
+inline constexpr long long kMaxSchedulePasses = 1LL << 20;
+
 // 1F1B (PipeDream-Flush): rank r runs min(P - r - 1, M) warm-up forwards, then alternates one
 // forward and one backward, then drains the remaining backwards. W follows each B.
 Schedule make_1f1b(int pp, int micro_batches);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <tuple>
+#include <limits>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -12,14 +12,24 @@
 namespace tessel::pipeline {
 
 Timeline simulate(const Schedule& s, const Costs& c) {
+  for (const double v : {c.f, c.b, c.w, c.comm})
+    TESSEL_CHECK(std::isfinite(v) && v >= 0, "pipeline costs must be finite and >= 0, got F {} B {} W {} comm {}",
+                 c.f, c.b, c.w, c.comm);
+  TESSEL_CHECK(s.pp >= 1 && s.vpp >= 1 && s.micro_batches >= 1 && int(s.ranks.size()) == s.pp,
+               "schedule '{}' has {} ranks for pp {} (vpp {}, {} micro-batches)", s.kind, s.ranks.size(), s.pp, s.vpp,
+               s.micro_batches);
   const int P = s.pp, last = s.stages() - 1;
   const double scale = 1.0 / s.vpp;
-  std::map<std::tuple<int, int, int>, double> done;  // (kind, mb, virtual stage) -> end time
+  // End time of each (F/B/W, micro-batch, virtual stage); NaN: not run yet. Flat, so pricing stays
+  // linear in the schedule's size (the generators bound it).
+  const size_t per_kind = size_t(s.micro_batches) * size_t(s.stages());
+  std::vector<double> done(3 * per_kind, std::numeric_limits<double>::quiet_NaN());
+  auto slot = [&](OpKind k, int mb, int v) -> double& {
+    return done[size_t(k) * per_kind + size_t(mb) * size_t(s.stages()) + size_t(v)];
+  };
   auto finished = [&](OpKind k, int mb, int v, double* at) {
-    auto it = done.find({int(k), mb, v});
-    if (it == done.end()) return false;
-    *at = it->second;
-    return true;
+    *at = slot(k, mb, v);
+    return !std::isnan(*at);
   };
   Timeline t;
   t.ranks.resize(size_t(P));
@@ -36,6 +46,9 @@ Timeline simulate(const Schedule& s, const Costs& c) {
       while (next[size_t(r)] < ops.size()) {
         const Op& op = ops[size_t(next[size_t(r)])];
         const int v = s.virtual_stage(r, op.chunk);
+        TESSEL_CHECK(op.mb >= 0 && op.mb < s.micro_batches && op.chunk >= 0 && op.chunk < s.vpp,
+                     "rank {}: {}({}, {}) is outside the schedule's {} micro-batches and {} chunks", r,
+                     op_name(op.kind), op.mb, op.chunk, s.micro_batches, s.vpp);
         double ready = 0, dep = 0;
         bool ok = true;
         double dur = 0;
@@ -71,7 +84,7 @@ Timeline simulate(const Schedule& s, const Costs& c) {
         if (!ok) break;
         const double start = std::max(free_at[size_t(r)], ready);
         free_at[size_t(r)] = start + dur;
-        done[{int(op.kind), op.mb, v}] = start + dur;
+        slot(op.kind, op.mb, v) = start + dur;
         t.ranks[size_t(r)].push_back({op, start, start + dur});
         if (op.kind == OpKind::F) t.peak_activations[size_t(r)] = std::max(t.peak_activations[size_t(r)], ++in_flight[size_t(r)]);
         if (op.kind == OpKind::B) --in_flight[size_t(r)];
@@ -100,7 +113,11 @@ Timeline simulate(const Schedule& s, const Costs& c) {
 }
 
 std::string render(const Schedule& s, const Timeline& t, double unit) {
-  const int width = int(std::ceil(t.makespan / unit));
+  // At most 4096 columns, and about 4M characters in all: a longer timeline (or a tiny unit) is
+  // drawn at a coarser unit.
+  const double max_columns = std::clamp(double(1 << 22) / s.pp, 16.0, 4096.0);
+  if (!(unit > 0) || t.makespan / unit > max_columns) unit = t.makespan / max_columns;
+  const int width = unit > 0 ? int(std::ceil(t.makespan / unit)) : 0;
   std::string out;
   for (int r = 0; r < s.pp; ++r) {
     std::string row(size_t(width), '.');

@@ -31,7 +31,8 @@ struct Timeline {
 Timeline simulate(const Schedule& s, const Costs& c);
 
 // A text chart: one row per rank, one character per time unit (F, B, W, '.' idle; lower case for
-// odd chunks), then the makespan and bubble fraction.
+// odd chunks), then the makespan and bubble fraction. Rows are at most 4096 characters (fewer for
+// hundreds of ranks): a longer timeline is drawn at a coarser unit.
 std::string render(const Schedule& s, const Timeline& t, double unit = 1.0);
 
 }  // namespace tessel::pipeline

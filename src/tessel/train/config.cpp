@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -10,6 +12,7 @@
 #include "tessel/core/check.h"
 #include "tessel/nn/stage_plan.h"
 #include "tessel/optim/lr_schedule.h"
+#include "tessel/train/config_yaml.h"
 
 namespace tessel::train {
 namespace {
@@ -23,18 +26,7 @@ using Section = std::map<std::string, Field>;  // ordered, so errors list keys a
 
 template <class T>
 Field bind_field(T& ref, const std::string& key) {
-  return {[&ref, key](const YAML::Node& n) {
-            try {
-              ref = n.as<T>();
-            } catch (const YAML::Exception&) {
-              TESSEL_FAIL("{}: '{}' is not a valid {}", key, n.as<std::string>(""),
-                          std::is_same_v<T, bool>                                       ? "boolean (true/false)"
-                          : std::is_integral_v<T>                                       ? "integer"
-                          : std::is_floating_point_v<T>                                 ? "number"
-                                                                                        : "string");
-            }
-          },
-          [&ref](YAML::Emitter& e) { e << ref; }};
+  return {[&ref, key](const YAML::Node& n) { read_scalar(n, key, ref); }, [&ref](YAML::Emitter& e) { e << ref; }};
 }
 
 struct Schema {
@@ -172,18 +164,30 @@ struct Schema {
     return f->second;
   }
 
-  // Reads a section's map; nested maps (precision.fp8) flatten to dotted keys.
+  // Whether some key of `section` lies under `prefix` ("fp8." in precision): a nested map is read there.
+  bool has_keys_under(const std::string& section, const std::string& prefix) const {
+    const auto& keys = sections.at(section);
+    const auto it = keys.lower_bound(prefix);
+    return it != keys.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+  }
+
+  // Reads a section's map; nested maps (precision.fp8) flatten to dotted keys. `seen` holds the
+  // section's dotted keys read so far: "fp8: {recipe: x}" and "fp8.recipe: y" are the same key.
   void read_map(const std::string& section, const std::string& prefix, const YAML::Node& node,
-                const std::string& origin) {
+                const std::string& origin, KeyLines& seen) {
     TESSEL_CHECK(node.IsMap(), "{}: '{}.{}' must be a mapping of keys", origin, section, prefix);
     for (const auto& kv : node) {
-      const std::string key = prefix + kv.first.as<std::string>();
-      if (kv.second.IsMap()) {
-        read_map(section, key + ".", kv.second, origin);
+      TESSEL_CHECK(kv.first.IsScalar(), "{}: line {}: a key in section '{}' is not a plain name", origin,
+                   kv.first.Mark().line + 1, section);
+      const std::string key = prefix + kv.first.Scalar();
+      seen.add(section + "." + key, kv.first);
+      if (kv.second.IsMap() && has_keys_under(section, key + ".")) {
+        read_map(section, key + ".", kv.second, origin, seen);
         continue;
       }
+      Field& f = field(section, key, origin);  // throws naming an unknown key
       TESSEL_CHECK(kv.second.IsScalar(), "{}: '{}.{}' must be a single value", origin, section, key);
-      field(section, key, origin).read(kv.second);
+      f.read(kv.second);
     }
   }
 };
@@ -194,25 +198,21 @@ std::string trim(std::string s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
-}  // namespace
-
-Config Config::from_yaml_text(const std::string& yaml, const std::vector<std::string>& overrides,
-                              const std::string& origin) {
+// The config a parsed document and overrides describe, validated.
+Config build_config(const YAML::Node& root, const std::vector<std::string>& overrides, const std::string& origin) {
   Config c;
   Schema schema(c);
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    TESSEL_FAIL("{}: not valid YAML: {}", origin, e.what());
-  }
   if (root && !root.IsNull()) {
     TESSEL_CHECK(root.IsMap(), "{}: the top level must be a mapping of sections (model, train, ...)", origin);
+    KeyLines sections(origin), keys(origin);
     for (const auto& sec : root) {
-      const std::string name = sec.first.as<std::string>();
+      TESSEL_CHECK(sec.first.IsScalar(), "{}: line {}: a section name must be a plain name", origin,
+                   sec.first.Mark().line + 1);
+      const std::string name = sec.first.Scalar();
       TESSEL_CHECK(schema.sections.count(name), "{}: unknown config section '{}' (allowed: {})", origin, name,
                    Schema::allowed(schema.sections));
-      if (!sec.second.IsNull()) schema.read_map(name, "", sec.second, origin);
+      sections.add(name, sec.first);
+      if (!sec.second.IsNull()) schema.read_map(name, "", sec.second, origin, keys);
     }
   }
   for (const auto& ov : overrides) {
@@ -221,7 +221,7 @@ Config Config::from_yaml_text(const std::string& yaml, const std::vector<std::st
     TESSEL_CHECK(eq != std::string::npos && dot != std::string::npos && dot < eq,
                  "--set '{}': expected section.key=value (e.g. train.lr=1e-4)", ov);
     const std::string section = trim(ov.substr(0, dot)), key = trim(ov.substr(dot + 1, eq - dot - 1));
-    YAML::Node value = YAML::Load(ov.substr(eq + 1));
+    const YAML::Node value = parse_config_yaml(ov.substr(eq + 1), "--set " + section + "." + key);
     TESSEL_CHECK(value.IsScalar(), "--set '{}': the value must be a single scalar", ov);
     schema.field(section, key, "--set").read(value);
   }
@@ -234,35 +234,50 @@ Config Config::from_yaml_text(const std::string& yaml, const std::vector<std::st
   return c;
 }
 
+}  // namespace
+
+Config Config::from_yaml_text(const std::string& yaml, const std::vector<std::string>& overrides,
+                              const std::string& origin) {
+  return build_config(parse_config_yaml(yaml, origin), overrides, origin);
+}
+
 Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
-  std::string text;
-  if (!path.empty()) {
-    std::ifstream in(path);
-    TESSEL_CHECK(in.good(), "cannot read config file '{}'", path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-  }
-  return from_yaml_text(text, overrides, path.empty() ? "<defaults>" : path);
+  if (path.empty()) return build_config(YAML::Node(), overrides, "<defaults>");
+  std::ifstream in(path);
+  TESSEL_CHECK(!std::filesystem::is_directory(path), "config file '{}' is a directory, not a YAML file", path);
+  TESSEL_CHECK(in.good(), "cannot read config file '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const YAML::Node root = parse_config_yaml(ss.str(), path);
+  // Without a model section a run would train the built-in 2-layer toy model into runs/latest.
+  TESSEL_CHECK(root && !root.IsNull(), "config file '{}' is empty (it needs at least a model section; see "
+               "docs/configs.md)", path);
+  TESSEL_CHECK(!root.IsMap() || (root["model"] && root["model"].IsMap() && root["model"].size() > 0),
+               "config file '{}' has no model section (the built-in default is a 2-layer toy model; write the model "
+               "you mean, see docs/configs.md)", path);
+  return build_config(root, overrides, path);
 }
 
 void Config::validate() const {
   TESSEL_CHECK(precision.compute == "fp32" || precision.compute == "bf16",
                "precision.compute: '{}' is not supported (allowed: fp32, bf16)", precision.compute);
   const nn::Fp8Recipe fp8 = precision.fp8_recipe_parsed();  // throws naming the bad key
-  if (fp8.enabled())
+  if (fp8.enabled()) {
     TESSEL_CHECK(precision.fp8_num_layers_at_start_in_bf16 >= 0 && precision.fp8_num_layers_at_end_in_bf16 >= 0,
                  "precision.fp8.num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16 must be >= 0, got {} / {}",
                  precision.fp8_num_layers_at_start_in_bf16, precision.fp8_num_layers_at_end_in_bf16);
+    // Every FP8 tensor keeps this many amaxes: 16x TransformerEngine's default of 1024.
+    TESSEL_CHECK_RANGE("precision.fp8.amax_history_len", precision.fp8_amax_history_len, 1, 16384);
+  }
   model.validate();
-  auto positive = [](const char* key, int64_t v) {
-    TESSEL_CHECK(v >= 1, "parallel.{} must be >= 1, got {}", key, v);
-  };
-  positive("tensor_model_parallel_size", parallel.tensor_model_parallel_size);
-  positive("pipeline_model_parallel_size", parallel.pipeline_model_parallel_size);
-  positive("virtual_pipeline_model_parallel_size", parallel.virtual_pipeline_model_parallel_size);
-  positive("context_parallel_size", parallel.context_parallel_size);
-  positive("expert_model_parallel_size", parallel.expert_model_parallel_size);
+  // Ranks per dimension: bounded so that sizes stay within int and products within int64.
+  constexpr int64_t kMaxRanks = int64_t(1) << 20;
+  TESSEL_CHECK_RANGE("parallel.tensor_model_parallel_size", parallel.tensor_model_parallel_size, 1, kMaxRanks);
+  TESSEL_CHECK_RANGE("parallel.pipeline_model_parallel_size", parallel.pipeline_model_parallel_size, 1, kMaxRanks);
+  TESSEL_CHECK_RANGE("parallel.virtual_pipeline_model_parallel_size", parallel.virtual_pipeline_model_parallel_size,
+                     1, kMaxRanks);
+  TESSEL_CHECK_RANGE("parallel.context_parallel_size", parallel.context_parallel_size, 1, kMaxRanks);
+  TESSEL_CHECK_RANGE("parallel.expert_model_parallel_size", parallel.expert_model_parallel_size, 1, kMaxRanks);
   const int64_t tp = parallel.tensor_model_parallel_size, etp = parallel.expert_tensor_parallel_size;
   TESSEL_CHECK(etp == 0 || etp == 1 || etp == tp,
                "parallel.expert_tensor_parallel_size {}: allowed 1 (experts replicated over tensor parallelism), "
@@ -301,27 +316,48 @@ void Config::validate() const {
                "model.seq_length {} must be divisible by 2 x parallel.context_parallel_size = {} (each rank holds two "
                "load-balanced chunks of every sequence)", model.seq_length, 2 * parallel.context_parallel_size);
   TESSEL_CHECK(parallel.ddp_bucket_size > 0, "parallel.ddp_bucket_size must be > 0, got {}", parallel.ddp_bucket_size);
-  TESSEL_CHECK(train.train_iters >= 0, "train.train_iters must be >= 0, got {}", train.train_iters);
+  TESSEL_CHECK_MIN("train.train_iters", train.train_iters, 0);
   TESSEL_CHECK(train.micro_batch_size > 0, "train.micro_batch_size must be > 0, got {}", train.micro_batch_size);
   TESSEL_CHECK(train.global_batch_size > 0 && train.global_batch_size % train.micro_batch_size == 0,
                "train.global_batch_size ({}) must be a positive multiple of train.micro_batch_size ({})",
                train.global_batch_size, train.micro_batch_size);
-  TESSEL_CHECK(train.lr >= 0, "train.lr must be >= 0, got {}", train.lr);
+  TESSEL_CHECK_MIN("train.lr", train.lr, 0.0);
   TESSEL_CHECK(train.adam_beta1 >= 0 && train.adam_beta1 < 1 && train.adam_beta2 >= 0 && train.adam_beta2 < 1,
                "train.adam_beta1/adam_beta2 must be in [0, 1), got {} / {}", train.adam_beta1, train.adam_beta2);
   TESSEL_CHECK(train.adam_eps > 0, "train.adam_eps must be > 0, got {}", train.adam_eps);
-  TESSEL_CHECK(train.weight_decay >= 0, "train.weight_decay must be >= 0, got {}", train.weight_decay);
+  TESSEL_CHECK_MIN("train.weight_decay", train.weight_decay, 0.0);
+  TESSEL_CHECK(train.clip_grad >= 0, "train.clip_grad must be >= 0 (0: no clipping), got {}", train.clip_grad);
+  TESSEL_CHECK_MIN("train.lr_warmup_iters", train.lr_warmup_iters, 0);
+  TESSEL_CHECK_MIN("train.lr_wsd_decay_iters", train.lr_wsd_decay_iters, 0);
   optim::LrSchedule sched;
   sched.lr = train.lr;
   sched.min_lr = train.min_lr;
   sched.warmup_iters = train.lr_warmup_iters;
-  sched.total_iters = train.train_iters;
+  // A warm-up longer than the run is allowed, as in Megatron-LM: the rate stays in warm-up (warnings()).
+  sched.total_iters = std::max(train.train_iters, train.lr_warmup_iters);
   sched.style = train.lr_decay_style;
   sched.validate();
+  TESSEL_CHECK_MIN("train.eval_interval", train.eval_interval, 0);
+  TESSEL_CHECK(train.eval_interval == 0 || train.eval_iters >= 1,
+               "train.eval_iters must be >= 1 when train.eval_interval is set ({}), got {}", train.eval_interval,
+               train.eval_iters);
+  TESSEL_CHECK_MIN("train.eval_iters", train.eval_iters, 0);
   TESSEL_CHECK(log.interval > 0, "log.interval must be > 0, got {}", log.interval);
   TESSEL_CHECK(train.exit_interval >= 0, "train.exit_interval must be >= 0, got {}", train.exit_interval);
   TESSEL_CHECK(checkpoint.interval >= 0, "checkpoint.interval must be >= 0, got {}", checkpoint.interval);
   TESSEL_CHECK(checkpoint.keep > 0, "checkpoint.keep must be > 0, got {}", checkpoint.keep);
+  TESSEL_CHECK(data.tokenizer.empty() || !std::filesystem::is_directory(data.tokenizer),
+               "data.tokenizer '{}' is a directory; it should be a SentencePiece .model file (train-tokenizer "
+               "writes PREFIX.model)", data.tokenizer);
+}
+
+std::vector<std::string> Config::warnings() const {
+  std::vector<std::string> out;
+  if (train.lr_warmup_iters > train.train_iters)
+    out.push_back(fmt::format("train.lr_warmup_iters ({}) is longer than train.train_iters ({}): the learning rate "
+                              "stays in warm-up and never reaches train.lr ({})",
+                              train.lr_warmup_iters, train.train_iters, train.lr));
+  return out;
 }
 
 std::string Config::to_yaml() const {

@@ -95,6 +95,9 @@ struct Config {
                                const std::string& origin = "<text>");
   std::string to_yaml() const;  // the resolved config, every key
   void validate() const;
+  // Settings that are allowed but probably not meant (printed by train and bench), e.g. a warm-up
+  // longer than the run.
+  std::vector<std::string> warnings() const;
   int64_t grad_accumulation_steps() const { return train.global_batch_size / train.micro_batch_size; }
 };
 

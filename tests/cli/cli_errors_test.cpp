@@ -1,0 +1,130 @@
+// The CLI's answers to bad command lines and bad input: exit status 2 for usage errors, 1 for
+// errors in the input or the run, messages that name the option or key without a source location
+// unless asked (--verbose, TESSEL_VERBOSE=1), and no hang on sizes that used to loop or stall.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/cli_support.h"
+
+using namespace tessel::testing;
+
+namespace {
+
+// run_tessel under `timeout` (a command that hangs fails after `seconds` with status 124 instead of
+// stalling the suite), with `env` assignments (e.g. "TESSEL_VERBOSE=1") before the command.
+// TODO(lead): fold into cli_support.h's run_tessel as optional parameters.
+RunResult run_bounded(const std::string& args, const std::string& cwd, int seconds = 60, const std::string& env = "") {
+  const std::string out_file = cwd + "/.tessel-output";
+  const std::string cmd = "cd '" + cwd + "' && OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive " + env + " timeout " +
+                          std::to_string(seconds) + " '" + TESSEL_BIN + "' " + args + " > '" + out_file + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(out_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ss.str()};
+}
+
+constexpr int kUsage = 2, kError = 1;
+const std::string kTiny = " --set model.num_layers=1 --set train.train_iters=1 --set log.dir=run";
+
+TEST(CliErrors, UsageErrorsExitTwo) {
+  TempDir d;
+  auto r = run_bounded("train /nonexistent.yaml", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;  // CLI11's own code was 105
+  EXPECT_NE(r.output.find("/nonexistent.yaml"), std::string::npos) << r.output;
+  r = run_bounded("train " + config("synthetic.yaml") + " --no-such-option", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  r = run_bounded("eval --data x", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--ckpt is required"), std::string::npos) << r.output;
+  r = run_bounded("--help", d.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(CliErrors, EvalBatchAndSampleCountsAreChecked) {
+  TempDir d;
+  // --batch 0 looped forever (the window index never advanced).
+  auto r = run_bounded("eval --ckpt ck --data d --batch 0", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--batch: must be an integer >= 1, got 0"), std::string::npos) << r.output;
+  r = run_bounded("eval --ckpt ck --data d --max-samples -5", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--max-samples: must be an integer >= 0, got -5"), std::string::npos) << r.output;
+}
+
+TEST(CliErrors, ScheduleSizesAndCostsAreChecked) {
+  TempDir d;
+  // Generating 3e10 operations ran for hours.
+  auto r = run_bounded("schedule --pp 100000 --micro-batches 100000", d.path());
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("a pipeline schedule of pp 100000 x vpp 1 x 100000 micro-batches = 10000000000 passes is "
+                          "larger than the"),
+            std::string::npos)
+      << r.output;
+  r = run_bounded("schedule --f -1", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--f: must be a finite number >= 0, got -1"), std::string::npos) << r.output;
+  r = run_bounded("schedule --pp 0", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--pp: must be an integer >= 1, got 0"), std::string::npos) << r.output;
+  r = run_bounded("schedule --pp 4 --micro-batches 8", d.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(CliErrors, HugeModelsAreRefusedQuicklyWithNamedErrors) {
+  TempDir d;
+  // Set-up was quadratic in the layer count and never finished.
+  auto r = run_bounded("train " + config("synthetic.yaml") + kTiny + " --set model.num_layers=4294967297", d.path());
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("model.num_layers must be in [1, 1024], got 4294967297"), std::string::npos) << r.output;
+  // Within the bounds, but far beyond this machine's memory: refused with the size, not std::bad_alloc.
+  r = run_bounded("train " + config("synthetic.yaml") + kTiny +
+                      " --set model.hidden_size=65536 --set model.vocab_size=4194304 --set model.ffn_hidden_size=128",
+                  d.path());
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("tessel: error: the model needs "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("GiB of memory here"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("bad_alloc"), std::string::npos) << r.output;
+}
+
+TEST(CliErrors, EmptyConfigIsRefused) {
+  TempDir d;
+  std::ofstream(d / "empty.yaml") << "";
+  const auto r = run_bounded("train empty.yaml", d.path());
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("config file 'empty.yaml' is empty"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(d / "runs")) << "an empty config trained into ./runs";
+}
+
+TEST(CliErrors, SourceLocationOnlyWhenVerbose) {
+  TempDir d;
+  const std::string bad = "train " + config("synthetic.yaml") + " --set model.num_layerz=3";
+  auto r = run_bounded(bad, d.path());
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("tessel: error: --set: unknown key 'model.num_layerz'"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("src/tessel/"), std::string::npos) << r.output;
+  for (const auto& [env, args] : {std::pair<std::string, std::string>{"", "--verbose " + bad},
+                                  {"", bad + " --verbose"},
+                                  {"TESSEL_VERBOSE=1", bad}}) {
+    r = run_bounded(args, d.path(), 60, env);
+    EXPECT_EQ(r.exit_code, kError) << r.output;
+    EXPECT_NE(r.output.find("tessel: error: src/tessel/train/config.cpp:"), std::string::npos) << env << args << r.output;
+    EXPECT_NE(r.output.find(": --set: unknown key 'model.num_layerz'"), std::string::npos) << r.output;
+  }
+}
+
+TEST(CliErrors, TokenizerDirectoryIsNamed) {
+  TempDir d;
+  std::filesystem::create_directory(d / "tokdir");
+  std::ofstream(d / "in.txt") << "some text\n";
+  auto r = run_bounded("preprocess --input in.txt --tokenizer tokdir --output-prefix out", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--tokenizer: File is actually a directory: tokdir"), std::string::npos) << r.output;
+  r = run_bounded("train " + config("synthetic.yaml") + kTiny + " --set data.tokenizer=tokdir", d.path());
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("data.tokenizer 'tokdir' is a directory"), std::string::npos) << r.output;
+}
+
+}  // namespace
