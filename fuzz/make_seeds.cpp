@@ -54,7 +54,6 @@ void idx_seeds(const fs::path& out) {
   const std::vector<Seed> seeds{
       {"seed-u16-3docs", data::IndexDType::u16, {{1, 2, 3, 4, 0}, {5, 6, 0}, {7, 8, 9, 0}}},
       {"seed-i32-2docs", data::IndexDType::i32, {{70000, 1, 2, 3, 4, 5, 0}, {9, 0}}},
-      {"seed-u8-1doc", data::IndexDType::u8, {{1, 2, 3, 4, 5, 6, 7, 8, 0}}},
       {"seed-i64-4docs", data::IndexDType::i64, {{1, 0}, {2, 3, 0}, {4, 5, 6, 0}, {7, 8, 9, 10, 0}}},
   };
   for (const auto& s : seeds) {
@@ -75,8 +74,12 @@ void config_seeds(const fs::path& out, const fs::path& configs) {
     std::ifstream in(e.path());
     std::stringstream text;
     text << in.rdbuf();
-    const std::string resolved = train::Config::from_yaml_text(text.str(), {}, e.path().string()).to_yaml();
-    fuzz::write_file(out / ("seed-" + name + "-resolved.yaml"), resolved);
+    try {  // planning configs (full-size shapes) need --set overrides to load: kept as they are
+      const std::string resolved = train::Config::from_yaml_text(text.str(), {}, e.path().string()).to_yaml();
+      fuzz::write_file(out / ("seed-" + name + "-resolved.yaml"), resolved);
+    } catch (const Error& err) {
+      std::fprintf(stderr, "fuzz_make_seeds: %s is kept without a resolved form: %s\n", e.path().c_str(), err.what());
+    }
   }
 }
 

@@ -62,11 +62,13 @@ void export_tiny_hf(const std::string& flavour, const std::filesystem::path& dir
 nn::ModelConfig save_tiny_checkpoints(const std::filesystem::path& dir) {
   const nn::ModelConfig c = tiny_model("llama");
   nn::Model m(c);
-  m.params().initialize(1);
   optim::AdamW opt(m.params(), {});
+  // Parameter values that are exact in fp32 and involve no arithmetic that a compiler may contract
+  // or vectorise differently: the files, and so the CRC-32s in the committed metadata.json seeds,
+  // are the same from every build (the harness checks the CRCs of the files it writes itself).
   for (int64_t step = 1; step <= 2; ++step) {
-    for (int64_t i = 0; i < m.params().numel(); ++i) m.params().grads_data()[i] = 0.01f * float(i % 5 - 2);
-    opt.step(1e-2);
+    float* p = m.params().params_data();
+    for (int64_t i = 0; i < m.params().numel(); ++i) p[i] = float((i * step) % 13) * 0.125f - 0.75f;
     ckpt::save_checkpoint(dir.string(), m.params(), opt, {step, 4 * step, 1234}, "model:\n  num_layers: 1\n", 3);
   }
   return c;
