@@ -18,6 +18,12 @@
 
 namespace tessel::fuzz {
 
+// A property the code promises does not hold for this input: report and abort (libFuzzer saves it).
+[[noreturn]] inline void finding(const std::string& what) {
+  std::fprintf(stderr, "FINDING: %s\n", what.c_str());
+  std::abort();
+}
+
 // Runs f; returns normally on success or tessel::Error, aborts with the exception's type otherwise.
 template <class F>
 void expect_success_or_error(F&& f) {
@@ -26,11 +32,9 @@ void expect_success_or_error(F&& f) {
   } catch (const tessel::Error&) {
     // The expected outcome for bad input.
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "FINDING: %s escaped instead of tessel::Error: %s\n", typeid(e).name(), e.what());
-    std::abort();
+    finding(std::string(typeid(e).name()) + " escaped instead of tessel::Error: " + e.what());
   } catch (...) {
-    std::fprintf(stderr, "FINDING: a non-std exception escaped instead of tessel::Error\n");
-    std::abort();
+    finding("a non-std exception escaped instead of tessel::Error");
   }
 }
 

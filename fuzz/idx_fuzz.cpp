@@ -47,6 +47,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::write_file(prefix + ".bin", bin);
   fuzz::expect_success_or_error([&] {
     auto ds = std::make_shared<const data::IndexedDataset>(prefix);
+    // The reader's promise (indexed_dataset.h): a document index that loads starts at 0, never
+    // decreases and ends at the sequence count.
+    const auto& di = ds->document_index();
+    for (size_t i = 0; i + 1 < di.size(); ++i)
+      if (di[i] > di[i + 1] || di[i] < 0 || di[i + 1] > ds->num_sequences())
+        fuzz::finding("IndexedDataset accepted document index entry " + std::to_string(i + 1) + " = " +
+                      std::to_string(di[i + 1]) + " after " + std::to_string(di[i]) + " (" +
+                      std::to_string(ds->num_sequences()) + " sequences)");
     ds->max_token();
     constexpr int64_t kSeq = 4;
     std::vector<int64_t> out(kSeq + 1);
