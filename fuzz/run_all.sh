@@ -7,6 +7,7 @@
 #   FUZZ_TARGETS="safetensors idx"   a subset (default: every fuzz_* executable)
 #   FUZZ_SEEDS_ONLY=1  start from the seed-* inputs only, without the regress-* inputs of known bugs
 #                    (the check that a reverted fix is found again from seeds alone)
+# fuzz/dict/<target>.dict, where present, gives libFuzzer the format's tokens.
 # New inputs go to BUILD_DIR/fuzz-corpus/<target>/ (the committed fuzz/corpus/<target>/ is only
 # read), findings to BUILD_DIR/fuzz-findings/<target>-crash-* etc. Prints one line per target:
 # executions, seconds, and the finding if any. Exits 1 if any target found something.
@@ -14,6 +15,9 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build-asan}" && pwd)"
 source "$root/scripts/sanitizers/env.sh"
+# One thread: inputs run one at a time, and OpenMP workers spinning at barriers would only slow
+# each execution down (and make it less repeatable).
+export OMP_NUM_THREADS=1
 
 targets=${FUZZ_TARGETS:-$(cd "$build/fuzz" && ls fuzz_* | sed -n 's/^fuzz_\(.*\)$/\1/p' | grep -v '^make_seeds$')}
 if [ -n "${FUZZ_RUNS:-}" ]; then budget=(-runs="$FUZZ_RUNS"); else budget=(-max_total_time="${FUZZ_SECONDS:-60}"); fi
@@ -32,9 +36,11 @@ for t in $targets; do
   findings="$build/fuzz-findings"
   mkdir -p "$work" "$findings"
   log="$build/fuzz-findings/$t.log"
+  dict=()
+  [ -f "$root/fuzz/dict/$t.dict" ] && dict=(-dict="$root/fuzz/dict/$t.dict")
   start=$(date +%s)
   # -timeout: one input may take 10 s at most (a hang is a finding); -rss_limit_mb: so is 2 GiB.
-  "$exe" "${budget[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$exe" "${budget[@]}" "${dict[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
          -artifact_prefix="$findings/$t-" "$work" "$seeds" >"$log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
