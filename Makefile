@@ -36,11 +36,11 @@ export FUZZ_SECONDS FUZZ_RUNS FUZZ_TARGETS FUZZ_SEEDS_ONLY
 deps-sanitizers:
 	@bash scripts/install-deps.sh sanitizers
 
-# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (leak checks off for the mpi label).
 test-asan: deps-sanitizers
 	@cmake --preset asan >/dev/null
 	@nice -n 10 cmake --build build-asan -j2
-	cd build-asan && bash -c 'source $(CURDIR)/scripts/sanitizers/env.sh && ctest --output-on-failure -j2 --timeout $(SANITIZER_TIMEOUT)'
+	SANITIZER_TIMEOUT=$(SANITIZER_TIMEOUT) bash scripts/sanitizers/test_asan.sh build-asan
 
 # ThreadSanitizer over the threaded code that is not OpenMP (libgomp is not instrumented, so
 # OpenMP runs single-threaded here): the prefetching batch loader and the datasets it reads, and the
