@@ -4,7 +4,7 @@ BUILD := build
 TESSEL := $(BUILD)/tessel
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: deps build test demo bench clean
+.PHONY: deps build test demo bench clean deps-sanitizers test-asan test-tsan fuzz
 
 deps:
 	@bash scripts/install-deps.sh
@@ -24,3 +24,34 @@ bench: build
 
 clean:
 	rm -rf $(BUILD)
+
+# Sanitizer runs and fuzzing (docs/testing.md). build-asan (clang, ASan + UBSan) holds the tests and the
+# fuzz harnesses; build-tsan the ThreadSanitizer build.
+# Long tests run several times slower under the sanitizers: the default ctest timeout for tests
+# without their own (tests/CMakeLists.txt scales its own by TESSEL_TEST_TIMEOUT_SCALE).
+SANITIZER_TIMEOUT ?= 3600
+FUZZ_SECONDS ?= 60
+export FUZZ_SECONDS FUZZ_RUNS FUZZ_TARGETS FUZZ_SEEDS_ONLY
+
+deps-sanitizers:
+	@bash scripts/install-deps.sh sanitizers
+
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (leak checks off for the mpi label).
+test-asan: deps-sanitizers
+	@cmake --preset asan >/dev/null
+	@nice -n 10 cmake --build build-asan -j2
+	SANITIZER_TIMEOUT=$(SANITIZER_TIMEOUT) bash scripts/sanitizers/test_asan.sh build-asan
+
+# ThreadSanitizer over the threaded code that is not OpenMP (libgomp is not instrumented, so
+# OpenMP runs single-threaded here): the prefetching batch loader and the datasets it reads, and the
+# MPI collectives under mpirun -np 2. scripts/sanitizers/tsan.sh says what runs and why.
+test-tsan: deps-sanitizers
+	@cmake --preset tsan >/dev/null
+	@nice -n 10 cmake --build build-tsan -j2 --target test_data test_mpi
+	bash scripts/sanitizers/tsan.sh build-tsan
+
+# Builds the libFuzzer harnesses (clang) and runs each for FUZZ_SECONDS (or FUZZ_RUNS executions).
+fuzz: deps-sanitizers
+	@cmake --preset asan >/dev/null
+	@nice -n 10 cmake --build build-asan -j2 --target fuzz_all
+	bash fuzz/run_all.sh build-asan

@@ -16,6 +16,11 @@ PACKAGES=(
   fortunes                      # the demo corpus: /usr/share/games/fortunes
 )
 
+# `make test-asan`, `make test-tsan`, `make fuzz` (install-deps.sh sanitizers): clang with its
+# sanitizer and libFuzzer runtimes, LLVM's OpenMP for clang builds, llvm-symbolizer for stacks.
+SANITIZER_PACKAGES=(clang libclang-rt-14-dev libomp-dev llvm)
+if [ "${1:-}" = sanitizers ]; then PACKAGES+=("${SANITIZER_PACKAGES[@]}"); fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
