@@ -63,12 +63,10 @@ TEST(BatchLoader, PrefetchRunsAheadOfTheRequest) {
 }
 
 // A sample that fails on the prefetch thread must reach the caller of the batch that needs it as
-// that sample's tessel::Error, and leave a loader that works on. Today get() leaves the consumed
-// future in place: the loader's destructor (run while that very error unwinds the trainer) or the
-// next get() calls wait() on it, std::future_error escapes and std::terminate ends the process
-// without the error's message. DISABLED_ until the fix in src/tessel/data/gpt_dataset.cpp lands
-// (a crash here would take the whole test binary down): enable both with it.
-TEST(BatchLoader, DISABLED_AFailedPrefetchReachesTheCallerAsItsError) {
+// that sample's tessel::Error, and leave a loader that works on. (Before the fix get() left the
+// consumed future in place: the destructor or the next get() waited on it, std::future_error
+// escaped and std::terminate ended the process without the error's message.)
+TEST(BatchLoader, AFailedPrefetchReachesTheCallerAsItsError) {
   const int64_t T = 4;
   auto src = std::make_shared<CountingSource>(T, 10);
   try {
@@ -81,7 +79,7 @@ TEST(BatchLoader, DISABLED_AFailedPrefetchReachesTheCallerAsItsError) {
   }
 }
 
-TEST(BatchLoader, DISABLED_TheLoaderWorksOnAfterAFailedBatch) {
+TEST(BatchLoader, TheLoaderWorksOnAfterAFailedBatch) {
   const int64_t T = 4;
   auto src = std::make_shared<CountingSource>(T, 10);
   BatchLoader loader(src, T);

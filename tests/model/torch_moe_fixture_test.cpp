@@ -187,7 +187,9 @@ TEST_P(TorchMoeFixture, LossesGradientsAndRouting) {
     const auto want_after = with_prefix(f, "state_after.");
     ASSERT_EQ(after.size(), want_after.size());
     double bias_err = 0;
-    for (const auto& [name, t] : after) {
+    for (const auto& entry : after) {
+      const auto& name = entry.first;  // a plain reference: clang 14 cannot capture a structured binding
+      const auto& t = entry.second;
       const auto it = std::find_if(want_after.begin(), want_after.end(), [&](const auto& p) { return p.first == name; });
       ASSERT_NE(it, want_after.end()) << name;
       for (int64_t e = 0; e < t.numel(); ++e)

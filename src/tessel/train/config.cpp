@@ -333,6 +333,7 @@ void Config::validate() const {
   sched.lr = train.lr;
   sched.min_lr = train.min_lr;
   sched.warmup_iters = train.lr_warmup_iters;
+  sched.wsd_decay_iters = train.lr_wsd_decay_iters;
   // A warm-up longer than the run is allowed, as in Megatron-LM: the rate stays in warm-up (warnings()).
   sched.total_iters = std::max(train.train_iters, train.lr_warmup_iters);
   sched.style = train.lr_decay_style;
