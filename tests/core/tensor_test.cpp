@@ -41,7 +41,7 @@ double at(const Tensor& t, int64_t i, int64_t j) {
   try {
     f();
   } catch (const Error& e) {
-    const std::string msg = e.what();
+    const std::string msg = e.where();  // the location, kept apart from the message
     if (msg.find(file + ":") == std::string::npos)
       return ::testing::AssertionFailure() << "message lacks '" << file << ":': " << msg;
     // "file:line: ..." with a number after the colon.
