@@ -13,6 +13,7 @@ PACKAGES=(
   python3-torch python3-numpy   # the PyTorch reference for fixtures and the throughput peer
   time                          # GNU time: the peer's peak RSS in bench/compare_with_torch.sh
   libopenblas0-pthread          # the peer's BLAS: without it Debian's torch uses reference BLAS (~15x slower)
+  python3-matplotlib            # plots in bench/ (fp8_summary.py, long_run_plot.py)
   fortunes                      # the demo corpus: /usr/share/games/fortunes
 )
 
