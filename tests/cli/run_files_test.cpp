@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "cli/cli_support.h"
+#include "support/error_of.h"
 #include "tessel/core/check.h"
 #include "tessel/train/run_files.h"
 
@@ -13,14 +14,7 @@ using namespace tessel;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using tessel::testing::error_of;
 
 TEST(RunFiles, AFullDiskFailsTheMetricsWriteNamingTheFile) {
   // /dev/full accepts the open and fails every write with ENOSPC, like a full disk.

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "support/scratch_dir.h"
-#include "data/error_of.h"
+#include "support/error_of.h"
 #include "data/numbered_dataset.h"
 #include "data/tiny_tokenizer.h"
 

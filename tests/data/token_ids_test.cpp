@@ -5,7 +5,7 @@
 
 #include "support/scratch_dir.h"
 #include "data/idx_bytes.h"
-#include "data/error_of.h"
+#include "support/error_of.h"
 #include "data/numbered_dataset.h"
 
 #include <cmath>

@@ -6,20 +6,14 @@
 #include <limits>
 #include <string>
 
+#include "support/error_of.h"
 #include "tessel/core/check.h"
 #include "tessel/pipeline/simulate.h"
 
 namespace tessel::pipeline {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using tessel::testing::error_of;
 
 TEST(ScheduleLimits, HugeSchedulesAreRefusedWithTheBound) {
   const std::string bound = std::to_string(kMaxSchedulePasses);
