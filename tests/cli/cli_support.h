@@ -25,10 +25,15 @@ class TempDir : public ScratchDir {
   const std::string& path() const { return dir; }
 };
 
-inline RunResult run_tessel(const std::string& args, const std::string& cwd) {
+// Runs the tessel binary in `cwd` with `args`; `env` assignments (e.g. "TESSEL_VERBOSE=1") go before
+// the command, and with `seconds` > 0 it runs under `timeout`, so a command that hangs fails with
+// status 124 instead of stalling the suite.
+inline RunResult run_tessel(const std::string& args, const std::string& cwd, int seconds = 0,
+                            const std::string& env = "") {
   const std::string out_file = cwd + "/.tessel-output";
-  const std::string cmd = "cd '" + cwd + "' && OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive '" + std::string(TESSEL_BIN) +
-                          "' " + args + " > '" + out_file + "' 2>&1";
+  const std::string limit = seconds > 0 ? "timeout " + std::to_string(seconds) + " " : "";
+  const std::string cmd = "cd '" + cwd + "' && OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive " + env + " " + limit + "'" +
+                          std::string(TESSEL_BIN) + "' " + args + " > '" + out_file + "' 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream in(out_file);
   std::stringstream ss;

@@ -6,7 +6,8 @@
 # Usage: measure_spread.sh TESSEL_BINARY CONFIG_DIR MPIRUN [OUT.jsonl]
 #   GRID="ISA:THREADS ..." (default: the 3 x 3 grid below; ISA "default" = no cap)
 #   SCRIPTS="moe_parallel_train_test.sh ..." (default: every script that uses compare_runs.py)
-# Takes about 15 minutes per grid point on 2 idle cores (the scripts run in full).
+# Takes about 3 minutes per grid point on 2 idle cores (the scripts run in full; much longer on a
+# loaded machine).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TESSEL=$1 CONFIGS=$2 MPIRUN=$3
