@@ -1,7 +1,13 @@
 """Compares a parallel training run with the single-process reference on the same global batch.
 
 Usage: compare_runs.py REFERENCE RUN [--steps N] [--fp8 [--step1 TOL]]
+       compare_runs.py --resumed REFERENCE RUN --from-step K
+       compare_runs.py --fp8-amax REFERENCE RUN
 Each argument is a run's log.dir, holding metrics.jsonl, with its checkpoint.dir at <log.dir>/ckpt.
+--resumed: RUN resumed at step K from a checkpoint another layout saved and logged the steps after K
+only; its losses are compared with the reference's at the same steps (figure resumed_loss).
+--fp8-amax: both runs trained 5 steps with delayed scaling; the step-1 entry of every amax history
+in the checkpoints' state.safetensors (experts' included) is compared (figure fp8_step1_amax).
 Every figure is relative; each tolerance is K times the largest value of that figure measured over
 every comparison of the MPI equivalence scripts, with oneDNN capped to each instruction set
 (default = AMX on Intel / AVX512_CORE_BF16 on AMD, AVX512_CORE, AVX2: ONEDNN_MAX_CPU_ISA, which
@@ -17,6 +23,7 @@ result and the date). The figures (fp32):
   param_max_element  final parameters, per tensor: largest element difference over its largest value
                      (the same effect: a few elements of near-zero gradient move by ~lr)
   moe_aux_loss, mtp_loss   auxiliary and multi-token-prediction losses, summed over every rank's rows
+  resumed_loss       losses after a resume, in another layout, of a checkpoint saved at step K
 With --fp8 (both runs train with an FP8 recipe): FP8 quantisation is discontinuous, so the ~1e-7
 differences summation order leaves in the parameters after step 1 flip a few FP8 codes at later
 steps (each a 2^-4..2^-3 relative change of that element), and the runs drift apart chaotically.
@@ -57,11 +64,17 @@ SPREAD = {
     "fp8_step1_loss": (2.7e-9, 10),       # block-tp2-sp
     "fp8_step1_grad_norm": (4.7e-5, 10),  # current-tp2-sp, AVX512_CORE
     "fp8_loss": (8.1e-4, 10),             # delayed-tp2-dp2, AVX512_CORE
+    "fp8_step1_amax": (None, 10),         # moe-ep2
+    "resumed_loss": (None, 10),           #
 }
 
 
 def tolerance(figure):
     measured, k = SPREAD[figure]
+    if measured is None:  # a new figure: measure_spread.sh records it; nothing can pass before that
+        if os.environ.get("TESSEL_COMPARE_REPORT_ONLY") == "1":
+            return float("inf")
+        sys.exit(f"compare_runs.py: no measured spread for {figure} yet (run tests/mpi/measure_spread.sh)")
     return measured * k
 
 
@@ -69,15 +82,20 @@ def metric(run, key):
     return [json.loads(l)[key] for l in open(f"{run}/metrics.jsonl") if f'"{key}"' in l]
 
 
-def tensors(run):
+def latest_file(run, name):
+    """Tensors of NAME.safetensors in the run's newest checkpoint, as float32 arrays by name."""
     ckpt = f"{run}/ckpt"
     step = open(f"{ckpt}/latest").read().strip()
-    with open(f"{ckpt}/{step}/model.safetensors", "rb") as f:
+    with open(f"{ckpt}/{step}/{name}.safetensors", "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
         data = f.read()
     return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], dtype=np.float32).reshape(v["shape"])
-            for k, v in header.items() if k != "__metadata__" and not k.endswith("k_proj.bias")}
+            for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32"}
+
+
+def tensors(run):
+    return {k: v for k, v in latest_file(run, "model").items() if not k.endswith("k_proj.bias")}
 
 
 def relative(a, b):
@@ -104,7 +122,34 @@ def verdict(run, figures, tolerances):
     sys.exit(0 if not over or os.environ.get("TESSEL_COMPARE_REPORT_ONLY") == "1" else 1)
 
 
+def resumed(ref, run, from_step):
+    """RUN logged only the steps after FROM_STEP; the reference logged every step."""
+    loss_ref, loss_run = metric(ref, "loss")[from_step:], metric(run, "loss")[-(5 - from_step):]
+    assert len(loss_ref) == len(loss_run) == 5 - from_step, f"{run}: {loss_run} after step {from_step}"
+    figures = {"resumed_loss": max(relative(loss_ref, loss_run))}
+    print(f"{run}: resumed at step {from_step}, losses within {figures['resumed_loss']:.1e} of {ref}")
+    verdict(run, figures, {k: tolerance(k) for k in figures})
+
+
+def fp8_amax(ref, run):
+    """Step 1 of 5 is entry 4 of each amax history (the newest entry is 0)."""
+    a = {k: v for k, v in latest_file(ref, "state").items() if k.endswith(".amax_history")}
+    b = {k: v for k, v in latest_file(run, "state").items() if k.endswith(".amax_history")}
+    assert a and a.keys() == b.keys(), f"{run}: amax histories differ: {sorted(a.keys() ^ b.keys())}"
+    assert any(".experts." in k for k in a), f"{ref}: no expert amax history"
+    figures = {"fp8_step1_amax": max(abs(float(a[k][4] - b[k][4])) / float(a[k][4]) for k in a)}
+    print(f"{run}: step-1 amax of every tensor ({len(a)}, experts included) within "
+          f"{figures['fp8_step1_amax']:.1e} of {ref}")
+    verdict(run, figures, {k: tolerance(k) for k in figures})
+
+
 def main():
+    if "--resumed" in sys.argv:
+        args = [a for a in sys.argv[1:] if not a.startswith("--")]
+        return resumed(args[0], args[1], int(sys.argv[sys.argv.index("--from-step") + 1]))
+    if "--fp8-amax" in sys.argv:
+        args = [a for a in sys.argv[1:] if not a.startswith("--")]
+        return fp8_amax(args[0], args[1])
     ref, run = sys.argv[1], sys.argv[2]
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 5
     fp8 = "--fp8" in sys.argv

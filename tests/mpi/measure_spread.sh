@@ -13,7 +13,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 TESSEL=$1 CONFIGS=$2 MPIRUN=$3
 OUT=${4:-$PWD/spread.jsonl}
 GRID=${GRID:-"default:2 default:1 default:4 AVX512_CORE:2 AVX512_CORE:1 AVX512_CORE:4 AVX2:2 AVX2:1 AVX2:4"}
-SCRIPTS=${SCRIPTS:-"hybrid_parallel_train_test.sh moe_parallel_train_test.sh tensor_parallel_train_test.sh fp8_train_test.sh"}
+SCRIPTS=${SCRIPTS:-"data_parallel_train_test.sh hybrid_parallel_train_test.sh moe_parallel_train_test.sh tensor_parallel_train_test.sh fp8_train_test.sh"}
 for point in $GRID; do
   isa=${point%%:*} threads=${point##*:}
   for script in $SCRIPTS; do

@@ -95,13 +95,12 @@ compare deepseek deepseek-ep2-tp2-sp-cp2
 # Multi-token prediction on the last pipeline stage, with its copy of the embedding.
 run 4 deepseek-pp2-ep2 "${DS[@]}" --set $PP=2 --set parallel.pipeline_layers_per_stage=2,1 --set $EP=2
 compare deepseek deepseek-pp2-ep2
+# (compare checks its value: mtp_loss; here only that the last stage logged it at every step)
 /usr/bin/python3 - <<'PY'
 import json
-def col(d):
-    return [json.loads(l)["mtp_loss"] for l in open(d + "/metrics.jsonl") if '"mtp_loss"' in l]
-a, b = col("deepseek"), col("deepseek-pp2-ep2")
-assert len(a) == len(b) == 5 and max(abs(x - y) / x for x, y in zip(a, b)) < 1e-5, (a, b)
-print("deepseek-pp2-ep2: the multi-token-prediction loss logged from the last stage matches")
+n = sum('"mtp_loss"' in l for l in open("deepseek-pp2-ep2/metrics.jsonl"))
+assert n == 5, f"deepseek-pp2-ep2 logged the MTP loss at {n} of 5 steps"
+print("deepseek-pp2-ep2: the multi-token-prediction loss is logged from the last stage")
 PY
 unset CONFIG
 
