@@ -1,10 +1,14 @@
 // The GEMM primitive cache stays bounded when the token dimension changes from call to call (MoE
 // experts get a different number of rows each step), and the size-class handling keeps results:
-// rows cut into chunks are bit for bit the rows of one exact GEMM, and a zero-padded K is bit for bit
-// the GEMM of explicitly zero-extended operands.
+// rows cut into chunks are bit for bit the rows of one exact GEMM (on the AVX-512 kernels; see
+// rows_computed_alike_for_any_m), and a zero-padded K is bit for bit the GEMM of explicitly
+// zero-extended operands.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/reference.h"
@@ -41,6 +45,16 @@ TEST(GemmSizeClasses, CacheStaysBoundedOverEveryTokenCount) {
   EXPECT_GT(added, size_t(2 * 16));  // the exact small sizes at least: the count is real
 }
 
+// oneDNN's AVX-512 kernels (brgemm, f32 and bf16) compute a row of C alike whatever M is. Its AVX2
+// sgemm (gemm:jit, which bf16 also runs on there, widened) does not: rows in a tail of fewer than 4
+// of its 6-row tiles, and the rows where the threads' shares meet, are summed in another order, so
+// even one exact-M GEMM gives M-dependent rows (seen on AMD Zen 3: M=7 differs from M=2048 in row 6).
+// There row chunks are checked as values.
+bool rows_computed_alike_for_any_m() {
+  const std::string isa = kernels::gemm_cpu_isa();
+  return !(isa == "sse41" || isa == "avx" || isa == "avx2" || isa == "avx2_vnni");
+}
+
 template <class T>
 void rows_match_one_big_gemm() {
   const DType dt = dtype_of<T>();
@@ -53,7 +67,16 @@ void rows_match_one_big_gemm() {
       SCOPED_TRACE(::testing::Message() << "M=" << M << " first row " << first);
       std::vector<float> c(size_t(M * N));
       kernels::gemm(M, N, K, dt, {a.data() + first * K, K, false}, {b.data(), K, true}, c.data(), N, false);
-      EXPECT_EQ(std::memcmp(c.data(), ref.data() + first * N, c.size() * sizeof(float)), 0);
+      if (rows_computed_alike_for_any_m()) {
+        EXPECT_EQ(std::memcmp(c.data(), ref.data() + first * N, c.size() * sizeof(float)), 0);
+      } else {  // the rows of one exact-M GEMM already depend on M there: compare as values
+        double worst = 0, largest = 0;
+        for (size_t i = 0; i < c.size(); ++i) {
+          worst = std::max(worst, std::abs(double(c[i]) - ref[size_t(first * N) + i]));
+          largest = std::max(largest, std::abs(double(ref[size_t(first * N) + i])));
+        }
+        EXPECT_LT(worst / largest, testref::Tol<float>::rel);
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 #pragma once
 // GEMM: C[M,N] (fp32) = op(A)[M,K] @ op(B)[K,N] (+ bias[N]) (+ C when accumulate).
-// A and B share one dtype (f32 or bf16); accumulation is fp32. All matrices are row-major with
+// A and B share one dtype (f32 or bf16); accumulation is fp32 (bf16 on CPUs without bf16 kernels:
+// gemm_widens_bf16()). All matrices are row-major with
 // leading dimensions, so a transposed operand is the same memory read with swapped strides (no copy):
 // dgrad (dY @ W) and wgrad (dY^T @ X) use the forward's buffers as they are.
 #include <cstddef>
@@ -23,6 +24,10 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
 // Tensor form for 2-D operands: c = op(a) @ op(b) (+ c). Shapes are checked.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, bool accumulate,
             const float* bias = nullptr);
+
+// True where oneDNN has no bf16 matmul kernels (no AVX-512, or ONEDNN_MAX_CPU_ISA below AVX512_CORE):
+// bf16 operands are then widened to fp32 (exact) and multiplied by the fp32 kernels.
+bool gemm_widens_bf16();
 
 // Primitives in the GEMM cache (bounded: see gemm_onednn.cpp).
 size_t gemm_cached_primitives();

@@ -8,13 +8,22 @@
 // dY^T X); the other dimensions are feature sizes, fixed per call site, and stay exact.
 // - M: the rows are cut into chunks whose sizes are classes (largest first). Each row of C depends
 //   only on its row of op(A), and oneDNN computes a row alike whatever M is, except a lone row: no
-//   chunk of 1 row is cut from a bigger M. Results are those of one exact-M GEMM (tested).
+//   chunk of 1 row is cut from a bigger M. Results are those of one exact-M GEMM (tested) on the
+//   AVX-512 kernels (brgemm); oneDNN's AVX2 sgemm sums the rows of a short tail of its 6-row tiles,
+//   and where threads' shares meet, in another order, so there the rows of any GEMM depend on M in
+//   the last bits, chunked or not.
 // - K: op(A) and op(B) are copied into zero-padded buffers of the class of K; the zero products add
 //   nothing. On this machine's AVX-512 BF16 kernels this gives the exact-K result bit for bit (checked
 //   for f32 and bf16 at 1 and 2 threads); kernels of other ISAs may differ from an exact-K GEMM in the
 //   last bit, deterministically.
 // oneDNN's runtime dimensions (DNNL_RUNTIME_DIM_VAL) would avoid both, but oneDNN 2.6 then falls back
 // from its brgemm kernels to a generic GEMM that is slower and sums in another order.
+//
+// bf16 below AVX-512: oneDNN has bf16 matmul kernels only from AVX512_CORE on, so on a CPU without
+// AVX-512 (AMD Zen 2/3, older Intel) or under ONEDNN_MAX_CPU_ISA=AVX2 the bf16 operands are widened to
+// fp32 (exact) and multiplied by the fp32 kernels. That is still a bf16 GEMM with fp32 accumulation:
+// a product of two bf16 values (8-bit significands) is exact in fp32 (24 bits), as in the bf16
+// kernels, and the sum is fp32; only the summation order differs, as between any two ISAs.
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
@@ -104,14 +113,11 @@ void run_primitive(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand 
       dnnl::matmul::primitive_desc pd;
       try {
         pd = dnnl::matmul::primitive_desc(desc, attr, cx.engine);
-      } catch (const dnnl::error&) {
-        // oneDNN has no bf16 matmul below AVX512_CORE (a CPU without AVX-512, or ONEDNN_MAX_CPU_ISA
-        // capped to AVX2): say so instead of oneDNN's "could not create a primitive descriptor".
-        TESSEL_FAIL("oneDNN has no {} matmul [{}x{}x{}] for this CPU's instruction set ({}){}",
-                    ab_dtype == DType::bf16 ? "bf16" : "f32", M, N, K, gemm_cpu_isa(),
-                    ab_dtype == DType::bf16 ? ": bf16 compute and FP8 need AVX512_CORE or newer; use "
-                                              "precision.compute=fp32 without precision.fp8 here"
-                                            : "");
+      } catch (const dnnl::error& e) {
+        // bf16 without bf16 kernels never gets here (gemm widens it); name the problem instead of
+        // oneDNN's "could not create a primitive descriptor".
+        TESSEL_FAIL("oneDNN has no {} matmul [{}x{}x{}] for this CPU's instruction set ({}): {}",
+                    dtype_name(ab_dtype), M, N, K, gemm_cpu_isa(), e.what());
       }
       if (cx.cache.size() >= kMaxPrimitives) evict_least_recently_used(cx);
       it = cx.cache.emplace(key, Entry{dnnl::matmul(pd), 0}).first;
@@ -140,7 +146,36 @@ GemmOperand pad_inner(const GemmOperand& x, int64_t outer, int64_t K, int64_t Kc
   return {keep.raw(), outer, x.trans};
 }
 
+// Whether oneDNN has bf16 matmul kernels on this CPU (after any ONEDNN_MAX_CPU_ISA cap, which oneDNN
+// reads once): asked once by creating the descriptor of a small bf16 matmul.
+bool bf16_matmul_available() {
+  static const bool available = [] {
+    const memory::desc md({16, 16}, memory::data_type::bf16, memory::dims{16, 1});
+    const memory::desc c_md({16, 16}, memory::data_type::f32, memory::dims{16, 1});
+    try {
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(md, md, c_md), ctx().engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+// A stored bf16 matrix (rows x cols at leading dimension x.ld) widened into a dense fp32 copy.
+GemmOperand widen_bf16(const GemmOperand& x, int64_t rows, int64_t cols, Tensor& keep) {
+  keep = Tensor::empty({rows, cols}, DType::f32);
+  const auto* src = static_cast<const bf16*>(x.data);
+  float* dst = keep.data<float>();
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = float(src[r * x.ld + c]);
+  return {dst, cols, x.trans};
+}
+
 }  // namespace
+
+bool gemm_widens_bf16() { return !bf16_matmul_available(); }
 
 void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOperand b, float* c, int64_t ldc,
           bool accumulate, const float* bias) {
@@ -151,6 +186,12 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
     return;
   }
   to_dnnl(ab_dtype);  // an unsupported dtype fails before any copy
+  Tensor a_wide, b_wide;  // bf16 operands widened to fp32 where oneDNN has no bf16 kernels
+  if (ab_dtype == DType::bf16 && !bf16_matmul_available()) {
+    a = widen_bf16(a, a.trans ? K : M, a.trans ? M : K, a_wide);
+    b = widen_bf16(b, b.trans ? N : K, b.trans ? K : N, b_wide);
+    ab_dtype = DType::f32;
+  }
   const bool tokens_in_k = a.trans && !b.trans;
   const int64_t Kc = tokens_in_k ? size_class_ceil(K, kExactDims) : K;
   Tensor a_padded, b_padded;  // hold the copies until the GEMM has run

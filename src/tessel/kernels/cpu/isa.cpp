@@ -9,7 +9,7 @@ namespace {
 // oneDNN's cap names (its docs: cpu_isa_hints / ONEDNN_MAX_CPU_ISA): SSE41, AVX, AVX2, AVX2_VNNI,
 // AVX2_VNNI_2, AVX512_CORE, AVX512_CORE_VNNI, AVX512_CORE_BF16, AVX512_CORE_FP16, AVX512_CORE_AMX,
 // AVX512_CORE_AMX_FP16, AVX10_1_512..., DEFAULT, ALL. Every cap at or above AVX512_CORE names AVX-512.
-bool cap_allows_avx512(std::string_view cap) {
+[[maybe_unused]] bool cap_allows_avx512(std::string_view cap) {  // unused in a build without AVX-512
   return cap.empty() || cap == "DEFAULT" || cap == "ALL" || cap.starts_with("AVX512") || cap.starts_with("AVX10");
 }
 
