@@ -41,7 +41,8 @@ inline float fast_exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  int32_t bits = (int32_t(n) + 127) << 23;
+  // NaN in, NaN out (through p); its exponent is taken as 0, as converting NaN to int is undefined.
+  int32_t bits = (int32_t(n == n ? n : 0.0f) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
   return p * scale;

@@ -24,7 +24,10 @@ inline uint8_t encode_fp8(float x) {
   constexpr int drop = 23 - M;
   const uint32_t r = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) >> drop;  // exponent:mantissa, rounded
   const uint32_t normal = r - (uint32_t(127 - B) << M);
-  const float scaled = bits_f32(a) * std::ldexp(1.0f, -STEP_LOG2);
+  // Only a subnormal's `sub` is used; outside that range (huge, inf, NaN) the value converted is 0,
+  // since a float-to-integer conversion of a value out of range is undefined behaviour.
+  float scaled = bits_f32(a) * std::ldexp(1.0f, -STEP_LOG2);
+  scaled = scaled < 8388608.0f ? scaled : 0.0f;
   const uint32_t sub = uint32_t((scaled + 8388608.0f) - 8388608.0f);
   uint32_t code = a >= MINNORM ? normal : sub;
   code = a >= MAXBITS ? MAXCODE : code;  // saturate (inf included)
