@@ -68,6 +68,19 @@ TEST(Documents, MalformedJsonlLineIsNamedWithoutTheParserText) {
   EXPECT_EQ(err.find("json.exception"), std::string::npos) << err;
 }
 
+TEST(Documents, JsonlNumberPastTheRangeOfADoubleIsNamed) {
+  Scratch s;
+  const auto bad = s.file("huge.jsonl", "{\"text\": \"ok\", \"score\": -2e999}\n");
+  std::string err;
+  try {
+    read_all({bad}, {});
+  } catch (const tessel::Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find(bad + ":1: not a JSON object (a number past the range of a double '-2e999')"), std::string::npos)
+      << err;
+}
+
 TEST(Tokenizer, TrainsBpeWithByteFallbackAndRoundTrips) {
   Scratch s;
   tessel::testing::train_tiny_tokenizer(s.dir, 320);

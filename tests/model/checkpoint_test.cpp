@@ -221,7 +221,21 @@ TEST(CheckpointMetadata, TextThatIsNotJsonIsDamage) {
     ckpt::read_checkpoint_metadata(d.string());
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_HAS(std::string(e.what()), "checkpoint '" + d.string() + "': metadata.json is not valid JSON (at byte");
+    EXPECT_HAS(std::string(e.what()), "checkpoint '" + d.string() + "': metadata.json is not valid JSON (syntax error at byte");
+  }
+}
+
+TEST(CheckpointMetadata, ANumberPastTheRangeOfADoubleIsDamage) {
+  Scratch s;
+  const fs::path d = fs::path(s.dir) / "step_00000001";
+  fs::create_directories(d);
+  std::ofstream(d / "metadata.json") << "{\"step\": 1e400}";
+  try {
+    ckpt::read_checkpoint_metadata(d.string());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_HAS(std::string(e.what()), "checkpoint '" + d.string() +
+                                          "': metadata.json is not valid JSON (a number past the range of a double '1e400')");
   }
 }
 

@@ -103,6 +103,8 @@ constexpr const char* kOffsets = "[0, 24]";
 
 const BadHeader kBadHeaders[] = {
     {"not_json", R"({"w": )", 24, "header is not valid JSON (syntax error at byte 6 of 6)"},
+    // nlohmann throws out_of_range, not parse_error, for a literal past a double (found by fuzzing).
+    {"number_past_double", R"({"w": 1e400})", 24, "header is not valid JSON (a number past the range of a double '1e400')"},
     {"not_an_object", "[1, 2]", 24, "header is not a JSON object (it is an array)"},
     {"entry_not_an_object", R"({"w": 5})", 24,
      "tensor 'w' is not an object with dtype, shape and data_offsets (it is a number)"},

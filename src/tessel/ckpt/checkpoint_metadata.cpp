@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tessel/core/check.h"
+#include "tessel/data/json_text.h"
 
 namespace tessel::ckpt {
 
@@ -87,12 +88,10 @@ class Reader {
 }  // namespace
 
 CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std::string& where) {
-  json md;
-  try {
-    md = json::parse(text);
-  } catch (const json::parse_error& e) {
-    TESSEL_FAIL("{}: metadata.json is not valid JSON (at byte {})", where, e.byte);
-  }
+  std::string problem;
+  const std::optional<json> parsed = data::parse_json(text, problem);
+  TESSEL_CHECK(parsed, "{}: metadata.json is not valid JSON ({})", where, problem);
+  const json& md = *parsed;
   CheckpointMetadata out;
   out.crc32 = uint32_t(crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), uInt(text.size())));
   const Reader r(md, where, "");

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "tessel/core/check.h"
+#include "tessel/data/json_text.h"
 
 namespace tessel::ckpt {
 
@@ -131,14 +132,10 @@ std::string safetensors_dtype_name(DType t) {
 }
 
 SafetensorsHeader parse_safetensors_header(std::string_view text, int64_t data_bytes, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // The parser's own text quotes the offending bytes; the position is what a user can act on.
-    TESSEL_FAIL("{}: header is not valid JSON (syntax error at byte {} of {})", source,
-                std::min<size_t>(e.byte, text.size()), text.size());
-  }
+  std::string problem;
+  const std::optional<json> parsed = data::parse_json(text, problem);
+  TESSEL_CHECK(parsed, "{}: header is not valid JSON ({})", source, problem);
+  const json& j = *parsed;
   TESSEL_CHECK(j.is_object(), "{}: header is not a JSON object (it is {})", source, kind_of(j));
   SafetensorsHeader h;
   for (const auto& [name, entry] : j.items()) {

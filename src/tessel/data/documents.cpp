@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "tessel/core/check.h"
+#include "tessel/data/json_text.h"
 
 namespace tessel::data {
 
@@ -43,14 +44,10 @@ int64_t for_each_document(const std::vector<std::string>& files, const DocumentR
       ++lineno;
       if (jsonl) {
         if (blank(line)) continue;
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::parse_error& e) {
-          // The position, not the parser's own text (which quotes the line back).
-          TESSEL_FAIL("{}:{}: not a JSON object (syntax error at byte {} of {})", path, lineno,
-                      std::min<size_t>(e.byte, line.size()), line.size());
-        }
+        std::string problem;
+        const std::optional<nlohmann::json> parsed = parse_json(line, problem);
+        TESSEL_CHECK(parsed, "{}:{}: not a JSON object ({})", path, lineno, problem);
+        const nlohmann::json& j = *parsed;
         TESSEL_CHECK(j.is_object() && j.contains(o.json_key) && j[o.json_key].is_string(),
                      "{}:{}: no string field '{}' (set it with --json-key)", path, lineno, o.json_key);
         doc = j[o.json_key].get<std::string>();
