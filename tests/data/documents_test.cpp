@@ -1,6 +1,7 @@
 // Document boundaries for text and JSONL inputs, and the tokenizer round trip.
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
 #include "support/scratch_dir.h"
 #include "data/tiny_tokenizer.h"
 
@@ -71,12 +72,7 @@ TEST(Documents, MalformedJsonlLineIsNamedWithoutTheParserText) {
 TEST(Documents, JsonlNumberPastTheRangeOfADoubleIsNamed) {
   Scratch s;
   const auto bad = s.file("huge.jsonl", "{\"text\": \"ok\", \"score\": -2e999}\n");
-  std::string err;
-  try {
-    read_all({bad}, {});
-  } catch (const tessel::Error& e) {
-    err = e.what();
-  }
+  const std::string err = tessel::testing::error_of([&] { read_all({bad}, {}); });
   EXPECT_NE(err.find(bad + ":1: not a JSON object (a number past the range of a double '-2e999')"), std::string::npos)
       << err;
 }
