@@ -3,6 +3,8 @@ PRESET ?= $(if $(CI),ci,release)
 BUILD := build
 TESSEL := $(BUILD)/tessel
 export OMP_NUM_THREADS ?= 2
+# ccache hashes paths relative to the checkout, so another clone (CI's) reuses this one's objects.
+export CCACHE_BASEDIR ?= $(CURDIR)
 
 .PHONY: deps build test demo bench clean deps-sanitizers test-asan test-tsan fuzz
 

@@ -58,4 +58,6 @@ for t in $targets; do
 done
 echo "--- fuzz summary ($build)"
 printf '%s\n' "${summary[@]}"
+failed=$(printf '%s\n' "${summary[@]}" | grep -c ': FINDING after ')
+echo "fuzz: $(( ${#summary[@]} - failed )) passed, $failed failed"
 exit $status
