@@ -3,8 +3,11 @@ PRESET ?= $(if $(CI),ci,release)
 BUILD := build
 TESSEL := $(BUILD)/tessel
 export OMP_NUM_THREADS ?= 2
-# ccache hashes paths relative to the checkout, so another clone (CI's) reuses this one's objects.
+# ccache hashes paths relative to the checkout, so another clone (CI's) reuses this one's objects;
+# also those of the sanitizer builds, whose line tables would otherwise put the build folder in the
+# hash (their file names then name the clone that compiled them first).
 export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
 
 .PHONY: deps build test demo bench clean deps-sanitizers test-asan test-tsan fuzz
 
