@@ -8,9 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -19,6 +17,7 @@
 #include "commands.h"
 #include "gemm_peak.h"
 #include "run_context.h"
+#include "stop_signals.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/checkpoint_dir.h"
 #include "tessel/comm/parallel_state.h"
@@ -36,15 +35,15 @@ struct TrainOptions {
   std::vector<std::string> sets;
 };
 
-std::atomic<int> g_stop_signal{0};
-void on_stop_signal(int sig) { g_stop_signal = sig; }
-
 std::string hms(double s) {
   const int64_t t = int64_t(s + 0.5);
   return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
 }
 
 int run_train(const TrainOptions& o) {
+  // First, before any thread exists: every thread started from here on keeps SIGINT and SIGTERM
+  // blocked, and only the watcher takes them (stop_signals.h says why).
+  const StopSignals stop_signals;
   const train::Config cfg = train::Config::load(o.config, o.sets);
   // Under mpirun every rank runs this; data parallelism is what the world leaves after the other sizes.
   RunContext ctx = make_run_context(cfg);
@@ -136,9 +135,6 @@ int run_train(const TrainOptions& o) {
   if (lead) std::printf("MFU against a GEMM peak of %.1f GFLOP/s per process (%s)\n", peak_one, peak_source.c_str());
   const double peak_gflops = peak_one * world->size();  // all devices
   const double flops_per_token = m.train_flops_per_token();
-  g_stop_signal = 0;
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
   auto evaluate = [&](int64_t step) {
     if (!run_data.valid) return;
     double loss = 0;
@@ -194,7 +190,7 @@ int run_train(const TrainOptions& o) {
       std::fflush(stdout);
     }
     if (cfg.train.eval_interval > 0 && (it % cfg.train.eval_interval == 0 || it == cfg.train.train_iters)) evaluate(it);
-    int stop = g_stop_signal;  // agreed by all ranks, so they stop at the same step
+    int stop = stop_signals.received();  // agreed by all ranks, so they stop at the same step
     world->all_reduce(&stop, 1, DType::i32, comm::ReduceOp::max);
     if (stop) {
       if (lead) std::printf("received signal %d: saving and exiting\n", stop);
