@@ -13,7 +13,7 @@
 namespace tessel::data {
 
 // The parsed value, or nullopt with `problem` set to what is wrong, for the caller's message:
-// "syntax error at byte B of N" or "a number past the range of a double at ..., '1e400'".
+// "syntax error at byte B of N" or "a number past the range of a double '1e400'".
 std::optional<nlohmann::json> parse_json(std::string_view text, std::string& problem);
 
 }  // namespace tessel::data

@@ -162,14 +162,16 @@ bool bf16_matmul_available() {
   return available;
 }
 
-// A stored bf16 matrix (rows x cols at leading dimension x.ld) widened into a dense fp32 copy.
-GemmOperand widen_bf16(const GemmOperand& x, int64_t rows, int64_t cols, Tensor& keep) {
-  keep = Tensor::empty({rows, cols}, DType::f32);
+// A stored bf16 matrix (rows x cols at leading dimension x.ld) widened into a dense fp32 copy of
+// rows_out >= rows rows, the rows past `rows` zero (the K padding of pad_inner, in the same copy).
+GemmOperand widen_bf16(const GemmOperand& x, int64_t rows, int64_t cols, int64_t rows_out, Tensor& keep) {
+  keep = Tensor::empty({rows_out, cols}, DType::f32);
   const auto* src = static_cast<const bf16*>(x.data);
   float* dst = keep.data<float>();
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = float(src[r * x.ld + c]);
+  std::memset(dst + rows * cols, 0, size_t((rows_out - rows) * cols) * sizeof(float));
   return {dst, cols, x.trans};
 }
 
@@ -186,18 +188,19 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
     return;
   }
   to_dnnl(ab_dtype);  // an unsupported dtype fails before any copy
-  Tensor a_wide, b_wide;  // bf16 operands widened to fp32 where oneDNN has no bf16 kernels
-  if (ab_dtype == DType::bf16 && !bf16_matmul_available()) {
-    a = widen_bf16(a, a.trans ? K : M, a.trans ? M : K, a_wide);
-    b = widen_bf16(b, b.trans ? N : K, b.trans ? K : N, b_wide);
-    ab_dtype = DType::f32;
-  }
   const bool tokens_in_k = a.trans && !b.trans;
   const int64_t Kc = tokens_in_k ? size_class_ceil(K, kExactDims) : K;
-  Tensor a_padded, b_padded;  // hold the copies until the GEMM has run
-  if (Kc != K) {
-    a = pad_inner(a, M, K, Kc, ab_dtype, a_padded);
-    b = pad_inner(b, N, K, Kc, ab_dtype, b_padded);
+  Tensor a_copy, b_copy;  // widened and/or K-padded operands, held until the GEMM has run
+  if (ab_dtype == DType::bf16 && !bf16_matmul_available()) {
+    // bf16 operands widened to fp32 where oneDNN has no bf16 kernels. With tokens in K both are
+    // stored with K as their rows, and the one copy carries the zero padding to Kc as well.
+    const int64_t a_stored_rows = a.trans ? K : M, b_stored_rows = b.trans ? N : K;
+    a = widen_bf16(a, a_stored_rows, a.trans ? M : K, tokens_in_k ? Kc : a_stored_rows, a_copy);
+    b = widen_bf16(b, b_stored_rows, b.trans ? K : N, tokens_in_k ? Kc : b_stored_rows, b_copy);
+    ab_dtype = DType::f32;
+  } else if (Kc != K) {
+    a = pad_inner(a, M, K, Kc, ab_dtype, a_copy);
+    b = pad_inner(b, N, K, Kc, ab_dtype, b_copy);
   }
   if (a.trans) {
     run_primitive(M, N, Kc, ab_dtype, a, b, c, ldc, accumulate, bias);
