@@ -55,7 +55,7 @@ class BlockPool {
   BlockPoolStats st_;
 };
 
-// Statistics of the process-wide pool that tensor storage comes from (tensor.cpp).
+// Statistics of the process-wide pool that cpu tensor storage comes from (memory.cpp).
 BlockPoolStats tensor_pool_stats();
 
 }  // namespace tessel

@@ -1,7 +1,5 @@
 #include "tessel/core/tensor.h"
 
-#include "tessel/core/block_pool.h"
-
 #include <cstdlib>
 #include <cstring>
 
@@ -19,26 +17,12 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-namespace {
-
-// Tensor storage comes from one process-wide pool (see block_pool.h), which keeps at least 64 MiB of
-// freed blocks and otherwise as much as the process ever had in use at once.
-BlockPool& pool() {
-  static BlockPool* p = new BlockPool(size_t(64) << 20);  // never destroyed: tensors may outlive static destructors
-  return *p;
-}
-
-}  // namespace
-
-BlockPoolStats tensor_pool_stats() { return pool().stats(); }
-
-Storage::Storage(size_t nbytes) : bytes(nbytes) {
-  ptr = pool().get(nbytes);
-  TESSEL_CHECK(ptr != nullptr, "out of memory allocating {} bytes", nbytes);
+Storage::Storage(size_t nbytes, Device d, MemoryCategory c) : bytes(nbytes), device(d), category(c) {
+  ptr = allocator(d).allocate(nbytes, c);
 }
 Storage::Storage(void* external, size_t nbytes) : ptr(external), bytes(nbytes), owned(false) {}
 Storage::~Storage() {
-  if (owned) pool().put(ptr, bytes);
+  if (owned) allocator(device).deallocate(ptr, bytes, category);
 }
 
 static Shape contiguous_strides(const Shape& shape) {
@@ -51,20 +35,31 @@ static Shape contiguous_strides(const Shape& shape) {
   return st;
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype) {
+Tensor Tensor::empty(const Shape& shape, DType dtype) { return empty(shape, dtype, default_device()); }
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) TESSEL_CHECK(d >= 0, "negative dimension in shape {}", shape_str(shape));
   Tensor t;
-  t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype));
+  t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device,
+                                         current_memory_category());
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
   return t;
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype) {
-  Tensor t = empty(shape, dtype);
-  std::memset(t.raw(), 0, t.nbytes());
+Tensor Tensor::zeros(const Shape& shape, DType dtype) { return zeros(shape, dtype, default_device()); }
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  if (device != Device::meta) std::memset(t.raw(), 0, t.nbytes());
   return t;
+}
+
+void Tensor::refuse_meta_access() const {
+  TESSEL_FAIL("{} is on the meta device, which holds no data: it cannot be read or written (a dry run "
+              "computes nothing)",
+              str());
 }
 
 Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype) {
@@ -181,6 +176,9 @@ void for_each_element(const Tensor& t, F&& f) {
 
 void Tensor::copy_from(const Tensor& src) {
   TESSEL_CHECK(src.shape_ == shape_, "copy_from: shape {} into {}", src.str(), str());
+  TESSEL_CHECK(src.device() == device(), "copy_from: {} into {} (copies stay on one device)",
+               src.is_meta() ? src.str() : src.str() + " on cpu", is_meta() ? str() : str() + " on cpu");
+  if (is_meta()) return;
   if (src.dtype_ == dtype_ && is_contiguous() && src.is_contiguous()) {
     std::memmove(raw(), src.raw(), nbytes());
     return;
@@ -199,12 +197,13 @@ void Tensor::copy_from(const Tensor& src) {
 Tensor Tensor::clone() const { return to(dtype_); }
 
 Tensor Tensor::to(DType t) const {
-  Tensor out = empty(shape_, t);
+  Tensor out = empty(shape_, t, device());
   out.copy_from(*this);
   return out;
 }
 
 void Tensor::fill(double v) {
+  if (is_meta()) return;
   for_each_element(*this, [&](void* p, int64_t) { store_from_double(p, dtype_, v); });
 }
 
@@ -213,6 +212,9 @@ double Tensor::item() const {
   return load_as_double(raw(), dtype_);
 }
 
-std::string Tensor::str() const { return std::string(dtype_name(dtype_)) + shape_str(shape_); }
+std::string Tensor::str() const {
+  std::string s = std::string(dtype_name(dtype_)) + shape_str(shape_);
+  return is_meta() ? s + " on meta" : s;
+}
 
 }  // namespace tessel

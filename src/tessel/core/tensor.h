@@ -1,6 +1,9 @@
 #pragma once
-// Tensor: a typed, strided view over reference-counted, 64-byte aligned host storage.
-// Owning tensors allocate their storage; views (slice, transpose, reshape, from_blob) share it.
+// Tensor: a typed, strided view over reference-counted storage on a device (core/device.h).
+// Owning tensors allocate their storage from the device's allocator, accounted under the calling
+// thread's memory category (core/memory.h); views (slice, transpose, reshape) share it; from_blob
+// wraps host memory owned by someone else. Storage on `cpu` is 64-byte aligned host memory; on
+// `meta` there is none, and every access to the data is refused.
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -8,7 +11,9 @@
 #include <vector>
 
 #include "tessel/core/check.h"
+#include "tessel/core/device.h"
 #include "tessel/core/dtype.h"
+#include "tessel/core/memory.h"
 
 namespace tessel {
 
@@ -17,27 +22,35 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);
 int64_t shape_numel(const Shape& s);
 
-// 64-byte aligned allocation (one cache line, one AVX-512 register).
+// One allocation of a device (64-byte aligned on the cpu: one cache line, one AVX-512 register).
 struct Storage {
-  explicit Storage(size_t bytes);
-  Storage(void* external, size_t bytes);  // non-owning
+  Storage(size_t bytes, Device device, MemoryCategory category);
+  Storage(void* external, size_t bytes);  // non-owning host memory
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  void* ptr = nullptr;
+  void* ptr = nullptr;  // nullptr on meta
   size_t bytes = 0;
   bool owned = true;
+  Device device = Device::cpu;
+  MemoryCategory category = MemoryCategory::activations;
 };
 
 class Tensor {
  public:
   Tensor() = default;
+  // On `device`, or on default_device() when none is named.
   static Tensor empty(const Shape& shape, DType dtype);
+  static Tensor empty(const Shape& shape, DType dtype, Device device);
   static Tensor zeros(const Shape& shape, DType dtype);
+  static Tensor zeros(const Shape& shape, DType dtype, Device device);
   // A view over memory owned by someone else (e.g. a slice of a flat parameter buffer).
   static Tensor from_blob(void* data, const Shape& shape, DType dtype);
 
   bool defined() const { return storage_ != nullptr; }
+  Device device() const { return storage_ ? storage_->device : Device::cpu; }
+  bool is_meta() const { return device() == Device::meta; }
+  MemoryCategory memory_category() const { return storage_ ? storage_->category : MemoryCategory::activations; }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   const Shape& strides() const { return strides_; }
@@ -48,7 +61,11 @@ class Tensor {
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   bool is_contiguous() const;
 
-  void* raw() const { return static_cast<char*>(storage_->ptr) + offset_; }
+  // The data, for host code and cpu kernels. A meta tensor has none: refused with the tensor named.
+  void* raw() const {
+    if (storage_->device == Device::meta) refuse_meta_access();
+    return static_cast<char*>(storage_->ptr) + offset_;
+  }
   template <class T>
   T* data() const {
     TESSEL_CHECK(dtype_of<T>() == dtype_, "tensor holds {}, accessed as {}", dtype_name(dtype_),
@@ -61,15 +78,18 @@ class Tensor {
   Tensor slice(int64_t d, int64_t begin, int64_t end) const;  // [begin, end) along dimension d
   Tensor transpose(int64_t d0, int64_t d1) const;
 
+  // Copies on the same device (on meta: the new storage is accounted, nothing is copied).
   Tensor clone() const;       // contiguous deep copy
   Tensor to(DType t) const;   // converting contiguous copy (RNE for narrowing floats)
-  void copy_from(const Tensor& src);  // same shape; converts dtype
+  void copy_from(const Tensor& src);  // same shape and device; converts dtype
   void fill(double v);
 
-  double item() const;  // one-element tensor as double
-  std::string str() const;  // "f32[2, 3]"
+  double item() const;  // one-element tensor as double (cpu only)
+  std::string str() const;  // "f32[2, 3]", "f32[2, 3] on meta"
 
  private:
+  [[noreturn]] void refuse_meta_access() const;
+
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;  // bytes
   Shape shape_;

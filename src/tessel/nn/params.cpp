@@ -61,9 +61,13 @@ void ParamStore::finalize() {
                                    compute_ == DType::f32 ? "" : ", the compute copy"),
                        "reduce the model sizes or split the model over more ranks (tensor / pipeline parallelism)");
   finalized_ = true;
-  params_ = Tensor::zeros({total_}, DType::f32);
+  {
+    MemoryCategoryScope tag(MemoryCategory::parameters);
+    params_ = Tensor::zeros({total_}, DType::f32);
+    if (compute_ != DType::f32) compute_copy_ = Tensor::zeros({total_}, compute_);
+  }
+  MemoryCategoryScope tag(MemoryCategory::gradients);
   grads_ = Tensor::zeros({total_}, DType::f32);
-  if (compute_ != DType::f32) compute_copy_ = Tensor::zeros({total_}, compute_);
 }
 
 const ParamSpec& ParamStore::spec(const std::string& name) const {

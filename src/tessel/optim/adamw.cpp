@@ -20,6 +20,7 @@ AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin, int64_t own
       groups_{multi_rank(groups.shard), multi_rank(groups.tp), multi_rank(groups.pp), multi_rank(groups.ep)} {
   TESSEL_CHECK(0 <= begin_ && begin_ <= end_ && end_ <= ps.numel(), "AdamW: owned range [{}, {}) outside [0, {})",
                begin_, end_, ps.numel());
+  MemoryCategoryScope tag(MemoryCategory::optimizer_state);
   m_ = Tensor::zeros({end_ - begin_}, DType::f32);
   v_ = Tensor::zeros({end_ - begin_}, DType::f32);
 }

@@ -1,0 +1,131 @@
+#include "tessel/core/memory.h"
+
+#include <algorithm>
+
+#include "tessel/core/block_pool.h"
+#include "tessel/core/check.h"
+
+namespace tessel {
+
+std::string_view memory_category_name(MemoryCategory c) {
+  switch (c) {
+    case MemoryCategory::parameters: return "parameters";
+    case MemoryCategory::gradients: return "gradients";
+    case MemoryCategory::optimizer_state: return "optimizer_state";
+    case MemoryCategory::activations: return "activations";
+    case MemoryCategory::communication: return "communication";
+    case MemoryCategory::workspace: return "workspace";
+  }
+  return "?";
+}
+
+int64_t Allocator::accounted_bytes(size_t nbytes) { return int64_t(BlockPool::block_size(nbytes)); }
+
+void* Allocator::allocate(size_t nbytes, MemoryCategory c) {
+  const int64_t b = accounted_bytes(nbytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    st_.current[size_t(c)] += b;
+    st_.peak[size_t(c)] = std::max(st_.peak[size_t(c)], st_.current[size_t(c)]);
+    st_.current_total += b;
+    if (st_.current_total > st_.peak_total) {
+      st_.peak_total = st_.current_total;
+      st_.at_peak = st_.current;
+    }
+    ++st_.allocations;
+  }
+  void* p = nullptr;
+  try {
+    p = raw_allocate(nbytes);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    st_.current[size_t(c)] -= b;
+    st_.current_total -= b;
+    throw;
+  }
+  // The reserve only grows when a block comes from the system, i.e. right after an allocation.
+  const int64_t cached = cached_bytes();
+  std::lock_guard<std::mutex> lock(mu_);
+  st_.peak_reserved = std::max(st_.peak_reserved, st_.current_total + cached);
+  return p;
+}
+
+void Allocator::deallocate(void* p, size_t nbytes, MemoryCategory c) noexcept {
+  raw_deallocate(p, nbytes);
+  const int64_t b = accounted_bytes(nbytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  st_.current[size_t(c)] -= b;
+  st_.current_total -= b;
+}
+
+MemoryStats Allocator::stats() const {
+  const int64_t cached = cached_bytes();
+  std::lock_guard<std::mutex> lock(mu_);
+  MemoryStats s = st_;
+  s.reserved = s.current_total + cached;
+  return s;
+}
+
+void Allocator::reset_peak() {
+  const int64_t cached = cached_bytes();
+  std::lock_guard<std::mutex> lock(mu_);
+  st_.peak = st_.current;
+  st_.at_peak = st_.current;
+  st_.peak_total = st_.current_total;
+  st_.peak_reserved = st_.current_total + cached;
+}
+
+namespace {
+
+// Host memory from the process-wide tensor pool (block_pool.h), which keeps at least 64 MiB of
+// freed blocks and otherwise as much as the process ever had in use at once.
+class CpuAllocator final : public Allocator {
+ public:
+  Device device() const override { return Device::cpu; }
+  BlockPool& pool() { return pool_; }
+
+ protected:
+  void* raw_allocate(size_t nbytes) override {
+    void* p = pool_.get(nbytes);
+    TESSEL_CHECK(p != nullptr, "out of memory allocating {} bytes on the cpu device", nbytes);
+    return p;
+  }
+  void raw_deallocate(void* p, size_t nbytes) noexcept override { pool_.put(p, nbytes); }
+  int64_t cached_bytes() const override { return int64_t(pool_.stats().cached_bytes); }
+
+ private:
+  BlockPool pool_{size_t(64) << 20};
+};
+
+// Accounts and allocates nothing.
+class MetaAllocator final : public Allocator {
+ public:
+  Device device() const override { return Device::meta; }
+
+ protected:
+  void* raw_allocate(size_t) override { return nullptr; }
+  void raw_deallocate(void*, size_t) noexcept override {}
+};
+
+// Never destroyed: tensors may outlive static destructors.
+CpuAllocator& cpu_allocator() {
+  static CpuAllocator* a = new CpuAllocator;
+  return *a;
+}
+
+thread_local MemoryCategory t_category = MemoryCategory::activations;
+
+}  // namespace
+
+Allocator& allocator(Device d) {
+  static MetaAllocator* meta = new MetaAllocator;
+  return d == Device::meta ? static_cast<Allocator&>(*meta) : cpu_allocator();
+}
+
+BlockPoolStats tensor_pool_stats() { return cpu_allocator().pool().stats(); }
+
+MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : previous_(t_category) { t_category = c; }
+MemoryCategoryScope::~MemoryCategoryScope() { t_category = previous_; }
+MemoryCategory current_memory_category() { return t_category; }
+
+}  // namespace tessel

@@ -1,0 +1,100 @@
+#pragma once
+// Device allocators with memory accounted by category.
+//
+// Every tensor allocation goes through the allocator of its device, tagged with the category of
+// what it holds. The allocator keeps, per category, the bytes in use now and their peak, and the
+// peak of the total with each category's share at that moment (which is what a dry run reports as
+// "where the peak occurs"). Bytes are accounted as the block the request is served from
+// (BlockPool::block_size: 64-byte multiples below 4 KiB, 8 size classes per octave above), on every
+// device, so a meta run accounts exactly what the CPU run does.
+//
+// The category of an allocation is the innermost MemoryCategoryScope of the allocating thread, or
+// `activations` when there is none: memory a step creates and frees (what forward keeps for
+// backward, and its temporaries) is the default; model state, communication buffers and kernel
+// workspaces are tagged where they are created.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+
+#include "tessel/core/device.h"
+
+namespace tessel {
+
+enum class MemoryCategory : uint8_t {
+  parameters,       // weights: fp32 masters and their compute (bf16) copy
+  gradients,        // fp32 main gradients
+  optimizer_state,  // Adam moments, FP8 scaling state (amax histories, scales)
+  activations,      // created and freed within a step (the default)
+  communication,    // buffers of collectives and pipeline transfers
+  workspace,        // kernel scratch
+};
+inline constexpr int kMemoryCategories = 6;
+
+std::string_view memory_category_name(MemoryCategory c);
+
+struct MemoryStats {
+  using PerCategory = std::array<int64_t, kMemoryCategories>;  // bytes, indexed by MemoryCategory
+  PerCategory current{};
+  PerCategory peak{};     // the largest `current` of each category on its own
+  PerCategory at_peak{};  // each category's bytes when the total was at its peak (sums to peak_total)
+  int64_t current_total = 0;
+  int64_t peak_total = 0;
+  // What the device allocator holds: the bytes in use plus the free blocks it keeps for reuse (the
+  // cpu's pool; meta keeps none), and its peak. peak_reserved - peak_total is the pool's slack.
+  int64_t reserved = 0;
+  int64_t peak_reserved = 0;
+  int64_t allocations = 0;  // requests since the allocator was created
+
+  int64_t of(MemoryCategory c) const { return current[size_t(c)]; }
+  int64_t peak_of(MemoryCategory c) const { return peak[size_t(c)]; }
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual Device device() const = 0;
+
+  // Bytes accounted for a request of nbytes (its block size), the same on every device.
+  static int64_t accounted_bytes(size_t nbytes);
+
+  // Storage for nbytes tagged `c`; throws tessel::Error when the device is out of memory. The meta
+  // allocator returns nullptr: it accounts and allocates nothing.
+  void* allocate(size_t nbytes, MemoryCategory c);
+  // Returns storage from allocate(nbytes, c), with the same nbytes and category.
+  void deallocate(void* p, size_t nbytes, MemoryCategory c) noexcept;
+
+  MemoryStats stats() const;
+  // Starts a new peak measurement: every peak becomes the bytes in use now (e.g. at the start of a
+  // step, so the peak is the step's).
+  void reset_peak();
+
+ protected:
+  virtual void* raw_allocate(size_t nbytes) = 0;  // throws when out of memory
+  virtual void raw_deallocate(void* p, size_t nbytes) noexcept = 0;
+  virtual int64_t cached_bytes() const { return 0; }  // free blocks kept for reuse
+
+ private:
+  mutable std::mutex mu_;
+  MemoryStats st_;
+};
+
+// The process-wide allocator of a device.
+Allocator& allocator(Device d);
+
+// The category of allocations made by this thread while the scope lives (scopes nest).
+class MemoryCategoryScope {
+ public:
+  explicit MemoryCategoryScope(MemoryCategory c);
+  ~MemoryCategoryScope();
+  MemoryCategoryScope(const MemoryCategoryScope&) = delete;
+  MemoryCategoryScope& operator=(const MemoryCategoryScope&) = delete;
+
+ private:
+  MemoryCategory previous_;
+};
+
+MemoryCategory current_memory_category();
+
+}  // namespace tessel
