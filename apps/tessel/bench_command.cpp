@@ -3,6 +3,7 @@
 // under mpirun also the bytes each parallel group moves per step, the per-rank memory of parameters,
 // gradients and optimizer state, and the share of data-parallel communication hidden behind backward.
 // The last line printed is one JSON object (tokens_per_s, step_s, mfu, peak_rss_mb, ...).
+#include <dlfcn.h>
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -23,6 +24,7 @@
 #include "gemm_peak.h"
 #include "run_context.h"
 #include "tessel/core/block_pool.h"
+#include "tessel/core/memory.h"
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/train/trainer.h"
@@ -57,6 +59,24 @@ std::string megabytes(double bytes) {
   return bytes >= 5e4 ? fmt::format("{:.1f} MB", bytes / 1e6) : fmt::format("{:.0f} B", bytes);
 }
 
+// The malloc interposer bench/heap_peak/heap_peak.cpp, when preloaded (LD_PRELOAD): bytes the process
+// holds from malloc by any path, measured independently of tessel's allocator accounting.
+struct HeapProbe {
+  using Get = int64_t (*)();
+  using Reset = void (*)();
+  Get live = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "tessel_heap_live_bytes"));
+  Get peak = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "tessel_heap_peak_bytes"));
+  Reset reset_peak = reinterpret_cast<Reset>(dlsym(RTLD_DEFAULT, "tessel_heap_reset_peak"));
+  bool present() const { return live && peak && reset_peak; }
+};
+
+nlohmann::json bytes_by_category(const MemoryStats::PerCategory& bytes) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int c = 0; c < kMemoryCategories; ++c)
+    j[std::string(memory_category_name(MemoryCategory(c)))] = bytes[size_t(c)];
+  return j;
+}
+
 double peak_rss_mb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -75,6 +95,9 @@ int run_bench(const BenchOptions& o) {
               (long long)m.num_attention_heads, (long long)m.num_query_groups, (long long)m.ffn_hidden_size,
               (long long)m.vocab_size, (long long)m.seq_length);
   const auto [peak, peak_src] = lead ? gemm_peak(m.compute, o.remeasure_peak) : std::make_pair(1.0, std::string());
+  const HeapProbe heap;
+  const int64_t heap_before_model = heap.present() ? heap.live() : 0;  // libraries, MPI, the GEMM peak check
+  Allocator& device_memory = allocator(Device::cpu);
   train::Trainer trainer(cfg, ctx.groups.get());
   const int64_t mbs = cfg.train.micro_batch_size, accum = cfg.grad_accumulation_steps();
   std::printf("compute %s, micro batch %lld x %lld accumulation, %d threads, %.1fM parameters, recompute %s\n",
@@ -109,9 +132,12 @@ int run_bench(const BenchOptions& o) {
     for (int64_t a = 0; a < accum / ctx.dp; ++a)
       mbs_list.push_back(data.batch(ctx.micro_batch_index(s, accum, a) * mbs, mbs));
     const bool measured = s >= o.warmup;
-    if (s == o.warmup)  // count the measured steps only
+    if (s == o.warmup) {  // count the measured steps only
       for (const auto& g : groups)
         if (g.comm) g.comm->reset_stats();
+      device_memory.reset_peak();
+      if (heap.present()) heap.reset_peak();
+    }
     Profiler::get().enabled = (o.profile || time_dp_wait) && measured;
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = trainer.step(mbs_list, s);
@@ -122,6 +148,26 @@ int run_bench(const BenchOptions& o) {
     if (measured) times.push_back(dt);
   }
   Profiler::get().enabled = false;
+  // Tensor memory accounted by the cpu allocator over the measured steps (model state included), and,
+  // with the interposer, the real heap over the same steps above what the process held before the
+  // model was built: the share of it the accounting covers exposes memory that bypasses the
+  // allocator (library scratchpads, staging vectors, free blocks the pool keeps).
+  const MemoryStats mem = device_memory.stats();
+  nlohmann::json heap_growth = nullptr, coverage = nullptr;
+  std::printf("accounted peak %.2f MB (", double(mem.peak_total) / 1e6);
+  for (int c = 0; c < kMemoryCategories; ++c)
+    std::printf("%s%s %.2f", c ? ", " : "", std::string(memory_category_name(MemoryCategory(c))).c_str(),
+                double(mem.at_peak[size_t(c)]) / 1e6);
+  std::printf(" MB at the peak)");
+  if (heap.present()) {
+    const int64_t growth = heap.peak() - heap_before_model;
+    heap_growth = growth;
+    coverage = growth > 0 ? double(mem.peak_total) / double(growth) : 1.0;
+    std::printf(" of %.2f MB real heap growth (%.1f%%; with the pool's free blocks, peak %.2f MB: %.1f%%)",
+                double(growth) / 1e6, 100 * coverage.get<double>(), double(mem.peak_reserved) / 1e6,
+                100 * double(mem.peak_reserved) / double(growth));
+  }
+  std::printf("\n");
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
   const double step_s = sorted[sorted.size() / 2];
@@ -285,6 +331,11 @@ int run_bench(const BenchOptions& o) {
                       {"pool_cached_mb", double(tensor_pool_stats().cached_bytes) / 1e6},
                       {"mfu", mfu},
                       {"peak_rss_mb", rss},
+                      {"accounted_peak_bytes", mem.peak_total},
+                      {"accounted_peak_bytes_by_category", bytes_by_category(mem.at_peak)},
+                      {"accounted_peak_reserved_bytes", mem.peak_reserved},
+                      {"heap_peak_growth_bytes", heap_growth},
+                      {"accounted_heap_coverage", coverage},
                       {"params", local},
                       {"param_mb", param_bytes / 1e6},
                       {"activation_mb_per_micro_batch", activation_mb},
