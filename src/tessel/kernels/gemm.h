@@ -21,9 +21,12 @@ struct GemmOperand {
 void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOperand b, float* c, int64_t ldc,
           bool accumulate, const float* bias = nullptr);
 
-// Tensor form for 2-D operands: c = op(a) @ op(b) (+ c). Shapes are checked.
+// The dispatch point (gemm.cpp): c = op(a) @ op(b) (+ bias) (+ c) for 2-D tensors on one device.
+// Shapes and dtypes are checked on every device; the call is recorded in op_log() when it is on;
+// cpu runs gemm() below (kernels/cpu/gemm_onednn.cpp); meta computes nothing. A cuda device would
+// add its case here, with cuBLASLt behind it. bias: f32[N] or undefined.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, bool accumulate,
-            const float* bias = nullptr);
+            const Tensor& bias = Tensor());
 
 // True where oneDNN has no bf16 matmul kernels (no AVX-512, or ONEDNN_MAX_CPU_ISA below AVX512_CORE):
 // bf16 operands are then widened to fp32 (exact) and multiplied by the fp32 kernels.

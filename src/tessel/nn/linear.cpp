@@ -127,7 +127,7 @@ Tensor Linear::forward(const LinearInput& in, Activations& saved) const {
       put_fp8(saved, key_x_, block_scaled() ? fp8_->quantize_cols_transposed(xc, slot_x_, fp8_->recipe().forward) : xq);
     } else {
       kernels::matmul(xc, false, ps_.compute_at(w_offset_, {out_, in_}), true, y, false,
-                      fused_bias ? ps_.params_data() + b_offset_ : nullptr);
+                      fused_bias ? ps_.param_at(b_offset_, {out_}) : Tensor());
       saved.put(key_x_, xc);
     }
   }

@@ -237,21 +237,6 @@ std::string gemm_cpu_isa() {
   }
 }
 
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, bool accumulate,
-            const float* bias) {
-  TESSEL_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2, "matmul needs 2-D tensors, got {} {} {}", a.str(),
-               b.str(), c.str());
-  TESSEL_CHECK(a.dtype() == b.dtype(), "matmul operands differ in dtype: {} vs {}", a.str(), b.str());
-  TESSEL_CHECK(c.dtype() == DType::f32, "matmul output must be f32, got {}", c.str());
-  TESSEL_CHECK(a.stride(1) == 1 && b.stride(1) == 1 && c.stride(1) == 1, "matmul needs row-major operands");
-  const int64_t M = trans_a ? a.size(1) : a.size(0), K = trans_a ? a.size(0) : a.size(1);
-  const int64_t Kb = trans_b ? b.size(1) : b.size(0), N = trans_b ? b.size(0) : b.size(1);
-  TESSEL_CHECK(K == Kb && c.size(0) == M && c.size(1) == N, "matmul shape mismatch: op({}) @ op({}) -> {}", a.str(),
-               b.str(), c.str());
-  gemm(M, N, K, a.dtype(), {a.raw(), a.stride(0), trans_a}, {b.raw(), b.stride(0), trans_b}, c.data<float>(),
-       c.stride(0), accumulate, bias);
-}
-
 double measure_gemm_gflops(DType dtype, int64_t n, int reps) {
   Tensor a = Tensor::zeros({n, n}, dtype), b = Tensor::zeros({n, n}, dtype), c = Tensor::zeros({n, n}, DType::f32);
   a.fill(0.5);

@@ -1,0 +1,43 @@
+// The GEMM dispatch point: device-neutral checks and the op record, then the device's kernel.
+#include "tessel/kernels/gemm.h"
+
+#include "tessel/kernels/op_log.h"
+
+namespace tessel::kernels {
+
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, bool accumulate,
+            const Tensor& bias) {
+  TESSEL_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2, "matmul needs 2-D tensors, got {} {} {}", a.str(),
+               b.str(), c.str());
+  TESSEL_CHECK(a.dtype() == b.dtype(), "matmul operands differ in dtype: {} vs {}", a.str(), b.str());
+  TESSEL_CHECK(c.dtype() == DType::f32, "matmul output must be f32, got {}", c.str());
+  TESSEL_CHECK(a.stride(1) == 1 && b.stride(1) == 1 && c.stride(1) == 1, "matmul needs row-major operands");
+  const int64_t M = trans_a ? a.size(1) : a.size(0), K = trans_a ? a.size(0) : a.size(1);
+  const int64_t Kb = trans_b ? b.size(1) : b.size(0), N = trans_b ? b.size(0) : b.size(1);
+  TESSEL_CHECK(K == Kb && c.size(0) == M && c.size(1) == N, "matmul shape mismatch: op({}) @ op({}) -> {}", a.str(),
+               b.str(), c.str());
+  if (bias.defined())
+    TESSEL_CHECK(bias.dtype() == DType::f32 && bias.numel() == N && bias.is_contiguous(),
+                 "matmul bias must be a contiguous f32 tensor of {} elements, got {}", N, bias.str());
+  const Device device = common_device("matmul", {&a, &b, &c, &bias});
+  if (op_log().enabled()) {
+    OpRecord r{"gemm", {a.shape(), b.shape(), c.shape()}, {a.dtype(), b.dtype(), c.dtype()}, 2.0 * double(M) * double(N) * double(K),
+               int64_t(a.nbytes() + b.nbytes()) + (accumulate ? int64_t(c.nbytes()) : 0), int64_t(c.nbytes())};
+    if (bias.defined()) {
+      r.shapes.insert(r.shapes.begin() + 2, bias.shape());
+      r.dtypes.insert(r.dtypes.begin() + 2, bias.dtype());
+      r.bytes_read += int64_t(bias.nbytes());
+    }
+    op_log().add(std::move(r));
+  }
+  switch (device) {
+    case Device::cpu:
+      gemm(M, N, K, a.dtype(), {a.raw(), a.stride(0), trans_a}, {b.raw(), b.stride(0), trans_b}, c.data<float>(),
+           c.stride(0), accumulate, bias.defined() ? bias.data<float>() : nullptr);
+      return;
+    case Device::meta:
+      return;  // the record above is all the meta device does
+  }
+}
+
+}  // namespace tessel::kernels

@@ -1,0 +1,57 @@
+#include "tessel/kernels/op_log.h"
+
+#include <utility>
+
+namespace tessel::kernels {
+
+void OpLog::add(OpRecord r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.push_back(std::move(r));
+}
+
+std::vector<OpRecord> OpLog::records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_;
+}
+
+std::map<std::string, OpTotals> OpLog::totals_by_op() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, OpTotals> out;
+  for (const OpRecord& r : records_) {
+    OpTotals& t = out[r.op];
+    ++t.calls;
+    t.flops += r.flops;
+    t.bytes_read += r.bytes_read;
+    t.bytes_written += r.bytes_written;
+  }
+  return out;
+}
+
+void OpLog::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.clear();
+}
+
+OpLog& op_log() {
+  static OpLog* log = new OpLog;  // never destroyed: kernels may run during static destruction
+  return *log;
+}
+
+Device common_device(const char* op, std::initializer_list<const Tensor*> operands) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : operands) {
+    if (!t->defined()) continue;
+    if (!first) {
+      first = t;
+    } else if (t->device() != first->device()) {
+      std::string list;
+      for (const Tensor* u : operands)
+        if (u->defined()) list += (list.empty() ? "" : ", ") + u->str() + (u->is_meta() ? "" : " on cpu");
+      TESSEL_FAIL("{}: operands on different devices ({}); every operand of a kernel must be on one device", op,
+                  list);
+    }
+  }
+  return first ? first->device() : Device::cpu;
+}
+
+}  // namespace tessel::kernels

@@ -1,0 +1,57 @@
+#pragma once
+// The kernel calls of a run, one record each (op, operand shapes and dtypes, FLOPs, bytes read and
+// written), written by each op family's dispatch point on every device when the log is on. On the
+// meta device this is all a kernel does: a dry run's op list is the log of the real training step.
+// The planner prices these records with a hardware profile.
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tessel/core/tensor.h"
+
+namespace tessel::kernels {
+
+struct OpRecord {
+  std::string op;             // the op family's name: "gemm", ...
+  std::vector<Shape> shapes;  // operands, inputs first, outputs last
+  std::vector<DType> dtypes;
+  double flops = 0;           // arithmetic operations (a multiply-add counts 2)
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+};
+
+struct OpTotals {
+  int64_t calls = 0;
+  double flops = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+};
+
+class OpLog {
+ public:
+  // Off by default: a real run pays one relaxed load per kernel call.
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
+
+  void add(OpRecord r);
+  std::vector<OpRecord> records() const;
+  std::map<std::string, OpTotals> totals_by_op() const;
+  void clear();
+
+ private:
+  std::atomic<bool> enabled_{false};
+  mutable std::mutex mu_;
+  std::vector<OpRecord> records_;
+};
+
+// The process-wide log the dispatch points write to.
+OpLog& op_log();
+
+// The device every operand of one kernel call is on; operands on different devices are refused,
+// naming the op and each operand. Undefined tensors (an absent bias) are skipped.
+Device common_device(const char* op, std::initializer_list<const Tensor*> operands);
+
+}  // namespace tessel::kernels
