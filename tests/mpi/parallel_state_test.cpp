@@ -90,3 +90,32 @@ TEST(ParallelStateMpi, MisconfigurationFailsOnEveryRank) {
 }
 
 }  // namespace
+
+// The meta world (comm/meta.cpp) builds every group from the same rules without other processes:
+// for each layout, each group's size and this rank's place in it equal those MPI built.
+TEST(ParallelStateMpi, TheMetaWorldBuildsTheSameGroupsAsMpi) {
+  const int W = world().size();
+  int checked = 0;
+  for (int tp = 1; tp <= W; ++tp)
+    for (int cp = 1; cp <= W; ++cp)
+      for (int pp = 1; pp <= W; ++pp)
+        for (int ep = 1; ep <= W; ++ep) {
+          if (W % (tp * cp * pp) || ((W / (tp * cp * pp)) * cp) % ep) continue;
+          const ParallelSizes s{tp, cp, pp, ep};
+          ParallelState real(world(), s);
+          auto meta_world = make_meta_communicator(world().rank(), W);
+          ParallelState meta(*meta_world, s);
+          for (auto group : {&ParallelState::tp, &ParallelState::cp, &ParallelState::dp, &ParallelState::pp,
+                             &ParallelState::dp_cp, &ParallelState::ep, &ParallelState::ep_dp}) {
+            EXPECT_EQ((meta.*group)().size(), (real.*group)().size()) << real.describe();
+            EXPECT_EQ((meta.*group)().rank(), (real.*group)().rank()) << real.describe();
+          }
+          ASSERT_EQ(meta.embedding() != nullptr, real.embedding() != nullptr);
+          if (real.embedding()) {
+            EXPECT_EQ(meta.embedding()->size(), real.embedding()->size());
+            EXPECT_EQ(meta.embedding()->rank(), real.embedding()->rank());
+          }
+          ++checked;
+        }
+  EXPECT_GE(checked, 4);
+}

@@ -4,6 +4,7 @@
 // Buffers are raw element arrays; dtypes f32, bf16, i32, i64 (bf16 reductions accumulate in fp32 and
 // round once). Non-blocking forms return a Work handle; the buffers must stay alive until wait().
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,7 +27,10 @@ class Work {
 };
 
 // Payload bytes this rank handed to each kind of operation (for `tessel bench`'s communication
-// figures): all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send.
+// figures): all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send. The payload is what
+// this rank contributes: all_reduce and broadcast `count`; all_gather its own block (`count`, or
+// counts[rank]); reduce_scatter and all_to_all the whole input (size x count, or the sum of the
+// counts); send `count`; recv nothing (the sender counts it). Every backend counts by this rule.
 struct CommStats {
   int64_t calls = 0;
   int64_t bytes = 0;
@@ -73,6 +77,14 @@ class Communicator {
   // Ranks with the same color form a new communicator, ordered by key. A negative color returns
   // null (the rank joins no group). Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // The same by a rule every rank can evaluate for any rank: rank r takes (color, key) = rule(r).
+  // By default this rank's pair goes to split() (collective); the meta communicator, which stands
+  // for every rank of its group at once, evaluates the rule for all of them.
+  using ColorKeyRule = std::function<std::pair<int, int>(int rank)>;
+  virtual std::unique_ptr<Communicator> split_by(const ColorKeyRule& rule) {
+    const auto [color, key] = rule(rank());
+    return split(color, key);
+  }
 
  protected:
   void count(const char* kind, int64_t elements, DType t) {
@@ -91,6 +103,12 @@ double sum_in_rank_order(Communicator& c, double x);
 
 // One rank, no MPI: collectives are copies, point-to-point is an error.
 std::unique_ptr<Communicator> make_local_communicator();
+
+// Rank `rank` of a group of `size` ranks with no other process (the meta device: a dry run of any
+// layout on one machine). Collectives touch no memory and return at once; each is counted in
+// stats() by the payload rule above, exactly as the mpi backend counts it. All-to-all-v takes the
+// counts it is given (the caller's assumed routing); point-to-point completes without a peer.
+std::unique_ptr<Communicator> make_meta_communicator(int rank, int size);
 
 // MPI_COMM_WORLD (initialises MPI on first use, finalises at exit).
 std::unique_ptr<Communicator> make_mpi_world();

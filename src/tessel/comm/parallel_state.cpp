@@ -34,18 +34,32 @@ ParallelState::ParallelState(Communicator& world, ParallelSizes s) : world_(worl
                "expert_model_parallel_size {} must divide data parallel {} x context parallel {} = {}", s.ep, dp_, s.cp,
                dp_ * s.cp);
   me_ = coords_of(world.rank(), s, dp_);
-  const auto& m = me_;
-  // Color = the coordinates held fixed, key = the one that varies; split is collective over world.
-  tp_ = world.split(m.cp + s.cp * (m.dp + dp_ * m.pp), m.tp);
-  cp_ = world.split(m.tp + s.tp * (m.dp + dp_ * m.pp), m.cp);
-  dp_g_ = world.split(m.tp + s.tp * (m.cp + s.cp * m.pp), m.dp);
-  pp_ = world.split(m.tp + s.tp * (m.cp + s.cp * m.dp), m.pp);
-  dp_cp_ = world.split(m.tp + s.tp * m.pp, m.cp + s.cp * m.dp);
-  const int dpcp_index = m.cp + s.cp * m.dp;  // position in the DP x CP product
-  ep_ = world.split((m.tp + s.tp * m.pp) * ((dp_ * s.cp) / s.ep) + dpcp_index / s.ep, dpcp_index % s.ep);
-  ep_dp_ = world.split((m.tp + s.tp * m.pp) * s.ep + dpcp_index % s.ep, dpcp_index / s.ep);
-  const bool edge = m.pp == 0 || m.pp == s.pp - 1;
-  embedding_ = world.split(edge ? m.tp + s.tp * (m.cp + s.cp * m.dp) : -1, m.pp);
+  const int dp = dp_;
+  // Each group: color = the coordinates held fixed, key = the one that varies, as a rule for any
+  // rank (split_by: collective over world; the meta world evaluates it for every rank).
+  const auto by = [&](auto color_key) {
+    return world.split_by([&, color_key](int rank) { return color_key(coords_of(rank, s, dp)); });
+  };
+  using CK = std::pair<int, int>;
+  tp_ = by([&](const RankCoords& m) { return CK{m.cp + s.cp * (m.dp + dp * m.pp), m.tp}; });
+  cp_ = by([&](const RankCoords& m) { return CK{m.tp + s.tp * (m.dp + dp * m.pp), m.cp}; });
+  dp_g_ = by([&](const RankCoords& m) { return CK{m.tp + s.tp * (m.cp + s.cp * m.pp), m.dp}; });
+  pp_ = by([&](const RankCoords& m) { return CK{m.tp + s.tp * (m.cp + s.cp * m.dp), m.pp}; });
+  dp_cp_ = by([&](const RankCoords& m) { return CK{m.tp + s.tp * m.pp, m.cp + s.cp * m.dp}; });
+  // Expert groups: consecutive blocks of ep ranks of the DP x CP product, and the ranks holding the
+  // same experts across those blocks.
+  ep_ = by([&](const RankCoords& m) {
+    const int dpcp_index = m.cp + s.cp * m.dp;  // position in the DP x CP product
+    return CK{(m.tp + s.tp * m.pp) * ((dp * s.cp) / s.ep) + dpcp_index / s.ep, dpcp_index % s.ep};
+  });
+  ep_dp_ = by([&](const RankCoords& m) {
+    const int dpcp_index = m.cp + s.cp * m.dp;
+    return CK{(m.tp + s.tp * m.pp) * s.ep + dpcp_index % s.ep, dpcp_index / s.ep};
+  });
+  embedding_ = by([&](const RankCoords& m) {
+    const bool edge = m.pp == 0 || m.pp == s.pp - 1;
+    return CK{edge ? m.tp + s.tp * (m.cp + s.cp * m.dp) : -1, m.pp};
+  });
 }
 
 std::string ParallelState::describe() const {
