@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "tessel/nn/model.h"
+#include "tessel/nn/model_config.h"
 #include "tessel/nn/params.h"
-#include "tessel/train/config.h"
 
 namespace tessel::ckpt {
 

@@ -11,13 +11,9 @@
 #include <vector>
 
 #include "tessel/core/tensor.h"
+#include "tessel/data/batch.h"
 
 namespace tessel::data {
-
-struct Batch {
-  Tensor tokens;   // [B, T] i64
-  Tensor targets;  // [B, T] i64, tokens shifted by one
-};
 
 class SyntheticData {
  public:

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "tessel/comm/communicator.h"
-#include "tessel/data/synthetic.h"
+#include "tessel/data/batch.h"
 #include "tessel/nn/model.h"
 #include "tessel/pipeline/schedule.h"
 
