@@ -249,19 +249,16 @@ TEST(ConfigInput, EmptyConfigFileOrOneWithoutAModelIsRefused) {
   EXPECT_EQ(Config::load("", {}).model.num_layers, 2);  // no file at all: the built-in defaults
 }
 
-TEST(ConfigInput, EveryShippedConfigIsWithinTheLimits) {
+TEST(ConfigInput, EveryShippedConfigLoads) {
+  // The planning configs included: deepseek-v3.yaml once failed here (61 layers on 16 stages without
+  // pipeline_layers_per_stage).
   int loaded = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(std::string(TESSEL_FIXTURE_DIR) + "/../../configs"))
     if (e.path().extension() == ".yaml") {
-      // Some planning configs (deepseek-v3.yaml) have layouts that need more settings; none may hit a size bound.
-      try {
-        Config::load(e.path().string(), {});
-      } catch (const tessel::Error& err) {
-        EXPECT_EQ(std::string(err.what()).find("must be in ["), std::string::npos) << e.path() << ": " << err.what();
-      }
+      EXPECT_NO_THROW(Config::load(e.path().string(), {})) << e.path();
       ++loaded;
     }
-  EXPECT_GE(loaded, 8);
+  EXPECT_GE(loaded, 11);
 }
 
 TEST(ConfigInput, ErrorMessagesCarryNoSourceLocation) {
