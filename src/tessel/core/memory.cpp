@@ -26,6 +26,7 @@ void* Allocator::allocate(size_t nbytes, MemoryCategory c) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     st_.current[size_t(c)] += b;
+    st_.requested[size_t(c)] += int64_t(nbytes);
     st_.peak[size_t(c)] = std::max(st_.peak[size_t(c)], st_.current[size_t(c)]);
     st_.current_total += b;
     if (st_.current_total > st_.peak_total) {
@@ -40,6 +41,7 @@ void* Allocator::allocate(size_t nbytes, MemoryCategory c) {
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     st_.current[size_t(c)] -= b;
+    st_.requested[size_t(c)] -= int64_t(nbytes);
     st_.current_total -= b;
     throw;
   }
@@ -55,6 +57,7 @@ void Allocator::deallocate(void* p, size_t nbytes, MemoryCategory c) noexcept {
   const int64_t b = accounted_bytes(nbytes);
   std::lock_guard<std::mutex> lock(mu_);
   st_.current[size_t(c)] -= b;
+  st_.requested[size_t(c)] -= int64_t(nbytes);
   st_.current_total -= b;
 }
 

@@ -39,6 +39,9 @@ struct MemoryStats {
   PerCategory current{};
   PerCategory peak{};     // the largest `current` of each category on its own
   PerCategory at_peak{};  // each category's bytes when the total was at its peak (sums to peak_total)
+  // The bytes asked for, before rounding to blocks: what the same tensors need on a device whose
+  // allocator rounds otherwise (a CUDA caching allocator rounds to 512 B and 2 MiB segments).
+  PerCategory requested{};
   int64_t current_total = 0;
   int64_t peak_total = 0;
   // What the device allocator holds: the bytes in use plus the free blocks it keeps for reuse (the

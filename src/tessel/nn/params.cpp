@@ -55,7 +55,9 @@ int64_t ParamStore::add_shard(const std::string& name, const Shape& global_shape
 void ParamStore::finalize() {
   TESSEL_CHECK(!finalized_, "ParamStore finalized twice");
   const int64_t bytes_per_param = 2 * 4 + (compute_ == DType::f32 ? 0 : int64_t(dtype_size(compute_)));
-  check_fits_in_memory(double(total_) * double(bytes_per_param), "the model",
+  // On the meta device nothing is allocated: a dry run reports what would not fit instead.
+  if (default_device() != Device::meta)
+    check_fits_in_memory(double(total_) * double(bytes_per_param), "the model",
                        fmt::format("{} parameters x {} bytes: fp32 weights and gradients{}, before optimizer state "
                                    "and activations", total_, bytes_per_param,
                                    compute_ == DType::f32 ? "" : ", the compute copy"),
@@ -91,6 +93,7 @@ void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, i
 
 void ParamStore::initialize(uint64_t seed) {
   TESSEL_CHECK(finalized_, "ParamStore::initialize before finalize");
+  if (params_.is_meta()) return;  // no values to draw
   for (const auto& s : specs_) {
     // Rows and columns of this (possibly sharded) tensor inside the global [R, C] (1-D: [1, C]).
     const bool two_d = s.shape.size() == 2;
@@ -102,11 +105,12 @@ void ParamStore::initialize(uint64_t seed) {
   refresh_compute_copy();
 }
 
+// A view of `shape` at an element offset of a flat buffer: shares its storage, so it keeps the
+// buffer's device (a meta parameter's view is meta) and keeps the buffer alive.
 static Tensor view_of(const Tensor& flat, int64_t offset, const Shape& shape, int64_t total) {
   TESSEL_CHECK(offset >= 0 && offset + shape_numel(shape) <= total, "parameter view {} at {} exceeds the {} elements",
                shape_str(shape), offset, total);
-  return Tensor::from_blob(static_cast<char*>(flat.raw()) + size_t(offset) * dtype_size(flat.dtype()), shape,
-                           flat.dtype());
+  return flat.slice(0, offset, offset + shape_numel(shape)).reshape(shape);
 }
 
 Tensor ParamStore::param_at(int64_t offset, const Shape& shape) const { return view_of(params_, offset, shape, total_); }
@@ -123,11 +127,13 @@ Tensor ParamStore::grad(const std::string& name) const {
   return grad_at(s.offset, s.shape);
 }
 
-void ParamStore::zero_grads() { std::memset(grads_.raw(), 0, grads_.nbytes()); }
+void ParamStore::zero_grads() {
+  if (!grads_.is_meta()) std::memset(grads_.raw(), 0, grads_.nbytes());
+}
 
 void ParamStore::refresh_compute_copy() {
   mark_updated();
-  if (compute_ == DType::bf16) kernels::cast_f32_to_bf16(total_, params_data(), compute_copy_.data<bf16>());
+  if (compute_ == DType::bf16 && !params_.is_meta()) kernels::cast_f32_to_bf16(total_, params_data(), compute_copy_.data<bf16>());
 }
 
 }  // namespace tessel::nn
