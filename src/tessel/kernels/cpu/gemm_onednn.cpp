@@ -137,7 +137,7 @@ void run_primitive(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand 
 // op(X) with its inner dimension K zero-padded to Kc, for X stored with K as its rows (A transposed,
 // B not); `outer` is its other dimension (M or N).
 GemmOperand pad_inner(const GemmOperand& x, int64_t outer, int64_t K, int64_t Kc, DType dt, Tensor& keep) {
-  keep = Tensor::empty({Kc, outer}, dt);
+  keep = Tensor::empty({Kc, outer}, dt, Device::cpu);
   const size_t es = dtype_size(dt), row_bytes = size_t(outer) * es;
   auto* dst = static_cast<char*>(keep.raw());
   for (int64_t r = 0; r < K; ++r)
@@ -165,7 +165,7 @@ bool bf16_matmul_available() {
 // A stored bf16 matrix (rows x cols at leading dimension x.ld) widened into a dense fp32 copy of
 // rows_out >= rows rows, the rows past `rows` zero (the K padding of pad_inner, in the same copy).
 GemmOperand widen_bf16(const GemmOperand& x, int64_t rows, int64_t cols, int64_t rows_out, Tensor& keep) {
-  keep = Tensor::empty({rows_out, cols}, DType::f32);
+  keep = Tensor::empty({rows_out, cols}, DType::f32, Device::cpu);
   const auto* src = static_cast<const bf16*>(x.data);
   float* dst = keep.data<float>();
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
@@ -190,6 +190,7 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
   to_dnnl(ab_dtype);  // an unsupported dtype fails before any copy
   const bool tokens_in_k = a.trans && !b.trans;
   const int64_t Kc = tokens_in_k ? size_class_ceil(K, kExactDims) : K;
+  MemoryCategoryScope scratch(MemoryCategory::workspace);
   Tensor a_copy, b_copy;  // widened and/or K-padded operands, held until the GEMM has run
   if (ab_dtype == DType::bf16 && !bf16_matmul_available()) {
     // bf16 operands widened to fp32 where oneDNN has no bf16 kernels. With tokens in K both are
