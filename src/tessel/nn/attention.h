@@ -7,12 +7,13 @@
 #include <string>
 
 #include "tessel/kernels/rope.h"
+#include "tessel/nn/layer_blocks.h"
 #include "tessel/nn/linear.h"
 #include "tessel/nn/model_config.h"
 
 namespace tessel::nn {
 
-class SelfAttention {
+class SelfAttention final : public AttentionBlock {
  public:
   // tp (optional): heads split over the tensor-parallel group (query and key/value heads must both
   // divide); QKV is column-parallel, the output projection row-parallel.
@@ -22,16 +23,16 @@ class SelfAttention {
                 std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr,
                 comm::Communicator* cp = nullptr);
 
-  Tensor forward(const LinearInput& y, int64_t batch, Activations& saved) const;  // y [N, d] -> [N, d] f32
-  const Linear& input_linear() const { return qkv_; }  // the Linear reading y
-  Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dy [N, d] f32
-  void backward_weight(Activations& saved) const;
+  Tensor forward(const LinearInput& y, int64_t batch, Activations& saved) const override;  // y [N, d] -> [N, d] f32
+  const Linear* input_linear() const override { return &qkv_; }  // the Linear reading y
+  Tensor backward_input(const Tensor& dout, Activations& saved) const override;  // -> dy [N, d] f32
+  void backward_weight(Activations& saved) const override;
 
   // Inference: y [n, d] holds positions pos0 .. pos0 + n - 1 of one sequence; their keys and values
   // are appended to the layer's cache (k_cache, v_cache [capacity, G * Dh]) and each position
   // attends to the cache up to itself. Returns [n, d] f32. Nothing is saved for backward.
-  Tensor forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const;
-  int64_t kv_width() const { return G_ * Dh_; }
+  Tensor forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const override;
+  int64_t kv_width() const override { return G_ * Dh_; }
 
  private:
   void apply_rope(float* x, int64_t rows, int64_t ld, bool inverse) const;  // q and k heads of each row

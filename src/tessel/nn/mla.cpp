@@ -78,6 +78,17 @@ void MlaAttention::apply_rope(float* x, int64_t rows, int64_t ld, bool inverse) 
                           cp_global_position(j * L, T, cp_->rank(), cp_->size()));
 }
 
+Tensor MlaAttention::forward(const LinearInput& y, int64_t batch, Activations& saved) const {
+  TESSEL_CHECK(!y.quantized(), "multi-latent attention takes its input unquantized (two Linears read it)");
+  return forward(y.x, batch, saved);
+}
+
+Tensor MlaAttention::forward_decode(const Tensor&, int64_t, Tensor&, Tensor&) const {
+  TESSEL_FAIL("generation with multi-latent attention is not supported yet");
+}
+
+int64_t MlaAttention::kv_width() const { TESSEL_FAIL("generation with multi-latent attention is not supported yet"); }
+
 Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved) const {
   // The replicated latent projections and norms run on y's rows (this rank's under sequence
   // parallelism); q_b / q and kv_b give all rows of the local sequences.

@@ -21,13 +21,14 @@
 #include <string>
 
 #include "tessel/kernels/rope.h"
+#include "tessel/nn/layer_blocks.h"
 #include "tessel/nn/linear.h"
 #include "tessel/nn/model_config.h"
 #include "tessel/nn/norm.h"
 
 namespace tessel::nn {
 
-class MlaAttention {
+class MlaAttention final : public AttentionBlock {
  public:
   // rope: a table for qk_pos_emb_head_dim.
   MlaAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
@@ -35,8 +36,12 @@ class MlaAttention {
                comm::Communicator* cp = nullptr);
   // y [N, d] -> [N, d] f32 (N: this rank's rows; batch: sequences of the micro-batch).
   Tensor forward(const Tensor& y, int64_t batch, Activations& saved) const;
-  Tensor backward_input(const Tensor& dout, Activations& saved) const;  // -> dy [N, d] f32
-  void backward_weight(Activations& saved) const;
+  Tensor forward(const LinearInput& y, int64_t batch, Activations& saved) const override;  // y unquantized
+  Tensor backward_input(const Tensor& dout, Activations& saved) const override;  // -> dy [N, d] f32
+  void backward_weight(Activations& saved) const override;
+  // Generation with multi-latent attention is not supported yet: both refuse with that message.
+  Tensor forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const override;
+  int64_t kv_width() const override;
 
  private:
   int64_t qk() const { return nope_ + rope_dim_; }

@@ -3,21 +3,23 @@
 // GPT-2: down(gelu_tanh(up(y) + b) ) + b.
 #include <string>
 
+#include "tessel/nn/layer_blocks.h"
 #include "tessel/nn/linear.h"
 #include "tessel/nn/model_config.h"
 
 namespace tessel::nn {
 
-class Mlp {
+class Mlp final : public MlpBlock {
  public:
   // tp (optional): up/gate column-parallel, down row-parallel; ffn_hidden_size must divide.
   // ffn: the hidden size (0: cfg.ffn_hidden_size; MoE experts pass theirs).
   Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
       comm::Communicator* tp = nullptr, int64_t ffn = 0);
   Tensor forward(const LinearInput& y, Activations& saved) const;  // [N, d] -> [N, d] f32
-  const Linear& input_linear() const { return up_; }  // the Linear reading y
-  Tensor backward_input(const Tensor& dout, Activations& saved) const;
-  void backward_weight(Activations& saved) const;
+  Tensor forward(const LinearInput& y, float, Activations& saved, bool) const override { return forward(y, saved); }
+  const Linear* input_linear() const override { return &up_; }  // the Linear reading y
+  Tensor backward_input(const Tensor& dout, Activations& saved) const override;
+  void backward_weight(Activations& saved) const override;
 
  private:
   // The activation of the up projection's output h: down_proj's input, FP8 when it takes that.

@@ -6,6 +6,7 @@
 #include "tessel/kernels/xent.h"
 #include "tessel/nn/context_parallel.h"
 #include "tessel/nn/fp8.h"
+#include "tessel/nn/moe.h"
 #include "tessel/nn/sequence_parallel.h"
 
 namespace tessel::nn {

@@ -103,6 +103,11 @@ void Moe::check_same_routing(const std::vector<int64_t>& counts) const {
                  both[e]);
 }
 
+Tensor Moe::forward(const LinearInput& y, float grad_scale, Activations& saved, bool recomputing) const {
+  TESSEL_CHECK(!y.quantized(), "a Mixture-of-Experts block takes its input unquantized (the router reads it)");
+  return forward(y.x, grad_scale, saved, recomputing);
+}
+
 Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool recomputing) const {
   const Keys key(prefix_);
   const int64_t N = y.size(0), E = rc_.experts, k = rc_.topk;

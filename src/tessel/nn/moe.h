@@ -34,11 +34,12 @@
 #include <vector>
 
 #include "tessel/kernels/moe.h"
+#include "tessel/nn/layer_blocks.h"
 #include "tessel/nn/mlp.h"
 
 namespace tessel::nn {
 
-class Moe {
+class Moe final : public MlpBlock {
  public:
   Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
       comm::Communicator* ep = nullptr, comm::Communicator* tp = nullptr, comm::Communicator* cp = nullptr);
@@ -48,8 +49,9 @@ class Moe {
   // recomputing: a second forward of the same micro-batch (activation recompute) that rebuilds what
   // backward needs without counting loads and loss values again.
   Tensor forward(const Tensor& y, float grad_scale, Activations& saved, bool recomputing = false) const;
-  Tensor backward_input(const Tensor& dout, Activations& saved) const;
-  void backward_weight(Activations& saved) const;
+  Tensor forward(const LinearInput& y, float grad_scale, Activations& saved, bool recomputing) const override;
+  Tensor backward_input(const Tensor& dout, Activations& saved) const override;
+  void backward_weight(Activations& saved) const override;
 
   // After every micro-batch of a step: the step's tokens per expert summed over `groups`, the
   // expert bias moved (when enabled), the load statistic returned (max / mean tokens per expert)

@@ -1,16 +1,18 @@
 #pragma once
 // One pre-norm decoder layer:  r1 = r + attn(norm1(r));  out = r1 + mlp(norm2(r1)).
-// The residual add in front of norm2 is fused into the norm kernel.
+// The residual add in front of norm2 is fused into the norm kernel. attn is an AttentionBlock
+// (MHA/GQA or multi-latent attention), mlp an MlpBlock (dense or Mixture of Experts).
 #include <memory>
 #include <string>
 
-#include "tessel/nn/attention.h"
-#include "tessel/nn/mla.h"
-#include "tessel/nn/mlp.h"
-#include "tessel/nn/moe.h"
+#include "tessel/kernels/rope.h"
+#include "tessel/nn/layer_blocks.h"
+#include "tessel/nn/model_config.h"
 #include "tessel/nn/norm.h"
 
 namespace tessel::nn {
+
+class Moe;
 
 class TransformerLayer {
  public:
@@ -29,14 +31,13 @@ class TransformerLayer {
 
  private:
   Norm norm1_;
-  std::unique_ptr<SelfAttention> attn_;  // or, with model.multi_latent_attention:
-  std::unique_ptr<MlaAttention> mla_;
+  std::unique_ptr<AttentionBlock> attn_;
   Norm norm2_;
-  std::unique_ptr<Mlp> mlp_;  // dense layers
-  std::unique_ptr<Moe> moe_;  // Mixture-of-Experts layers (model.num_experts > 0)
+  std::unique_ptr<MlpBlock> mlp_;
+  Moe* moe_ = nullptr;  // mlp_ when this is a Mixture-of-Experts layer (model.num_experts > 0)
 
  public:
-  Moe* moe() const { return moe_.get(); }
+  Moe* moe() const { return moe_; }
 };
 
 }  // namespace tessel::nn
