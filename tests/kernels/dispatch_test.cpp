@@ -2,8 +2,13 @@
 // computes on the cpu and does nothing on meta; operands on two devices are refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 #include "support/error_of.h"
+#include "tessel/kernels/act.h"
 #include "tessel/kernels/gemm.h"
+#include "tessel/kernels/norm.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel {
@@ -67,6 +72,58 @@ TEST(KernelDispatch, TheLogIsOffUnlessTurnedOn) {
   const Tensor a = Tensor::empty({2, 3}, DType::f32, Device::meta), b = Tensor::empty({3, 4}, DType::f32, Device::meta);
   kernels::matmul(a, false, b, false, Tensor::empty({2, 4}, DType::f32, Device::meta), false);
   EXPECT_TRUE(kernels::op_log().records().empty());
+}
+
+TEST(KernelDispatch, NormTensorFormComputesTheRawKernelOnCpuAndRecordsOnMeta) {
+  const int64_t N = 3, D = 8;
+  Tensor x = Tensor::empty({N, D}, DType::f32), w = Tensor::empty({D}, DType::f32);
+  for (int64_t i = 0; i < N * D; ++i) x.data<float>()[i] = float(i % 7) - 3.0f;
+  for (int64_t i = 0; i < D; ++i) w.data<float>()[i] = 0.5f + 0.1f * float(i);
+  Tensor y = Tensor::empty({N, D}, DType::f32), rstd = Tensor::empty({N}, DType::f32);
+  kernels::norm_forward(kernels::NormKind::rms, x, Tensor(), x, w, Tensor(), 1e-5f, y, Tensor(), rstd);
+  std::vector<float> y_raw(static_cast<size_t>(N * D)), rstd_raw(static_cast<size_t>(N));
+  kernels::rmsnorm_fwd(N, D, x.data<float>(), nullptr, x.data<float>(), w.data<float>(), 1e-5f, y_raw.data(),
+                       rstd_raw.data());
+  for (int64_t i = 0; i < N * D; ++i) EXPECT_EQ(y.data<float>()[i], y_raw[size_t(i)]);
+  // Row 0 by hand: x = -3..3 then -3; rms over 8 values.
+  double ss = 0;
+  for (int64_t j = 0; j < D; ++j) ss += double(x.data<float>()[j]) * x.data<float>()[j];
+  EXPECT_NEAR(rstd.data<float>()[0], 1.0 / std::sqrt(ss / D + 1e-5), 1e-6);
+
+  LogOn log;
+  const auto meta = [](const Shape& s, DType t = DType::f32) { return Tensor::empty(s, t, Device::meta); };
+  kernels::norm_forward(kernels::NormKind::layer, meta({N, D}), meta({N, D}), meta({N, D}), meta({D}), meta({D}), 1e-5f,
+                        meta({N, D}, DType::bf16), meta({N}), meta({N}));
+  const auto recs = kernels::op_log().records();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].op, "layernorm_fwd");
+  EXPECT_EQ(recs[0].bytes_read, (2 * N * D + 2 * D) * 4);              // r_in, delta, w, b
+  EXPECT_EQ(recs[0].bytes_written, N * D * 4 + N * D * 2 + 2 * N * 4);  // r_out, y (bf16), mean, rstd
+  EXPECT_EQ(tessel::testing::error_of([&] {
+              kernels::norm_forward(kernels::NormKind::rms, meta({N, D}), Tensor(), meta({N, D}), meta({D + 1}), Tensor(),
+                                    1e-5f, meta({N, D}), Tensor(), meta({N}));
+            }),
+            "rmsnorm_fwd: weight must be a contiguous f32 [8], got f32[9] on meta");
+}
+
+TEST(KernelDispatch, ActivationTensorFormChecksTheSwigluHalvesAndRecords) {
+  LogOn log;
+  const Tensor gu = Tensor::empty({4, 6}, DType::f32, Device::meta), out = Tensor::empty({4, 3}, DType::bf16, Device::meta);
+  kernels::activation_forward(kernels::Activation::swiglu, gu, out);
+  const auto recs = kernels::op_log().records();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].bytes_read, 4 * 6 * 4);
+  EXPECT_EQ(recs[0].bytes_written, 4 * 3 * 2);
+  EXPECT_EQ(tessel::testing::error_of([&] {
+              kernels::activation_forward(kernels::Activation::swiglu, gu, Tensor::empty({4, 6}, DType::f32, Device::meta));
+            }),
+            "swiglu_fwd: output must be a contiguous f32 or bf16 [4, 3], got f32[4, 6] on meta");
+  // On the cpu: silu(g) * u against the formula.
+  Tensor h = Tensor::empty({1, 2}, DType::f32), a = Tensor::empty({1, 1}, DType::f32);
+  h.data<float>()[0] = 1.5f;
+  h.data<float>()[1] = -2.0f;
+  kernels::activation_forward(kernels::Activation::swiglu, h, a);
+  EXPECT_NEAR(a.data<float>()[0], 1.5 / (1 + std::exp(-1.5)) * -2.0, 1e-5);
 }
 
 }  // namespace

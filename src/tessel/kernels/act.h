@@ -6,9 +6,18 @@
 // GEMM reads (f32 or bf16). All matrices are dense row-major.
 #include <cstdint>
 
-#include "tessel/core/dtype.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::kernels {
+
+enum class Activation { swiglu, gelu };
+
+// The family's dispatch point (kernels/act.cpp), as tensors on one device. SwiGLU: in [N, 2F] f32,
+// out [N, F]; GeLU: in and out of one shape. out and din in f32 or bf16, dout f32.
+void activation_forward(Activation kind, const Tensor& in, const Tensor& out);
+void activation_backward(Activation kind, const Tensor& in, const Tensor& dout, const Tensor& din);
+
+// The cpu kernels (kernels/cpu/act.cpp) on raw arrays.
 
 template <class Ty>
 void swiglu_fwd(int64_t N, int64_t F, const float* gu, Ty* out);

@@ -7,6 +7,8 @@
 // kv head g = head / (H / G); out and dout use H heads, dk/dv use G heads. lse is [B, H, T].
 #include <cstdint>
 
+#include "tessel/core/tensor.h"
+
 namespace tessel::kernels {
 
 struct AttentionShape {
@@ -14,6 +16,18 @@ struct AttentionShape {
   bool causal;
   float scale;  // usually 1/sqrt(Dh)
 };
+
+// The family's dispatch point (kernels/attention.cpp), as tensors on one device. q [B*T, H*Dh], k
+// and v [B*T, G*Dh] f32, rows strided (column slices of one fused qkv are fine); out [B*T, H*Dh] f32
+// or bf16; lse [B, H, T] f32. Backward: dout f32 like out; dq, dk, dv shaped like q, k, v.
+void attention_forward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& lse);
+void attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+// Multiply-adds of one forward: QK^T and PV over the (causal: lower) triangle.
+double attention_forward_flops(const AttentionShape& s);
+
+// The cpu kernels (kernels/cpu/attention.cpp) on raw arrays.
 
 template <class To>
 void attention_fwd(const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk, const float* v,

@@ -37,6 +37,25 @@ OpLog& op_log() {
   return *log;
 }
 
+void record_op(const char* op, std::initializer_list<const Tensor*> inputs, std::initializer_list<const Tensor*> outputs,
+               double flops) {
+  if (!op_log().enabled()) return;
+  OpRecord r{op, {}, {}, flops, 0, 0};
+  for (const Tensor* t : inputs)
+    if (t->defined()) {
+      r.shapes.push_back(t->shape());
+      r.dtypes.push_back(t->dtype());
+      r.bytes_read += int64_t(t->nbytes());
+    }
+  for (const Tensor* t : outputs)
+    if (t->defined()) {
+      r.shapes.push_back(t->shape());
+      r.dtypes.push_back(t->dtype());
+      r.bytes_written += int64_t(t->nbytes());
+    }
+  op_log().add(std::move(r));
+}
+
 Device common_device(const char* op, std::initializer_list<const Tensor*> operands) {
   const Tensor* first = nullptr;
   for (const Tensor* t : operands) {

@@ -50,6 +50,11 @@ class OpLog {
 // The process-wide log the dispatch points write to.
 OpLog& op_log();
 
+// Records one call when the log is on: shapes and dtypes of the defined inputs then outputs, bytes
+// read = the inputs' bytes, bytes written = the outputs'.
+void record_op(const char* op, std::initializer_list<const Tensor*> inputs, std::initializer_list<const Tensor*> outputs,
+               double flops);
+
 // The device every operand of one kernel call is on; operands on different devices are refused,
 // naming the op and each operand. Undefined tensors (an absent bias) are skipped.
 Device common_device(const char* op, std::initializer_list<const Tensor*> operands);

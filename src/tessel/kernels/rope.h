@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tessel/core/tensor.h"
+
 namespace tessel::kernels {
 
 struct RopeTable {
@@ -19,5 +21,10 @@ struct RopeTable {
 // pos0, pos0 + 1, ... of one sequence (incremental decoding).
 void rope_apply(const RopeTable& tab, int64_t rows, int64_t heads, float* x, int64_t ld, bool inverse,
                 int64_t pos0 = -1);
+
+// The family's dispatch point (kernels/rope.cpp): x [rows, heads * Dh] f32, rows strided (a column
+// slice of a fused projection is fine), rotated in place; the table stays on the host (it is
+// constant: a device keeps its own copy).
+void rope(const RopeTable& tab, const Tensor& x, int64_t heads, bool inverse, int64_t pos0 = -1);
 
 }  // namespace tessel::kernels

@@ -56,17 +56,17 @@ SelfAttention::SelfAttention(ParamStore& ps, const std::string& prefix, const Mo
   key_lse_ = prefix + ".lse";
 }
 
-void SelfAttention::apply_rope(float* x, int64_t rows, int64_t ld, bool inverse) const {
+void SelfAttention::apply_rope(const Tensor& qk, bool inverse) const {
   if (!cp_) {
-    kernels::rope_apply(*rope_, rows, H_ + G_, x, ld, inverse);  // row r: position r % T
+    kernels::rope(*rope_, qk, H_ + G_, inverse);  // row r: position r % T
     return;
   }
   // Context parallelism: each local sequence is two chunks of consecutive global positions.
   const int64_t L = T_ / 2, T = T_ * cp_->size();
-  for (int64_t b = 0; b < rows / T_; ++b)
+  for (int64_t b = 0; b < qk.size(0) / T_; ++b)
     for (int64_t j = 0; j < 2; ++j)
-      kernels::rope_apply(*rope_, L, H_ + G_, x + (b * T_ + j * L) * ld, ld, inverse,
-                          cp_global_position(j * L, T, cp_->rank(), cp_->size()));
+      kernels::rope(*rope_, qk.slice(0, b * T_ + j * L, b * T_ + (j + 1) * L), H_ + G_, inverse,
+                    cp_global_position(j * L, T, cp_->rank(), cp_->size()));
 }
 
 Tensor SelfAttention::forward(const LinearInput& y, int64_t batch, Activations& saved) const {
@@ -74,10 +74,9 @@ Tensor SelfAttention::forward(const LinearInput& y, int64_t batch, Activations& 
   const int64_t N = qkv.size(0);
   TESSEL_CHECK(N == batch * T_, "attention: {} rows is not batch {} x seq_length {}", N, batch, T_);
   const int64_t ld = qkv.size(1);
-  float* q = qkv.data<float>();
   if (rope_) {
     ProfileScope prof("rope");
-    apply_rope(q, N, ld, false);  // q and k heads are adjacent
+    apply_rope(qkv.slice(1, 0, (H_ + G_) * Dh_), false);  // q and k heads are adjacent
   }
   Tensor out = Tensor::empty({N, H_ * Dh_}, ps_.compute_dtype());
   Tensor lse = Tensor::empty({batch, H_, T_}, DType::f32);
@@ -85,16 +84,17 @@ Tensor SelfAttention::forward(const LinearInput& y, int64_t batch, Activations& 
   {
     ProfileScope prof("attention_fwd", 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(Dh_) / 2 *
                                            double(cp_ ? cp_->size() : 1));
-    const float* k = q + H_ * Dh_;
-    const float* v = k + G_ * Dh_;
-    if (cp_ && out.dtype() == DType::bf16)
-      cp_attention_fwd(s, q, ld, k, ld, v, ld, out.data<bf16>(), H_ * Dh_, lse.data<float>(), *cp_);
-    else if (cp_)
-      cp_attention_fwd(s, q, ld, k, ld, v, ld, out.data<float>(), H_ * Dh_, lse.data<float>(), *cp_);
-    else if (out.dtype() == DType::bf16)
-      kernels::attention_fwd(s, q, ld, k, ld, v, ld, out.data<bf16>(), H_ * Dh_, lse.data<float>());
-    else
-      kernels::attention_fwd(s, q, ld, k, ld, v, ld, out.data<float>(), H_ * Dh_, lse.data<float>());
+    const Tensor q = qkv.slice(1, 0, H_ * Dh_), k = qkv.slice(1, H_ * Dh_, (H_ + G_) * Dh_),
+                 v = qkv.slice(1, (H_ + G_) * Dh_, (H_ + 2 * G_) * Dh_);
+    if (!cp_) {
+      kernels::attention_forward(s, q, k, v, out, lse);
+    } else {  // ring attention still takes host pointers
+      const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>();
+      if (out.dtype() == DType::bf16)
+        cp_attention_fwd(s, qp, ld, kp, ld, vp, ld, out.data<bf16>(), H_ * Dh_, lse.data<float>(), *cp_);
+      else
+        cp_attention_fwd(s, qp, ld, kp, ld, vp, ld, out.data<float>(), H_ * Dh_, lse.data<float>(), *cp_);
+    }
   }
   saved.put(key_qkv_, qkv);
   saved.put(key_out_, out);
@@ -113,32 +113,28 @@ Tensor SelfAttention::backward_input(const Tensor& dout, Activations& saved) con
   {
     ProfileScope prof("attention_bwd", 2.5 * 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(Dh_) /
                                            2 * double(cp_ ? cp_->size() : 1));
-    const float* q = qkv.data<float>();
-    const float* k = q + H_ * Dh_;
-    const float* v = k + G_ * Dh_;
-    float* dq = dqkv.data<float>();
-    float* dk = dq + H_ * Dh_;
-    float* dv = dk + G_ * Dh_;
-    const float* dout = dattn.data<float>();
-    if (cp_ && out.dtype() == DType::bf16)
-      cp_attention_bwd(s, q, ld, k, ld, v, ld, out.data<bf16>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(), dq, ld,
-                       dk, ld, dv, ld, *cp_);
-    else if (cp_)
-      cp_attention_bwd(s, q, ld, k, ld, v, ld, out.data<float>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(), dq, ld,
-                       dk, ld, dv, ld, *cp_);
-    else if (out.dtype() == DType::bf16)
-      kernels::attention_bwd(s, q, ld, k, ld, v, ld, out.data<bf16>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(),
-                             dq, ld, dk, ld, dv, ld);
-    else
-      kernels::attention_bwd(s, q, ld, k, ld, v, ld, out.data<float>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(),
-                             dq, ld, dk, ld, dv, ld);
+    const auto heads = [&](const Tensor& t, int64_t begin, int64_t end) { return t.slice(1, begin * Dh_, end * Dh_); };
+    const Tensor q = heads(qkv, 0, H_), k = heads(qkv, H_, H_ + G_), v = heads(qkv, H_ + G_, H_ + 2 * G_);
+    const Tensor dq = heads(dqkv, 0, H_), dk = heads(dqkv, H_, H_ + G_), dv = heads(dqkv, H_ + G_, H_ + 2 * G_);
+    if (!cp_) {
+      kernels::attention_backward(s, q, k, v, out, dattn, lse, dq, dk, dv);
+    } else {  // ring attention still takes host pointers
+      const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>(), *dout = dattn.data<float>();
+      float *dqp = dq.data<float>(), *dkp = dk.data<float>(), *dvp = dv.data<float>();
+      if (out.dtype() == DType::bf16)
+        cp_attention_bwd(s, qp, ld, kp, ld, vp, ld, out.data<bf16>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(), dqp,
+                         ld, dkp, ld, dvp, ld, *cp_);
+      else
+        cp_attention_bwd(s, qp, ld, kp, ld, vp, ld, out.data<float>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(), dqp,
+                         ld, dkp, ld, dvp, ld, *cp_);
+    }
   }
   saved.erase(key_qkv_);
   saved.erase(key_out_);
   saved.erase(key_lse_);
   if (rope_) {
     ProfileScope prof("rope");
-    apply_rope(dqkv.data<float>(), N, ld, true);
+    apply_rope(dqkv.slice(1, 0, (H_ + G_) * Dh_), true);
   }
   return qkv_.backward_input(dqkv, saved);
 }

@@ -35,7 +35,7 @@ class SelfAttention final : public AttentionBlock {
   int64_t kv_width() const override { return G_ * Dh_; }
 
  private:
-  void apply_rope(float* x, int64_t rows, int64_t ld, bool inverse) const;  // q and k heads of each row
+  void apply_rope(const Tensor& qk, bool inverse) const;  // qk: the q and k heads' columns of qkv
   ParamStore& ps_;
   comm::Communicator* cp_;
   int64_t H_, G_, Dh_, T_;  // H_, G_: this rank's heads; T_: this rank's rows of a sequence

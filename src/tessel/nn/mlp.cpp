@@ -46,16 +46,7 @@ LinearInput Mlp::activate(const Tensor& h) const {
     return q;
   }
   Tensor a = Tensor::empty({N, F_}, ps_.compute_dtype());
-  auto act = [&](auto* out) {
-    if (swiglu_)
-      kernels::swiglu_fwd(N, F_, h.data<float>(), out);
-    else
-      kernels::gelu_fwd(N * F_, h.data<float>(), out);
-  };
-  if (a.dtype() == DType::bf16)
-    act(a.data<bf16>());
-  else
-    act(a.data<float>());
+  kernels::activation_forward(swiglu_ ? kernels::Activation::swiglu : kernels::Activation::gelu, h, a);
   return a;
 }
 
@@ -65,15 +56,7 @@ Tensor Mlp::backward_input(const Tensor& dout, Activations& saved) const {
   Tensor dh = Tensor::empty(h.shape(), ps_.compute_dtype());
   {
     ProfileScope prof("activation");
-    const bool bf = dh.dtype() == DType::bf16;
-    const int64_t N = h.size(0);
-    if (swiglu_) {
-      if (bf) kernels::swiglu_bwd(N, F_, h.data<float>(), da.data<float>(), dh.data<bf16>());
-      else kernels::swiglu_bwd(N, F_, h.data<float>(), da.data<float>(), dh.data<float>());
-    } else {
-      if (bf) kernels::gelu_bwd(N * F_, h.data<float>(), da.data<float>(), dh.data<bf16>());
-      else kernels::gelu_bwd(N * F_, h.data<float>(), da.data<float>(), dh.data<float>());
-    }
+    kernels::activation_backward(swiglu_ ? kernels::Activation::swiglu : kernels::Activation::gelu, h, da, dh);
   }
   saved.erase(key_h_);
   return up_.backward_input(dh, saved);

@@ -15,6 +15,12 @@ Norm::Norm(ParamStore& ps, const std::string& prefix, int64_t D, Kind kind, floa
   key_mean_ = prefix + ".mean";
 }
 
+namespace {
+kernels::NormKind kernel_kind(Norm::Kind k) { return k == Norm::Kind::rms ? kernels::NormKind::rms : kernels::NormKind::layer; }
+}  // namespace
+
+// Allocates r_out (r_in itself without delta), rstd and for LayerNorm mean; `write(r_out, mean,
+// rstd)` fills them and the output; saves what backward needs.
 template <class Write>
 void Norm::run(const Tensor& r_in, const Tensor& delta, Tensor& r_out, Activations& saved, Write&& write) const {
   ProfileScope prof("norm");
@@ -22,13 +28,9 @@ void Norm::run(const Tensor& r_in, const Tensor& delta, Tensor& r_out, Activatio
   TESSEL_CHECK(r_in.dim() == 2 && r_in.size(1) == D_, "norm '{}': input {} does not have {} features", key_x_,
                r_in.str(), D_);
   r_out = delta.defined() ? Tensor::empty(r_in.shape(), DType::f32) : r_in;
-  const float* dp = delta.defined() ? delta.data<float>() : nullptr;
-  const float* w = ps_.params_data() + w_offset_;
-  const float* b = kind_ == Kind::layer ? ps_.params_data() + b_offset_ : nullptr;
   Tensor rstd = Tensor::empty({N}, DType::f32);
   Tensor mean = kind_ == Kind::layer ? Tensor::empty({N}, DType::f32) : Tensor();
-  write(r_in.data<float>(), dp, r_out.data<float>(), w, b, mean.defined() ? mean.data<float>() : nullptr,
-        rstd.data<float>());
+  write(r_out, mean, rstd);
   if (mean.defined()) saved.put(key_mean_, mean);
   saved.put(key_x_, r_out);
   saved.put(key_rstd_, rstd);
@@ -36,19 +38,9 @@ void Norm::run(const Tensor& r_in, const Tensor& delta, Tensor& r_out, Activatio
 
 Tensor Norm::forward(const Tensor& r_in, const Tensor& delta, Tensor& r_out, Activations& saved) const {
   Tensor y = Tensor::empty(r_in.shape(), ps_.compute_dtype());
-  run(r_in, delta, r_out, saved, [&](const float* x, const float* d, float* r, const float* w, const float* b,
-                                     float* mean, float* rstd) {
-    const int64_t N = r_in.size(0);
-    auto norm = [&](auto* out) {
-      if (kind_ == Kind::rms)
-        kernels::rmsnorm_fwd(N, D_, x, d, r, w, eps_, out, rstd);
-      else
-        kernels::layernorm_fwd(N, D_, x, d, r, w, b, eps_, out, mean, rstd);
-    };
-    if (y.dtype() == DType::bf16)
-      norm(y.data<bf16>());
-    else
-      norm(y.data<float>());
+  run(r_in, delta, r_out, saved, [&](const Tensor& r, const Tensor& mean, const Tensor& rstd) {
+    kernels::norm_forward(kernel_kind(kind_), r_in, delta, r, ps_.param_at(w_offset_, {D_}),
+                          kind_ == Kind::layer ? ps_.param_at(b_offset_, {D_}) : Tensor(), eps_, y, mean, rstd);
   });
   return y;
 }
@@ -57,13 +49,16 @@ LinearInput Norm::forward_for(const Linear& consumer, const Tensor& r_in, const 
                               Activations& saved) const {
   if (!consumer.takes_fp8_input()) return forward(r_in, delta, r_out, saved);
   Fp8Input q = consumer.fp8_input(r_in.size(0));
-  run(r_in, delta, r_out, saved, [&](const float* x, const float* d, float* r, const float* w, const float* b,
-                                     float* mean, float* rstd) {
+  // The FP8-writing norms still take host pointers (the fp8 family has no dispatch point yet).
+  run(r_in, delta, r_out, saved, [&](const Tensor& r, const Tensor& mean, const Tensor& rstd) {
     const int64_t N = r_in.size(0);
+    const float* d = delta.defined() ? delta.data<float>() : nullptr;
+    const float* w = ps_.params_data() + w_offset_;
     if (kind_ == Kind::rms)
-      kernels::rmsnorm_fwd_fp8(N, D_, x, d, r, w, eps_, q.out, rstd);
+      kernels::rmsnorm_fwd_fp8(N, D_, r_in.data<float>(), d, r.data<float>(), w, eps_, q.out, rstd.data<float>());
     else
-      kernels::layernorm_fwd_fp8(N, D_, x, d, r, w, b, eps_, q.out, mean, rstd);
+      kernels::layernorm_fwd_fp8(N, D_, r_in.data<float>(), d, r.data<float>(), w, ps_.params_data() + b_offset_, eps_,
+                                 q.out, mean.data<float>(), rstd.data<float>());
   });
   return q;
 }
@@ -71,20 +66,13 @@ LinearInput Norm::forward_for(const Linear& consumer, const Tensor& r_in, const 
 Tensor Norm::backward(const Tensor& dy, const Tensor& dresid, Activations& saved) const {
   ProfileScope prof("norm");
   const Tensor& x = saved.get(key_x_);
-  const Tensor& rstd = saved.get(key_rstd_);
-  const int64_t N = x.size(0);
   // A fresh dx, never written over dresid: dresid may also be saved (as a Linear's dy) for a deferred W.
   Tensor dx = Tensor::empty(x.shape(), DType::f32);
-  const float* dr = dresid.defined() ? dresid.data<float>() : nullptr;
-  const float* w = ps_.params_data() + w_offset_;
-  float* dw = ps_.grads_data() + w_offset_;
-  if (kind_ == Kind::rms) {
-    kernels::rmsnorm_bwd(N, D_, x.data<float>(), w, rstd.data<float>(), dy.data<float>(), dr, dx.data<float>(), dw);
-  } else {
-    kernels::layernorm_bwd(N, D_, x.data<float>(), w, saved.get(key_mean_).data<float>(), rstd.data<float>(),
-                           dy.data<float>(), dr, dx.data<float>(), dw, ps_.grads_data() + b_offset_);
-    saved.erase(key_mean_);
-  }
+  const bool layer = kind_ == Kind::layer;
+  kernels::norm_backward(kernel_kind(kind_), x, ps_.param_at(w_offset_, {D_}), layer ? saved.get(key_mean_) : Tensor(),
+                         saved.get(key_rstd_), dy, dresid, dx, ps_.grad_at(w_offset_, {D_}),
+                         layer ? ps_.grad_at(b_offset_, {D_}) : Tensor());
+  if (layer) saved.erase(key_mean_);
   saved.erase(key_x_);
   saved.erase(key_rstd_);
   return dx;

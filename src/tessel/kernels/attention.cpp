@@ -1,0 +1,73 @@
+// The attention family's dispatch point: device-neutral checks and the op record, then the device's kernel.
+#include "tessel/kernels/attention.h"
+
+#include "tessel/kernels/op_log.h"
+
+namespace tessel::kernels {
+
+namespace {
+
+void check_heads(const char* op, const Tensor& t, int64_t rows, int64_t cols, bool any_float, const char* what) {
+  TESSEL_CHECK(t.dim() == 2 && t.size(0) == rows && t.size(1) == cols && t.stride(1) == 1 &&
+                   (t.dtype() == DType::f32 || (any_float && t.dtype() == DType::bf16)),
+               "{}: {} must be {} [{}, {}] with unit column stride, got {}", op, what, any_float ? "f32 or bf16" : "f32",
+               rows, cols, t.str());
+}
+
+void check_operands(const char* op, const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const Tensor& out, const Tensor& lse) {
+  TESSEL_CHECK(s.G > 0 && s.H % s.G == 0, "{}: {} query heads do not split into {} key/value groups", op, s.H, s.G);
+  const int64_t N = s.B * s.T;
+  check_heads(op, q, N, s.H * s.Dh, false, "q");
+  check_heads(op, k, N, s.G * s.Dh, false, "k");
+  check_heads(op, v, N, s.G * s.Dh, false, "v");
+  check_heads(op, out, N, s.H * s.Dh, true, "out");
+  TESSEL_CHECK(lse.dtype() == DType::f32 && lse.shape() == Shape({s.B, s.H, s.T}) && lse.is_contiguous(),
+               "{}: lse must be a contiguous f32 [{}, {}, {}], got {}", op, s.B, s.H, s.T, lse.str());
+}
+
+}  // namespace
+
+double attention_forward_flops(const AttentionShape& s) {
+  const double full = 4.0 * double(s.B) * double(s.H) * double(s.T) * double(s.T) * double(s.Dh);
+  return s.causal ? full / 2 : full;
+}
+
+void attention_forward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& lse) {
+  check_operands("attention_fwd", s, q, k, v, out, lse);
+  const Device device = common_device("attention_fwd", {&q, &k, &v, &out, &lse});
+  record_op("attention_fwd", {&q, &k, &v}, {&out, &lse}, attention_forward_flops(s));
+  if (device == Device::meta) return;
+  if (out.dtype() == DType::bf16)
+    attention_fwd(s, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
+                  out.data<bf16>(), out.stride(0), lse.data<float>());
+  else
+    attention_fwd(s, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
+                  out.data<float>(), out.stride(0), lse.data<float>());
+}
+
+void attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const char* op = "attention_bwd";
+  check_operands(op, s, q, k, v, out, lse);
+  check_heads(op, dout, s.B * s.T, s.H * s.Dh, false, "dout");
+  check_heads(op, dq, s.B * s.T, s.H * s.Dh, false, "dq");
+  check_heads(op, dk, s.B * s.T, s.G * s.Dh, false, "dk");
+  check_heads(op, dv, s.B * s.T, s.G * s.Dh, false, "dv");
+  const Device device = common_device(op, {&q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv});
+  // The probabilities are recomputed (one more QK^T), then dV, dP, dQ, dK: 2.5 forwards.
+  record_op(op, {&q, &k, &v, &out, &dout, &lse}, {&dq, &dk, &dv}, 2.5 * attention_forward_flops(s));
+  if (device == Device::meta) return;
+  const auto run = [&](const auto* o) {
+    attention_bwd(s, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0), o,
+                  out.stride(0), dout.data<float>(), dout.stride(0), lse.data<float>(), dq.data<float>(), dq.stride(0),
+                  dk.data<float>(), dk.stride(0), dv.data<float>(), dv.stride(0));
+  };
+  if (out.dtype() == DType::bf16)
+    run(out.data<bf16>());
+  else
+    run(out.data<float>());
+}
+
+}  // namespace tessel::kernels

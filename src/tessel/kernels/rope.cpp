@@ -1,0 +1,18 @@
+// The RoPE family's dispatch point: device-neutral checks and the op record, then the device's kernel.
+#include "tessel/kernels/rope.h"
+
+#include "tessel/kernels/op_log.h"
+
+namespace tessel::kernels {
+
+void rope(const RopeTable& tab, const Tensor& x, int64_t heads, bool inverse, int64_t pos0) {
+  TESSEL_CHECK(x.dim() == 2 && x.dtype() == DType::f32 && x.stride(1) == 1 && heads > 0 &&
+                   x.size(1) == heads * 2 * tab.half,
+               "rope: x must be f32 [rows, {} heads x {}] with unit column stride, got {}", heads, 2 * tab.half, x.str());
+  const Device device = common_device("rope", {&x});
+  record_op("rope", {&x}, {&x}, 6.0 * double(x.size(0)) * double(heads) * double(tab.half));
+  if (device == Device::meta) return;
+  rope_apply(tab, x.size(0), heads, x.data<float>(), x.stride(0), inverse, pos0);
+}
+
+}  // namespace tessel::kernels
