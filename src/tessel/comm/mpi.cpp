@@ -9,6 +9,7 @@
 
 #include "tessel/comm/communicator.h"
 #include "tessel/core/check.h"
+#include "tessel/core/tensor.h"
 #include "tessel/kernels/cast.h"
 
 namespace tessel::comm {
@@ -87,9 +88,16 @@ class MpiWork : public Work {
   bool done_ = false;
 };
 
-std::vector<float> widen(const void* bf, int64_t n) {
-  std::vector<float> f(static_cast<size_t>(n));
-  kernels::cast_bf16_to_f32(n, static_cast<const bf16*>(bf), f.data());
+// An fp32 staging buffer, accounted as communication memory (a tensor: it lives until the
+// non-blocking operation that holds it completes).
+Tensor staging(int64_t n) {
+  MemoryCategoryScope tag(MemoryCategory::communication);
+  return Tensor::empty({n}, DType::f32, Device::cpu);
+}
+
+Tensor widen(const void* bf, int64_t n) {
+  Tensor f = staging(n);
+  kernels::cast_bf16_to_f32(n, static_cast<const bf16*>(bf), f.data<float>());
   return f;
 }
 
@@ -185,11 +193,11 @@ class MpiCommunicator : public Communicator {
     count_op("all_reduce", count, t);
     MPI_Request req;
     if (t == DType::bf16) {
-      auto f = std::make_shared<std::vector<float>>(widen(buf, count));
-      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, f->data(), as_int(count, "all_reduce"), MPI_FLOAT, mpi_op(op), comm_, &req),
+      Tensor f = widen(buf, count);
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, f.raw(), as_int(count, "all_reduce"), MPI_FLOAT, mpi_op(op), comm_, &req),
                 "all_reduce");
       return std::make_unique<MpiWork>(req, [f, buf, count] {
-        kernels::cast_f32_to_bf16(count, f->data(), static_cast<bf16*>(buf));
+        kernels::cast_f32_to_bf16(count, f.data<float>(), static_cast<bf16*>(buf));
       });
     }
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, as_int(count, "all_reduce"), move_type(t), mpi_op(op), comm_, &req),
@@ -210,13 +218,12 @@ class MpiCommunicator : public Communicator {
     count_op("reduce_scatter", count * size_, t);
     MPI_Request req;
     if (t == DType::bf16) {
-      auto fin = std::make_shared<std::vector<float>>(widen(in, count * size_));
-      auto fout = std::make_shared<std::vector<float>>(static_cast<size_t>(count));
-      check_mpi(MPI_Ireduce_scatter_block(fin->data(), fout->data(), as_int(count, "reduce_scatter"), MPI_FLOAT,
+      Tensor fin = widen(in, count * size_), fout = staging(count);
+      check_mpi(MPI_Ireduce_scatter_block(fin.raw(), fout.raw(), as_int(count, "reduce_scatter"), MPI_FLOAT,
                                           mpi_op(op), comm_, &req),
                 "reduce_scatter");
       return std::make_unique<MpiWork>(req, [fin, fout, out, count] {
-        kernels::cast_f32_to_bf16(count, fout->data(), static_cast<bf16*>(out));
+        kernels::cast_f32_to_bf16(count, fout.data<float>(), static_cast<bf16*>(out));
       });
     }
     check_mpi(MPI_Ireduce_scatter_block(in, out, as_int(count, "reduce_scatter"), move_type(t), mpi_op(op), comm_,

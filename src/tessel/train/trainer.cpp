@@ -118,9 +118,13 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   if (sharded) {
     // Reduce-scatter: each rank receives the summed gradients of its own shard only.
     const int64_t b = opt_->own_begin(), n = opt_->own_end() - opt_->own_begin();
-    std::vector<float> mine(static_cast<size_t>(n));
-    shard_->reduce_scatter_v(ps.grads_data(), mine.data(), shard_counts(), DType::f32, comm::ReduceOp::sum);
-    std::copy(mine.begin(), mine.end(), ps.grads_data() + b);
+    Tensor mine;
+    {
+      MemoryCategoryScope tag(MemoryCategory::communication);
+      mine = Tensor::empty({n}, DType::f32);
+    }
+    shard_->reduce_scatter_v(ps.grads_data(), mine.data<float>(), shard_counts(), DType::f32, comm::ReduceOp::sum);
+    std::copy_n(mine.data<float>(), n, ps.grads_data() + b);
   }
   const double lr = schedule_.at(iter);
   const double norm = opt_->step(lr);
