@@ -7,6 +7,7 @@
 
 #include "support/error_of.h"
 #include "tessel/kernels/act.h"
+#include "tessel/kernels/embedding.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/kernels/norm.h"
 #include "tessel/kernels/op_log.h"
@@ -124,6 +125,28 @@ TEST(KernelDispatch, ActivationTensorFormChecksTheSwigluHalvesAndRecords) {
   h.data<float>()[1] = -2.0f;
   kernels::activation_forward(kernels::Activation::swiglu, h, a);
   EXPECT_NEAR(a.data<float>()[0], 1.5 / (1 + std::exp(-1.5)) * -2.0, 1e-5);
+}
+
+TEST(KernelDispatch, EmbeddingTensorFormLooksRowsUpOnCpuAndRecordsOnMeta) {
+  Tensor tok = Tensor::empty({3}, DType::i64), W = Tensor::empty({5, 2}, DType::f32), out = Tensor::empty({3, 2}, DType::f32);
+  for (int64_t i = 0; i < 10; ++i) W.data<float>()[i] = float(i);
+  tok.data<int64_t>()[0] = 4;
+  tok.data<int64_t>()[1] = 0;
+  tok.data<int64_t>()[2] = 2;
+  kernels::embedding_forward(tok, W, Tensor(), 3, out);
+  EXPECT_EQ(out.data<float>()[0], 8.0f);  // row 4
+  EXPECT_EQ(out.data<float>()[5], 5.0f);  // row 2, column 1
+  LogOn log;
+  const auto meta = [](const Shape& s, DType t = DType::f32) { return Tensor::empty(s, t, Device::meta); };
+  kernels::embedding_forward(meta({2, 4}, DType::i64), meta({100, 16}), meta({4, 16}), 4, meta({8, 16}));
+  const auto recs = kernels::op_log().records();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].bytes_read, 8 * 8 + 2 * 8 * 16 * 4);  // the ids, one table row and one position row each
+  EXPECT_EQ(recs[0].bytes_written, 8 * 16 * 4);
+  EXPECT_EQ(tessel::testing::error_of([&] {
+              kernels::embedding_forward(meta({8}, DType::i64), meta({100, 16}), Tensor(), 4, meta({8, 15}));
+            }),
+            "embedding_fwd: rows must be a contiguous f32 [8, 16], got f32[8, 15] on meta");
 }
 
 }  // namespace

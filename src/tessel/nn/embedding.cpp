@@ -69,8 +69,7 @@ Tensor Embedding::forward(const Tensor& tokens, Activations& saved, const std::s
   saved.put(key_tokens_ + tag, tokens);
   if (!tp_ && !cp_) {  // one fused kernel: token rows plus positions (row n at position n % T)
     Tensor out = Tensor::empty({N, D_}, DType::f32);
-    kernels::embedding_fwd(N, D_, V_, tokens.data<int64_t>(), ps_.params_data() + w_offset_,
-                           pos_offset_ >= 0 ? ps_.params_data() + pos_offset_ : nullptr, T_, out.data<float>());
+    kernels::embedding_forward(tokens, table(), positions(), T_, out);
     return out;
   }
   Tensor out;
@@ -85,8 +84,7 @@ Tensor Embedding::forward(const Tensor& tokens, Activations& saved, const std::s
       tp_->all_reduce(out.raw(), out.numel(), DType::f32, comm::ReduceOp::sum);
   } else {
     out = Tensor::empty({N, D_}, DType::f32);
-    kernels::embedding_fwd(N, D_, V_, tokens.data<int64_t>(), ps_.params_data() + w_offset_, nullptr, T_,
-                           out.data<float>());
+    kernels::embedding_forward(tokens, table(), Tensor(), T_, out);
   }
   if (pos_offset_ >= 0) add_positions(out);
   return out;
@@ -98,9 +96,9 @@ Tensor Embedding::forward_at(const Tensor& tokens, int64_t pos0) const {
   TESSEL_CHECK(pos0 >= 0 && pos0 + n <= T_, "positions {}..{} exceed the context of {} tokens (model.seq_length)", pos0,
                pos0 + n - 1, T_);
   Tensor out = Tensor::empty({n, D_}, DType::f32);
-  // Row i gets position (pos0 + i) % T_ = pos0 + i: pass the position table shifted by pos0.
-  const float* pos = pos_offset_ >= 0 ? ps_.params_data() + pos_offset_ + pos0 * D_ : nullptr;
-  kernels::embedding_fwd(n, D_, V_, tokens.data<int64_t>(), ps_.params_data() + w_offset_, pos, T_, out.data<float>());
+  // Row i gets position (pos0 + i) % T_ = pos0 + i: the position rows from pos0 on.
+  const Tensor pos = pos_offset_ >= 0 ? positions().slice(0, pos0, T_) : Tensor();
+  kernels::embedding_forward(tokens, table(), pos, T_ - pos0, out);
   return out;
 }
 
@@ -108,17 +106,15 @@ void Embedding::backward(const Tensor& dout, Activations& saved, const std::stri
   ProfileScope prof("embedding");
   const Tensor& tokens = saved.get(key_tokens_ + tag);
   if (!tp_ && !cp_) {
-    kernels::embedding_bwd(tokens.numel(), D_, tokens.data<int64_t>(), dout.data<float>(),
-                           ps_.grads_data() + w_offset_, pos_offset_ >= 0 ? ps_.grads_data() + pos_offset_ : nullptr,
-                           T_);
+    kernels::embedding_backward(tokens, dout, ps_.grad_at(w_offset_, {V_, D_}),
+                                pos_offset_ >= 0 ? ps_.grad_at(pos_offset_, {T_, D_}) : Tensor(), T_);
   } else {
     if (tp_) {
       Tensor dw = ps_.grad_at(w_offset_, {V_local_, D_});
       vocab_parallel_embedding_backward(tokens, sequence_parallel_ ? sequence_all_gather(dout, *tp_) : dout,
                                         vocab_begin_, dw);
     } else {
-      kernels::embedding_bwd(tokens.numel(), D_, tokens.data<int64_t>(), dout.data<float>(),
-                             ps_.grads_data() + w_offset_, nullptr, T_);
+      kernels::embedding_backward(tokens, dout, ps_.grad_at(w_offset_, {V_, D_}), Tensor(), T_);
     }
     if (pos_offset_ >= 0) add_position_grads(dout);
   }

@@ -1,0 +1,56 @@
+// The embedding family's dispatch point: device-neutral checks and the op record, then the device's kernel.
+#include "tessel/kernels/embedding.h"
+
+#include "tessel/kernels/op_log.h"
+
+namespace tessel::kernels {
+
+namespace {
+
+void check_operands(const char* op, const Tensor& tokens, const Tensor& table, const Tensor& pos, int64_t T,
+                    const Tensor& rows) {
+  TESSEL_CHECK(tokens.dtype() == DType::i64 && tokens.is_contiguous(), "{}: tokens must be contiguous i64, got {}", op,
+               tokens.str());
+  TESSEL_CHECK(table.dim() == 2 && table.dtype() == DType::f32 && table.is_contiguous(),
+               "{}: the table must be a contiguous f32 [V, D], got {}", op, table.str());
+  const int64_t N = tokens.numel(), D = table.size(1);
+  TESSEL_CHECK(rows.dtype() == DType::f32 && rows.shape() == Shape({N, D}) && rows.is_contiguous(),
+               "{}: rows must be a contiguous f32 [{}, {}], got {}", op, N, D, rows.str());
+  if (pos.defined())
+    TESSEL_CHECK(pos.dim() == 2 && pos.dtype() == DType::f32 && pos.size(0) >= T && pos.size(1) == D && pos.is_contiguous(),
+                 "{}: positions must be a contiguous f32 [>= {}, {}], got {}", op, T, D, pos.str());
+}
+
+}  // namespace
+
+void embedding_forward(const Tensor& tokens, const Tensor& W, const Tensor& pos, int64_t T, const Tensor& out) {
+  check_operands("embedding_fwd", tokens, W, pos, T, out);
+  const Device device = common_device("embedding_fwd", {&tokens, &W, &pos, &out});
+  // Reads one table row per token (and one position row), not the whole table.
+  if (op_log().enabled()) {
+    OpRecord r{"embedding_fwd", {tokens.shape(), W.shape(), out.shape()}, {tokens.dtype(), W.dtype(), out.dtype()},
+               pos.defined() ? double(out.numel()) : 0.0, int64_t(tokens.nbytes() + out.nbytes() * (pos.defined() ? 2 : 1)),
+               int64_t(out.nbytes())};
+    op_log().add(std::move(r));
+  }
+  if (device == Device::meta) return;
+  embedding_fwd(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(),
+                pos.defined() ? pos.data<float>() : nullptr, T, out.data<float>());
+}
+
+void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dW, const Tensor& dpos, int64_t T) {
+  check_operands("embedding_bwd", tokens, dW, dpos, T, dout);
+  const Device device = common_device("embedding_bwd", {&tokens, &dout, &dW, &dpos});
+  if (op_log().enabled()) {
+    // Read-modify-write of one gradient row per token (and position).
+    const int64_t rows = int64_t(dout.nbytes()) * (dpos.defined() ? 2 : 1);
+    OpRecord r{"embedding_bwd", {tokens.shape(), dout.shape(), dW.shape()}, {tokens.dtype(), dout.dtype(), dW.dtype()},
+               double(dout.numel()) * (dpos.defined() ? 2 : 1), int64_t(tokens.nbytes() + dout.nbytes()) + rows, rows};
+    op_log().add(std::move(r));
+  }
+  if (device == Device::meta) return;
+  embedding_bwd(tokens.numel(), dW.size(1), tokens.data<int64_t>(), dout.data<float>(), dW.data<float>(),
+                dpos.defined() ? dpos.data<float>() : nullptr, T);
+}
+
+}  // namespace tessel::kernels
