@@ -7,6 +7,7 @@
 
 #include "support/error_of.h"
 #include "tessel/kernels/act.h"
+#include "tessel/kernels/cast.h"
 #include "tessel/kernels/embedding.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/kernels/norm.h"
@@ -147,6 +148,25 @@ TEST(KernelDispatch, EmbeddingTensorFormLooksRowsUpOnCpuAndRecordsOnMeta) {
               kernels::embedding_forward(meta({8}, DType::i64), meta({100, 16}), Tensor(), 4, meta({8, 15}));
             }),
             "embedding_fwd: rows must be a contiguous f32 [8, 16], got f32[8, 15] on meta");
+}
+
+TEST(KernelDispatch, CastAddAndBiasHelpersComputeOnCpuAndCheckShapes) {
+  Tensor y = Tensor::zeros({2, 3}, DType::f32), v = Tensor::empty({3}, DType::f32), acc = Tensor::zeros({3}, DType::f32);
+  for (int64_t j = 0; j < 3; ++j) v.data<float>()[j] = float(j + 1);
+  kernels::add_row_vector(y, v);  // every row = 1 2 3
+  kernels::column_sum_accumulate(y.to(DType::bf16), acc);
+  EXPECT_EQ(acc.data<float>()[2], 6.0f);
+  Tensor z = Tensor::empty({2, 3}, DType::f32);
+  kernels::add(y, y, z);
+  EXPECT_EQ(z.data<float>()[4], 4.0f);
+  Tensor h = Tensor::empty({2, 3}, DType::bf16);
+  kernels::cast(z, h);
+  EXPECT_EQ(float(h.data<bf16>()[5]), 6.0f);
+  EXPECT_EQ(tessel::testing::error_of([&] { kernels::add(y, v, y); }), "add: shapes f32[2, 3], f32[3] -> f32[2, 3]");
+  LogOn log;
+  kernels::cast(Tensor::empty({4}, DType::f32, Device::meta), Tensor::empty({4}, DType::bf16, Device::meta));
+  ASSERT_EQ(kernels::op_log().records().size(), 1u);
+  EXPECT_EQ(kernels::op_log().records()[0].bytes_written, 8);
 }
 
 }  // namespace

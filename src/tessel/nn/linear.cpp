@@ -79,24 +79,15 @@ const kernels::Fp8Tensor& Linear::quantized_weight() const {
   return wq_;
 }
 
-void Linear::add_bias_rows(Tensor& y) const {
-  const float* bias = ps_.params_data() + b_offset_;
-  float* yp = y.data<float>();
-  for (int64_t i = 0; i < y.size(0); ++i)
-    for (int64_t j = 0; j < out_; ++j) yp[i * out_ + j] += bias[j];
-}
+void Linear::add_bias_rows(Tensor& y) const { kernels::add_row_vector(y, ps_.param_at(b_offset_, {out_})); }
 
 void Linear::accumulate_bias_grad(const Tensor& dy) const {
   ProfileScope ps("bias_grad");
-  float* db = ps_.grads_data() + b_offset_;
   // A row-parallel bias under sequence parallelism: this rank's rows only (summed over the group
   // with the other replicated parameters' gradients).
   const int64_t rows = row() && sequence() ? dy.size(0) / tp_.group->size() : dy.size(0);
   const int64_t first = row() && sequence() ? rows * tp_.group->rank() : 0;
-  if (dy.dtype() == DType::f32)
-    kernels::column_sum_accumulate(rows, out_, dy.data<float>() + first * out_, db);
-  else
-    kernels::column_sum_accumulate(rows, out_, dy.data<bf16>() + first * out_, db);
+  kernels::column_sum_accumulate(dy.slice(0, first, first + rows), ps_.grad_at(b_offset_, {out_}));
 }
 
 Tensor Linear::forward(const LinearInput& in, Activations& saved) const {
@@ -151,7 +142,7 @@ Tensor Linear::backward_input(const Tensor& dy, Activations& saved) const {
   if (dy.dtype() != cd) {
     ProfileScope ps("cast");
     dyc = Tensor::empty(dy.shape(), cd);
-    kernels::cast_f32_to_bf16(dy.numel(), dy.data<float>(), dyc.data<bf16>());
+    kernels::cast(dy, dyc);
   }
   if (row() && sequence()) dyc = sequence_all_gather(dyc, *tp_.group);  // this rank's rows -> all rows
   Tensor dx = Tensor::empty({dyc.size(0), in_}, DType::f32);

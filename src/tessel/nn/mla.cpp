@@ -218,7 +218,7 @@ Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) cons
   Tensor dy = kv_a_.backward_input(dkva, saved);
   const Tensor dyq = q_a_ ? q_a_->backward_input(q_norm_->backward(q_b_->backward_input(dq, saved), Tensor(), saved), saved)
                           : q_->backward_input(dq, saved);
-  kernels::add(dy.numel(), dy.data<float>(), dyq.data<float>(), dy.data<float>());
+  kernels::add(dy, dyq, dy);
   return dy;
 }
 

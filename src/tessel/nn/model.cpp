@@ -263,7 +263,7 @@ Tensor Model::mtp_backward(Activations& saved) {
     const Tensor dy = head_->backward_input(saved, mtp_tag(k));
     head_->backward_weight(saved, mtp_tag(k));
     Tensor dh = m.head_norm->backward(dy, Tensor(), saved);
-    if (dh_next.defined()) kernels::add(dh.numel(), dh.data<float>(), dh_next.data<float>(), dh.data<float>());
+    if (dh_next.defined()) kernels::add(dh, dh_next, dh);
     const Tensor dz = m.layer->backward_input(dh, saved);
     m.layer->backward_weight(saved);
     const Tensor dcat = m.eh_proj->backward_input(dz, saved);
@@ -300,7 +300,7 @@ Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, 
     if (weights) report(ready, layers_end_, head_begin_);  // the final norm
     if (!mtp_.empty()) {  // the modules' weight gradients come with their input gradients, here
       const Tensor dh = mtp_backward(saved);
-      kernels::add(dx.numel(), dx.data<float>(), dh.data<float>(), dx.data<float>());
+      kernels::add(dx, dh, dx);
       if (weights) report(ready, mtp_begin_, mtp_end_);
     }
   }

@@ -246,7 +246,7 @@ Tensor Moe::backward_input(const Tensor& dout, Activations& saved) const {
                                    dscores.data<float>());
   kernels::router_scores_backward(rc_, N, scores.data<float>(), dscores.data<float>(), dlogits.data<float>());
   if (saved.has(key.daux)) {
-    kernels::add(dlogits.numel(), dlogits.data<float>(), saved.get(key.daux).data<float>(), dlogits.data<float>());
+    kernels::add(dlogits, saved.get(key.daux), dlogits);
     saved.erase(key.daux);
   }
   kernels::matmul(dlogits, false, ps_.param_at(router_offset_, {E, d_}), false, dy, true);

@@ -133,7 +133,7 @@ void ParamStore::zero_grads() {
 
 void ParamStore::refresh_compute_copy() {
   mark_updated();
-  if (compute_ == DType::bf16 && !params_.is_meta()) kernels::cast_f32_to_bf16(total_, params_data(), compute_copy_.data<bf16>());
+  if (compute_ == DType::bf16) kernels::cast(params_, compute_copy_);
 }
 
 }  // namespace tessel::nn

@@ -56,7 +56,7 @@ Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& sa
   Tensor m = mlp_->forward(normed(norm2_, *mlp_, r, a, r1, saved), grad_scale, saved, recomputing);
   ProfileScope prof("residual");
   Tensor out = Tensor::empty(r.shape(), DType::f32);
-  kernels::add(out.numel(), r1.data<float>(), m.data<float>(), out.data<float>());
+  kernels::add(r1, m, out);
   return out;
 }
 
@@ -77,7 +77,7 @@ Tensor TransformerLayer::forward_decode(const Tensor& r, int64_t pos0, Tensor& k
   Tensor y2 = norm2_.forward(r, a, r1, scratch);
   Tensor m = mlp_->forward(y2, 0.0f, scratch, false);
   Tensor out = Tensor::empty(r.shape(), DType::f32);
-  kernels::add(out.numel(), r1.data<float>(), m.data<float>(), out.data<float>());
+  kernels::add(r1, m, out);
   return out;
 }
 

@@ -23,6 +23,13 @@ void add(int64_t n, const float* a, const float* b, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+void add_row_vector(int64_t N, int64_t D, const float* v, float* y) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i)
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) y[i * D + j] += v[j];
+}
+
 template <class T>
 void column_sum_accumulate(int64_t N, int64_t D, const T* x, float* out) {
   const int nt = omp_get_max_threads();
