@@ -3,7 +3,7 @@
 // and their peak, independently of tessel's own allocator accounting. `tessel bench` finds the
 // functions below with dlsym when the library is preloaded and compares the two
 // (docs/perf.md, "Memory accounting"):
-//   LD_PRELOAD=build/libtessel_heap_peak.so build/tessel bench configs/bench/llama-small.yaml
+//   LD_PRELOAD=build/libtessel_heap_peak.so build/tessel bench configs/bench/llama-tiny.yaml
 // Sizes are malloc_usable_size of each block (what the process really holds, rounding included).
 // The real allocator is glibc's, reached through its __libc_* entry points, so no dlsym is needed
 // while the interposer itself starts.

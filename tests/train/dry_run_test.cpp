@@ -36,9 +36,7 @@ int64_t block(int64_t bytes) { return int64_t(BlockPool::block_size(size_t(bytes
 
 MemoryStats::PerCategory cpu_model_state(const Config& cfg, int rank, int world) {
   auto w = comm::make_meta_communicator(rank, world);
-  comm::ParallelState groups(*w, {int(cfg.parallel.tensor_model_parallel_size), int(cfg.parallel.context_parallel_size),
-                                  int(cfg.parallel.pipeline_model_parallel_size),
-                                  int(cfg.parallel.expert_model_parallel_size)});
+  comm::ParallelState groups(*w, cfg.parallel_sizes());
   Allocator& cpu = allocator(Device::cpu);
   const MemoryStats before = cpu.stats();
   Trainer t(cfg, &groups);

@@ -4,7 +4,7 @@
 //   meta  no memory at all: storage is accounted (bytes by category, as on the CPU) but never
 //         allocated, so a model of any size can be set up and measured on one machine. A meta
 //         tensor has no data: reading or writing it from host code is an error, not a crash.
-// A `cuda` device would be a third entry with its own allocator (memory/allocator.h) and kernels.
+// A `cuda` device would be a third entry with its own allocator (core/memory.h) and kernels.
 #include <cstdint>
 #include <string>
 #include <string_view>

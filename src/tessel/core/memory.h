@@ -25,9 +25,9 @@ namespace tessel {
 enum class MemoryCategory : uint8_t {
   parameters,       // weights: fp32 masters and their compute (bf16) copy
   gradients,        // fp32 main gradients
-  optimizer_state,  // Adam moments, FP8 scaling state (amax histories, scales)
+  optimizer_state,  // Adam moments (FP8 scaling state lives in host vectors, not accounted yet)
   activations,      // created and freed within a step (the default)
-  communication,    // buffers of collectives and pipeline transfers
+  communication,    // staging buffers of collectives (pipeline transfers count as activations)
   workspace,        // kernel scratch
 };
 inline constexpr int kMemoryCategories = 6;

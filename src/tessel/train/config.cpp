@@ -390,4 +390,10 @@ nn::Fp8Recipe PrecisionConfig::fp8_recipe_parsed() const {
   return r;
 }
 
+void Config::check_batch_splits(int64_t data_parallel) const {
+  TESSEL_CHECK(train.global_batch_size % (train.micro_batch_size * data_parallel) == 0,
+               "train.global_batch_size {} must be a multiple of train.micro_batch_size {} x data-parallel size {}",
+               train.global_batch_size, train.micro_batch_size, data_parallel);
+}
+
 }  // namespace tessel::train

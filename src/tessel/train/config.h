@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/comm/parallel_state.h"
 #include "tessel/nn/model_config.h"
 
 namespace tessel::train {
@@ -99,6 +100,13 @@ struct Config {
   // longer than the run.
   std::vector<std::string> warnings() const;
   int64_t grad_accumulation_steps() const { return train.global_batch_size / train.micro_batch_size; }
+  // The layout's group sizes (tensor, context, pipeline, expert) for ParallelState.
+  comm::ParallelSizes parallel_sizes() const {
+    return {int(parallel.tensor_model_parallel_size), int(parallel.context_parallel_size),
+            int(parallel.pipeline_model_parallel_size), int(parallel.expert_model_parallel_size)};
+  }
+  // Throws, naming both sizes, when the global batch does not split over `data_parallel` ranks.
+  void check_batch_splits(int64_t data_parallel) const;
 };
 
 }  // namespace tessel::train

@@ -10,11 +10,6 @@
 namespace tessel::train {
 namespace {
 
-comm::ParallelSizes sizes_of(const Config& cfg) {
-  return {int(cfg.parallel.tensor_model_parallel_size), int(cfg.parallel.context_parallel_size),
-          int(cfg.parallel.pipeline_model_parallel_size), int(cfg.parallel.expert_model_parallel_size)};
-}
-
 // Parameters of the whole model, from its unsharded ParamStore on one meta rank.
 void count_parameters(const Config& cfg, DryRunResult& out) {
   Config whole = cfg;
@@ -43,16 +38,14 @@ DryRunResult dry_run_model_state(const Config& cfg, int world) {
   TESSEL_CHECK(world >= 1, "--world must be >= 1, got {}", world);
   DefaultDeviceScope on_meta(Device::meta);
   Allocator& meta = allocator(Device::meta);
-  const comm::ParallelSizes s = sizes_of(cfg);
+  const comm::ParallelSizes s = cfg.parallel_sizes();
   DryRunResult out;
   out.world = world;
   auto world0 = comm::make_meta_communicator(0, world);
   const comm::ParallelState layout(*world0, s);  // refuses sizes that do not divide the world
   out.layout = layout.describe();
   const int dp = layout.dp_size();
-  TESSEL_CHECK(cfg.train.global_batch_size % (cfg.train.micro_batch_size * dp) == 0,
-               "train.global_batch_size {} must be a multiple of train.micro_batch_size {} x data-parallel size {}",
-               cfg.train.global_batch_size, cfg.train.micro_batch_size, dp);
+  cfg.check_batch_splits(dp);
   for (int stage = 0; stage < s.pp; ++stage) {
     DryRunRole role;
     role.role = fmt::format("pipeline stage {} of {}", stage, s.pp);
