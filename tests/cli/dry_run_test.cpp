@@ -19,20 +19,53 @@ TEST(DryRunCli, DeepSeekV3OnTwoThousandRanksReportsEveryStageAndEndsInJson) {
   const auto r = run_tessel("dry-run " + config("deepseek-v3.yaml") + " --world 2048", d.path(), 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("world 2048 = tp 1 x cp 1 x dp 128 x pp 16 (ep 64)"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("not counted: the training step on the meta device is not supported yet"), std::string::npos);
+  EXPECT_NE(r.output.find("step: the training step on the meta device is not supported yet for MoE layers"),
+            std::string::npos)
+      << r.output;
   const auto j = nlohmann::json::parse(last_line(r.output));
   EXPECT_EQ(j["world"], 2048);
   ASSERT_EQ(j["roles"].size(), 16u);
   EXPECT_EQ(j["roles"][15]["ranks"].size(), 128u);
   EXPECT_EQ(j["roles"][15]["ranks"][0], 1920);  // pipeline rank is the slowest coordinate
-  EXPECT_TRUE(j["roles"][0]["peak_bytes"].is_null());  // the step is not run yet
+  EXPECT_TRUE(j["roles"][0]["peak_bytes"].is_null());  // the step does not run on meta for MoE, MLA, MTP, FP8 yet
+  EXPECT_NE(j["step"].get<std::string>().find("not supported yet"), std::string::npos);
   EXPECT_GT(j["roles"][0]["model_state_requested_bytes_by_category"]["optimizer_state"].get<int64_t>(), 0);
   EXPECT_TRUE(j["fits"].get<bool>());
 }
 
+// Llama 3 405B at its published layout: the training step runs on meta for every stage.
+TEST(DryRunCli, Llama3At16kRanksRunsTheStepOnEveryStage) {
+  TempDir d;
+  const auto r = run_tessel("dry-run " + config("llama3-405b.yaml") + " --world 16384", d.path(), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(last_line(r.output));
+  ASSERT_EQ(j["roles"].size(), 16u);
+  EXPECT_FALSE(j.contains("step")) << r.output;  // nothing was left out
+  for (const auto& role : j["roles"]) {
+    const int64_t peak = role["peak_bytes"].get<int64_t>(), state = role["model_state_bytes"].get<int64_t>();
+    EXPECT_GT(peak, state) << role["role"];
+    int64_t sum = 0;
+    for (const auto& [name, bytes] : role["peak_bytes_by_category"].items()) sum += bytes.get<int64_t>();
+    EXPECT_EQ(sum, peak) << role["role"];
+    EXPECT_GT(role["flops_by_op"]["gemm"].get<double>(), 0) << role["role"];
+    for (const char* g : {"tp", "pp", "dp"}) EXPECT_GT(role["comm_bytes_by_group"][g].get<int64_t>(), 0) << g;
+  }
+  EXPECT_NE(r.output.find("step peak"), std::string::npos);
+}
+
+TEST(DryRunCli, AStepPeakThatDoesNotFitIsNamedPerRoleWithWhereItOccurs) {
+  TempDir d;
+  const auto r = run_tessel("dry-run " + config("llama3-70b.yaml") + " --world 64 --memory-gib 80", d.path(), 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("does not fit: pipeline stage 0 of 4: step peak "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exceeds --memory-gib 80 (parameters "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("does not fit: pipeline stage 3 of 4"), std::string::npos) << r.output;
+}
+
 TEST(DryRunCli, AModelStateThatDoesNotFitIsNamedPerRoleAndExitsOne) {
   TempDir d;
-  const auto r = run_tessel("dry-run " + config("llama3-70b.yaml") + " --world 64 --memory-gib 20", d.path(), 60);
+  const auto r =
+      run_tessel("dry-run " + config("llama3-70b.yaml") + " --world 64 --steps 0 --memory-gib 20", d.path(), 60);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("does not fit: pipeline stage 0 of 4: model state 29.61 GiB exceeds --memory-gib 20 "
                           "(parameters 12.69, gradients 8.46, optimizer_state 8.46 GiB)"),

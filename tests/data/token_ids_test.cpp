@@ -90,11 +90,11 @@ TEST(TokenIds, VocabParallelCrossEntropyRefusesTargetsPastTheVocabulary) {
   targets.data<int64_t>()[0] = 1;
   targets.data<int64_t>()[1] = V;
   targets.data<int64_t>()[2] = -1;  // ignored row
-  EXPECT_NE(error_of([&] { nn::vocab_parallel_cross_entropy(logits, targets, 0, 1.0f, nullptr, *tp); })
+  EXPECT_NE(error_of([&] { nn::vocab_parallel_cross_entropy(logits, targets, 0, 1.0f, Tensor(), *tp); })
                 .find("vocab-parallel cross-entropy: target 8 at row 1 is outside the vocabulary [0, 8)"),
             std::string::npos);
   targets.data<int64_t>()[1] = V - 1;
-  EXPECT_NEAR(nn::vocab_parallel_cross_entropy(logits, targets, 0, 1.0f, nullptr, *tp), 2 * std::log(8.0), 1e-5);
+  EXPECT_NEAR(nn::vocab_parallel_cross_entropy(logits, targets, 0, 1.0f, Tensor(), *tp), 2 * std::log(8.0), 1e-5);
 }
 
 TEST(TokenIds, VocabParallelEmbeddingRefusesIdsPastTheVocabulary) {

@@ -45,7 +45,7 @@ TEST(MpiGradReducer, SumsAgainstFloat64InEveryBucketing) {
     SCOPED_TRACE(bucket);
     std::vector<float> g(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) g[size_t(i)] = grad_of(w.rank(), i);
-    optim::GradReducer reducer(w, g.data(), bucket);
+    optim::GradReducer reducer(w, Tensor::from_blob(g.data(), {int64_t(g.size())}, DType::f32), bucket);
     report_backwards(reducer, n);
     reducer.finish();
     for (int64_t i = 0; i < n; ++i) {
@@ -72,7 +72,7 @@ TEST(MpiGradReducer, ExactSumsAndUnreportedElementsUntouched) {
   const int W = w.size();
   std::vector<float> g(200);
   for (size_t i = 0; i < g.size(); ++i) g[i] = float(int(i % 7) - 3 + w.rank());
-  optim::GradReducer reducer(w, g.data(), 16);
+  optim::GradReducer reducer(w, Tensor::from_blob(g.data(), {int64_t(g.size())}, DType::f32), 16);
   reducer.ready(150, 200);
   reducer.ready(100, 150);
   reducer.ready(10, 60);  // [60, 100) and [0, 10) never reported

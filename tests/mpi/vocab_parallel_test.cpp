@@ -40,7 +40,8 @@ TEST(VocabParallel, CrossEntropyMatchesTheFullVocabulary) {
                                                    dfull.data());
   const Tensor local = logits.slice(1, begin, begin + Vl).clone();
   std::vector<float> dl(size_t(kN * Vl));
-  const double got = nn::vocab_parallel_cross_entropy(local, targets, begin, 0.25f, dl.data(), world());
+  const double got = nn::vocab_parallel_cross_entropy(local, targets, begin, 0.25f,
+                                                      Tensor::from_blob(dl.data(), {kN, Vl}, DType::f32), world());
   EXPECT_NEAR(got, want, 1e-5 * std::fabs(want));
   for (int64_t i = 0; i < kN; ++i)
     for (int64_t j = 0; j < Vl; ++j)

@@ -86,7 +86,7 @@ std::vector<Range> reduce_ranges(int64_t n, int64_t bucket, const std::vector<Ra
   std::vector<float> g(static_cast<size_t>(n));
   std::iota(g.begin(), g.end(), 1.0f);
   RecordingComm c(g.data(), 4.0f);
-  optim::GradReducer r(c, g.data(), bucket);
+  optim::GradReducer r(c, Tensor::from_blob(g.data(), {int64_t(g.size())}, DType::f32), bucket);
   for (const auto& [b, e] : ranges) r.ready(b, e);
   r.finish();
   EXPECT_EQ(c.completed, int64_t(c.launched.size()));
@@ -126,7 +126,7 @@ TEST(GradReducer, GapsAndAscendingRangesCloseTheBucket) {
 TEST(GradReducer, FullBucketLaunchesBeforeFinish) {
   std::vector<float> g(64, 1.0f);
   RecordingComm c(g.data(), 2.0f);
-  optim::GradReducer r(c, g.data(), 16);
+  optim::GradReducer r(c, Tensor::from_blob(g.data(), {int64_t(g.size())}, DType::f32), 16);
   r.ready(48, 64);
   EXPECT_EQ(c.launched, (std::vector<Range>{{48, 64}}));
   r.ready(40, 48);
@@ -141,7 +141,7 @@ TEST(GradReducer, LocalCommunicatorLeavesGradientsAsTheyAre) {
   std::vector<float> g(1000);
   for (size_t i = 0; i < g.size(); ++i) g[i] = 0.001f * float(i) - 0.3f;
   const std::vector<float> before = g;
-  optim::GradReducer r(*local, g.data(), 128);
+  optim::GradReducer r(*local, Tensor::from_blob(g.data(), {int64_t(g.size())}, DType::f32), 128);
   for (int64_t e = 1000; e > 0; e -= 100) r.ready(e - 100, e);
   r.finish();
   EXPECT_EQ(g, before);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "support/error_of.h"
+#include "support/tiny_configs.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/core/block_pool.h"
 #include "tessel/train/dry_run.h"
@@ -12,25 +13,6 @@
 
 namespace tessel::train {
 namespace {
-
-constexpr const char* kMoeYaml = R"(
-model:
-  arch: mixtral
-  num_layers: 4
-  hidden_size: 64
-  num_attention_heads: 4
-  num_query_groups: 2
-  ffn_hidden_size: 96
-  num_experts: 8
-  moe_router_topk: 2
-  vocab_size: 512
-  seq_length: 32
-train:
-  micro_batch_size: 1
-  global_batch_size: 8
-precision:
-  compute: bf16
-)";
 
 int64_t block(int64_t bytes) { return int64_t(BlockPool::block_size(size_t(bytes))); }
 
@@ -53,11 +35,13 @@ struct Layout {
   int64_t optimizer_shard;  // ranks sharing one distributed-optimizer group (1: not sharded)
 };
 
+void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
+
 class DryRunLayouts : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(DryRunLayouts, MetaModelStateEqualsTheCpuAllocationAndTheSizes) {
   const Layout& l = GetParam();
-  const Config cfg = Config::from_yaml_text(kMoeYaml, l.sets);
+  const Config cfg = Config::from_yaml_text(testing::kTinyMixtralYaml, l.sets);
   const DryRunResult r = dry_run_model_state(cfg, l.world);
   ASSERT_EQ(int64_t(r.roles.size()), cfg.parallel.pipeline_model_parallel_size);
   int64_t ranks = 0;
@@ -105,6 +89,8 @@ struct FullSize {
   double tolerance;      // relative: the published figures are rounded
 };
 
+void PrintTo(const FullSize& f, std::ostream* os) { *os << f.config; }
+
 class DryRunFullSize : public ::testing::TestWithParam<FullSize> {};
 
 TEST_P(DryRunFullSize, ParameterCountsMatchThePublishedOnes) {
@@ -134,11 +120,11 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(DryRun, ALayoutThatCannotExistIsRefusedWithTheReason) {
-  const Config cfg = Config::from_yaml_text(kMoeYaml, {"parallel.pipeline_model_parallel_size=2"});
+  const Config cfg = Config::from_yaml_text(testing::kTinyMixtralYaml, {"parallel.pipeline_model_parallel_size=2"});
   EXPECT_EQ(tessel::testing::error_of([&] { dry_run_model_state(cfg, 3); }),
             "world size 3 is not divisible by tensor_model_parallel_size 1 x context_parallel_size 1 x "
             "pipeline_model_parallel_size 2 = 2 (data parallel is what remains)");
-  const Config big_batch = Config::from_yaml_text(kMoeYaml, {});
+  const Config big_batch = Config::from_yaml_text(testing::kTinyMixtralYaml, {});
   EXPECT_EQ(tessel::testing::error_of([&] { dry_run_model_state(big_batch, 16); }),
             "train.global_batch_size 8 must be a multiple of train.micro_batch_size 1 x data-parallel size 16");
 }

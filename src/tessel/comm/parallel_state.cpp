@@ -67,4 +67,13 @@ std::string ParallelState::describe() const {
                      world_.size(), s_.tp, s_.cp, dp_, s_.pp, s_.ep, me_.tp, me_.cp, me_.dp, me_.pp);
 }
 
+std::vector<std::pair<std::string, Communicator*>> ParallelState::named_groups() const {
+  std::vector<std::pair<std::string, Communicator*>> g{{"tp", tp_.get()},       {"cp", cp_.get()},
+                                                             {"dp", dp_g_.get()},     {"pp", pp_.get()},
+                                                             {"dp_cp", dp_cp_.get()}, {"ep", ep_.get()},
+                                                             {"ep_dp", ep_dp_.get()}};
+  if (embedding_) g.emplace_back("embedding", embedding_.get());
+  return g;
+}
+
 }  // namespace tessel::comm

@@ -7,6 +7,7 @@
 // consecutive ranks of the DP x CP product, carved out of it).
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessel/comm/communicator.h"
@@ -50,6 +51,9 @@ class ParallelState {
   static RankCoords coords_of(int rank, const ParallelSizes& s, int dp);
   static int rank_of(const RankCoords& c, const ParallelSizes& s, int dp);
   std::string describe() const;
+  // Every group this rank belongs to, by name ("tp", "cp", "dp", "pp", "dp_cp", "ep", "ep_dp",
+  // "embedding"; the last only on the stages that hold the embedding), for per-group statistics.
+  std::vector<std::pair<std::string, Communicator*>> named_groups() const;
 
  private:
   Communicator& world_;

@@ -32,6 +32,7 @@ void* Allocator::allocate(size_t nbytes, MemoryCategory c) {
     if (st_.current_total > st_.peak_total) {
       st_.peak_total = st_.current_total;
       st_.at_peak = st_.current;
+      st_.peak_phase = current_memory_phase();
     }
     ++st_.allocations;
   }
@@ -76,6 +77,7 @@ void Allocator::reset_peak() {
   st_.at_peak = st_.current;
   st_.peak_total = st_.current_total;
   st_.peak_reserved = st_.current_total + cached;
+  st_.peak_phase = current_memory_phase();
 }
 
 namespace {
@@ -117,6 +119,7 @@ CpuAllocator& cpu_allocator() {
 }
 
 thread_local MemoryCategory t_category = MemoryCategory::activations;
+thread_local MemoryPhase t_phase;
 
 }  // namespace
 
@@ -130,5 +133,22 @@ BlockPoolStats tensor_pool_stats() { return cpu_allocator().pool().stats(); }
 MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : previous_(t_category) { t_category = c; }
 MemoryCategoryScope::~MemoryCategoryScope() { t_category = previous_; }
 MemoryCategory current_memory_category() { return t_category; }
+
+std::string describe(const MemoryPhase& p) {
+  std::string s = p.what;
+  if (p.micro_batch >= 0) s += ", micro-batch " + std::to_string(p.micro_batch);
+  if (p.chunk >= 0) s += ", chunk " + std::to_string(p.chunk);
+  if (p.layer >= 0) s += ", layer " + std::to_string(p.layer);
+  return s;
+}
+
+MemoryPhaseScope::MemoryPhaseScope(const char* what) : previous_(t_phase) { t_phase.what = what; }
+MemoryPhaseScope::MemoryPhaseScope(const char* what, int micro_batch, int chunk) : previous_(t_phase) {
+  t_phase = {what, micro_batch, chunk, -1};
+}
+MemoryPhaseScope::~MemoryPhaseScope() { t_phase = previous_; }
+MemoryLayerScope::MemoryLayerScope(int layer) : previous_(t_phase.layer) { t_phase.layer = layer; }
+MemoryLayerScope::~MemoryLayerScope() { t_phase.layer = previous_; }
+const MemoryPhase& current_memory_phase() { return t_phase; }
 
 }  // namespace tessel

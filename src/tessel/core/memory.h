@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <string_view>
 
 #include "tessel/core/device.h"
@@ -34,6 +35,17 @@ inline constexpr int kMemoryCategories = 6;
 
 std::string_view memory_category_name(MemoryCategory c);
 
+// Where in a step the allocating thread is, for "where the peak occurs": what it is doing (a static
+// string: "forward", "backward", "optimizer step", ...), and when known the micro-batch, model chunk
+// and layer (-1: not known). Set by the trainer, the pipeline executor and the model with scopes.
+struct MemoryPhase {
+  const char* what = "setup";
+  int micro_batch = -1;
+  int chunk = -1;
+  int layer = -1;
+};
+std::string describe(const MemoryPhase& p);  // "backward, micro-batch 3, chunk 0, layer 5"
+
 struct MemoryStats {
   using PerCategory = std::array<int64_t, kMemoryCategories>;  // bytes, indexed by MemoryCategory
   PerCategory current{};
@@ -49,6 +61,7 @@ struct MemoryStats {
   int64_t reserved = 0;
   int64_t peak_reserved = 0;
   int64_t allocations = 0;  // requests since the allocator was created
+  MemoryPhase peak_phase;   // the allocating thread's phase when the total reached peak_total
 
   int64_t of(MemoryCategory c) const { return current[size_t(c)]; }
   int64_t peak_of(MemoryCategory c) const { return peak[size_t(c)]; }
@@ -99,5 +112,31 @@ class MemoryCategoryScope {
 };
 
 MemoryCategory current_memory_category();
+
+// The allocating thread's phase while the scope lives (scopes nest). The first form changes only
+// `what`, keeping the enclosing micro-batch and chunk; the second sets them (and clears the layer).
+class MemoryPhaseScope {
+ public:
+  explicit MemoryPhaseScope(const char* what);
+  MemoryPhaseScope(const char* what, int micro_batch, int chunk);
+  ~MemoryPhaseScope();
+  MemoryPhaseScope(const MemoryPhaseScope&) = delete;
+  MemoryPhaseScope& operator=(const MemoryPhaseScope&) = delete;
+
+ private:
+  MemoryPhase previous_;
+};
+// Sets only the layer (the model's loops over its layers).
+class MemoryLayerScope {
+ public:
+  explicit MemoryLayerScope(int layer);
+  ~MemoryLayerScope();
+  MemoryLayerScope(const MemoryLayerScope&) = delete;
+  MemoryLayerScope& operator=(const MemoryLayerScope&) = delete;
+
+ private:
+  int previous_;
+};
+const MemoryPhase& current_memory_phase();
 
 }  // namespace tessel

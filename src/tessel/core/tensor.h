@@ -66,6 +66,9 @@ class Tensor {
     if (storage_->device == Device::meta) refuse_meta_access();
     return static_cast<char*>(storage_->ptr) + offset_;
   }
+  // Where the data lives in its device's memory, for a kernel or a collective to use (a CUDA
+  // pointer on a GPU; null on meta, whose collectives move nothing). Host code never reads through it.
+  void* device_ptr() const { return storage_->ptr ? static_cast<char*>(storage_->ptr) + offset_ : nullptr; }
   template <class T>
   T* data() const {
     TESSEL_CHECK(dtype_of<T>() == dtype_, "tensor holds {}, accessed as {}", dtype_name(dtype_),

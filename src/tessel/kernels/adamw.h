@@ -5,7 +5,7 @@
 // Plus the reductions gradient clipping needs.
 #include <cstdint>
 
-#include "tessel/core/dtype.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::kernels {
 
@@ -14,6 +14,14 @@ struct AdamWHyper {
   int64_t step;  // 1-based step count after this update
 };
 
+// The family's dispatch points (kernels/adamw.cpp), as contiguous f32 tensors on one device of n
+// elements (compute_copy: bf16, or undefined). sum_squares returns its value copied to the host (a
+// synchronisation on an asynchronous device); on meta there is no value: 0.
+void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWHyper& h,
+                  float grad_scale, const Tensor& compute_copy);
+double sum_squares(const Tensor& x);
+
+// The cpu kernels (kernels/cpu/adamw.cpp) on raw arrays.
 // g is read as grad_scale * g (gradient clipping folded into the update). When compute_copy is not
 // null the updated parameters are also written there in bf16 (the GEMM weights), saving a pass.
 void adamw_update(int64_t n, float* p, const float* g, float* m, float* v, const AdamWHyper& h,

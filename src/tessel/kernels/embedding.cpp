@@ -53,4 +53,45 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& 
                 dpos.defined() ? dpos.data<float>() : nullptr, T);
 }
 
+void check_ids(const Tensor& ids, int64_t limit, bool allow_negative, const char* what, const char* op) {
+  TESSEL_CHECK(ids.dtype() == DType::i64 && ids.is_contiguous(), "{}: {}s must be contiguous i64, got {}", op, what,
+               ids.str());
+  if (ids.is_meta()) return;
+  const int64_t* t = ids.data<int64_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    TESSEL_CHECK(t[i] < limit && (t[i] >= 0 || allow_negative), "{}: {} {} at {} {} is outside the vocabulary [0, {})",
+                 op, what, t[i], allow_negative ? "row" : "position", i, limit);
+}
+
+void embedding_forward_slice(const Tensor& tokens, const Tensor& W, int64_t vocab_begin, const Tensor& out) {
+  check_operands("embedding_fwd_slice", tokens, W, Tensor(), 0, out);
+  const Device device = common_device("embedding_fwd_slice", {&tokens, &W, &out});
+  record_op("embedding_fwd_slice", {&tokens}, {&out}, 0.0);  // one row read (or zeroed) per token
+  if (device == Device::meta) return;
+  embedding_fwd_slice(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(), vocab_begin,
+                      out.data<float>());
+}
+
+void embedding_backward_slice(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin, const Tensor& dW) {
+  check_operands("embedding_bwd_slice", tokens, dW, Tensor(), 0, dout);
+  const Device device = common_device("embedding_bwd_slice", {&tokens, &dout, &dW});
+  if (op_log().enabled()) {  // a read-modify-write of one gradient row per token of the slice (at most)
+    const int64_t rows = int64_t(dout.nbytes());
+    op_log().add({"embedding_bwd_slice", {tokens.shape(), dout.shape(), dW.shape()},
+                  {tokens.dtype(), dout.dtype(), dW.dtype()}, double(dout.numel()),
+                  int64_t(tokens.nbytes() + dout.nbytes()) + rows, rows});
+  }
+  if (device == Device::meta) return;
+  embedding_bwd_slice(tokens.numel(), dW.size(1), dW.size(0), tokens.data<int64_t>(), dout.data<float>(), vocab_begin,
+                      dW.data<float>());
+}
+
+void add_gathered_rows(const Tensor& index, const Tensor& table, const Tensor& out) {
+  check_operands("add_gathered_rows", index, table, Tensor(), 0, out);
+  const Device device = common_device("add_gathered_rows", {&index, &table, &out});
+  record_op("add_gathered_rows", {&index, &out}, {&out}, double(out.numel()));
+  if (device == Device::meta) return;
+  add_gathered_rows(out.size(0), out.size(1), index.data<int64_t>(), table.data<float>(), out.data<float>());
+}
+
 }  // namespace tessel::kernels

@@ -35,8 +35,14 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
       gemm(M, N, K, a.dtype(), {a.raw(), a.stride(0), trans_a}, {b.raw(), b.stride(0), trans_b}, c.data<float>(),
            c.stride(0), accumulate, bias.defined() ? bias.data<float>() : nullptr);
       return;
-    case Device::meta:
-      return;  // the record above is all the meta device does
+    case Device::meta: {
+      // Nothing computed; the cpu kernel's scratch copies are accounted (and freed) as it would.
+      MemoryCategoryScope scratch(MemoryCategory::workspace);
+      std::vector<Tensor> held;
+      for (const GemmScratch& w : gemm_cpu_workspace(M, N, K, a.dtype(), trans_a, trans_b))
+        held.push_back(Tensor::empty(w.shape, w.dtype, Device::meta));
+      return;
+    }
   }
 }
 

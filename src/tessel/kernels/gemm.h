@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tessel/core/tensor.h"
 
@@ -27,6 +28,17 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
 // add its case here, with cuBLASLt behind it. bias: f32[N] or undefined.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, bool accumulate,
             const Tensor& bias = Tensor());
+
+// The scratch copies gemm() makes for one call on this cpu (bf16 operands widened to fp32 where
+// there are no bf16 kernels, operands with tokens in K zero-padded to a size class), as the shapes
+// and dtypes it allocates, A's first. The meta device allocates the same, so a dry run accounts the
+// cpu's workspace byte for byte.
+struct GemmScratch {
+  Shape shape;
+  DType dtype;
+};
+std::vector<GemmScratch> gemm_cpu_workspace(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool trans_a,
+                                            bool trans_b);
 
 // True where oneDNN has no bf16 matmul kernels (no AVX-512, or ONEDNN_MAX_CPU_ISA below AVX512_CORE):
 // bf16 operands are then widened to fp32 (exact) and multiplied by the fp32 kernels.

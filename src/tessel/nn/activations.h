@@ -19,7 +19,19 @@ class Activations {
   }
   bool has(const std::string& key) const { return slots_.count(key) != 0; }
   void erase(const std::string& key) { slots_.erase(key); }
-  void clear() { slots_.clear(); }
+  void clear() {
+    slots_.clear();
+    scalars_.clear();
+  }
+  // Host values a backward needs (a loss scale for recompute): kept on the host, not device memory.
+  void put_scalar(const std::string& key, float v) { scalars_[key] = v; }
+  float take_scalar(const std::string& key) {
+    auto it = scalars_.find(key);
+    TESSEL_CHECK(it != scalars_.end(), "value '{}' was not saved by forward (backward before forward?)", key);
+    const float v = it->second;
+    scalars_.erase(it);
+    return v;
+  }
   size_t bytes() const {
     size_t n = 0;
     for (const auto& [k, t] : slots_) n += t.nbytes();
@@ -28,6 +40,7 @@ class Activations {
 
  private:
   std::unordered_map<std::string, Tensor> slots_;
+  std::unordered_map<std::string, float> scalars_;
 };
 
 }  // namespace tessel::nn

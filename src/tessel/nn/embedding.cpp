@@ -40,25 +40,23 @@ int64_t Embedding::position(int64_t row) const {
   return cp_ ? cp_global_position(t, T_, cp_->rank(), cp_->size()) : t;
 }
 
+Tensor Embedding::position_index(int64_t rows) const {
+  // Row n's position, computed on the host and copied to the device as one index tensor.
+  const int64_t first = first_row(rows);
+  Tensor index = Tensor::empty({rows}, DType::i64, ps_.params_flat().device());
+  if (index.is_meta()) return index;
+  int64_t* p = index.data<int64_t>();
+  for (int64_t n = 0; n < rows; ++n) p[n] = position(first + n);
+  return index;
+}
+
 void Embedding::add_positions(Tensor& out) const {
-  const float* pos = ps_.params_data() + pos_offset_;
-  const int64_t first = first_row(out.size(0));
-  float* o = out.data<float>();
-  for (int64_t n = 0; n < out.size(0); ++n) {
-    const float* p = pos + position(first + n) * D_;
-    for (int64_t j = 0; j < D_; ++j) o[n * D_ + j] += p[j];
-  }
+  kernels::add_gathered_rows(position_index(out.size(0)), positions(), out);
 }
 
 void Embedding::add_position_grads(const Tensor& dout) const {
   // Under sequence parallelism this rank's rows only (the trainer sums the group's).
-  float* dpos = ps_.grads_data() + pos_offset_;
-  const int64_t first = first_row(dout.size(0));
-  const float* g = dout.data<float>();
-  for (int64_t n = 0; n < dout.size(0); ++n) {
-    float* d = dpos + position(first + n) * D_;
-    for (int64_t j = 0; j < D_; ++j) d[j] += g[n * D_ + j];
-  }
+  kernels::embedding_backward(position_index(dout.size(0)), dout, ps_.grad_at(pos_offset_, {T_, D_}), Tensor(), T_);
 }
 
 Tensor Embedding::forward(const Tensor& tokens, Activations& saved, const std::string& tag) const {
@@ -74,14 +72,12 @@ Tensor Embedding::forward(const Tensor& tokens, Activations& saved, const std::s
   }
   Tensor out;
   if (tp_) {
-    for (int64_t i = 0; i < N; ++i)
-      TESSEL_CHECK(tokens.data<int64_t>()[i] >= 0 && tokens.data<int64_t>()[i] < V_,
-                   "token id {} at position {} is outside the vocabulary [0, {})", tokens.data<int64_t>()[i], i, V_);
+    kernels::check_ids(tokens, V_, false, "token id", "embedding");
     out = vocab_parallel_embedding_partial(tokens, ps_.param_at(w_offset_, {V_local_, D_}), vocab_begin_);
     if (sequence_parallel_)
       out = sequence_reduce_scatter(out, *tp_);  // this rank's rows of the sum
     else
-      tp_->all_reduce(out.raw(), out.numel(), DType::f32, comm::ReduceOp::sum);
+      tp_->all_reduce(out.device_ptr(), out.numel(), DType::f32, comm::ReduceOp::sum);
   } else {
     out = Tensor::empty({N, D_}, DType::f32);
     kernels::embedding_forward(tokens, table(), Tensor(), T_, out);

@@ -31,6 +31,7 @@ class Embedding {
   int64_t T_local_;                   // rows of a sequence on this rank
   int64_t first_row(int64_t rows) const;
   int64_t position(int64_t row) const;  // position in its sequence of row `row` of a micro-batch
+  Tensor position_index(int64_t rows) const;  // i64 [rows]: each output row's position (learned positions)
   void add_positions(Tensor& out) const;
   void add_position_grads(const Tensor& dout) const;
   Tensor table() const { return ps_.param_at(w_offset_, {V_local_, D_}); }  // this rank's rows of the weight

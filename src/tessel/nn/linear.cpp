@@ -127,7 +127,7 @@ Tensor Linear::forward(const LinearInput& in, Activations& saved) const {
       y = sequence_reduce_scatter(y, *tp_.group);
     } else {
       ProfileScope ps("tp_all_reduce");
-      tp_.group->all_reduce(y.raw(), y.numel(), DType::f32, comm::ReduceOp::sum);
+      tp_.group->all_reduce(y.device_ptr(), y.numel(), DType::f32, comm::ReduceOp::sum);
     }
   }
   if (bias && !fused_bias) add_bias_rows(y);
@@ -164,7 +164,7 @@ Tensor Linear::backward_input(const Tensor& dy, Activations& saved) const {
       dx = sequence_reduce_scatter(dx, *tp_.group);
     } else {
       ProfileScope ps("tp_all_reduce");
-      tp_.group->all_reduce(dx.raw(), dx.numel(), DType::f32, comm::ReduceOp::sum);
+      tp_.group->all_reduce(dx.device_ptr(), dx.numel(), DType::f32, comm::ReduceOp::sum);
     }
   }
   return dx;

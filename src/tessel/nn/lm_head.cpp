@@ -38,9 +38,9 @@ Tensor LmHead::all_rows(const Tensor& x) const {
 
 double LmHead::loss_sum(const Tensor& x, const Tensor& targets) const {
   Tensor lg = logits(x);
-  if (tp_) return vocab_parallel_cross_entropy(lg, targets, vocab_begin_, 0.0f, nullptr, *tp_);
+  if (tp_) return vocab_parallel_cross_entropy(lg, targets, vocab_begin_, 0.0f, Tensor(), *tp_);
   TESSEL_CHECK(targets.numel() == lg.size(0), "loss: targets {} do not match {} rows", targets.str(), lg.size(0));
-  return kernels::softmax_xent<float>(lg.size(0), lg.size(1), lg.data<float>(), targets.data<int64_t>(), 0.0f, nullptr);
+  return kernels::cross_entropy(lg, targets.reshape({-1}), 0.0f, Tensor());
 }
 
 Tensor LmHead::logits(const Tensor& x) const { return logits_of_rows(all_rows(x)); }
@@ -62,15 +62,16 @@ double LmHead::forward_loss(const Tensor& x, const Tensor& targets, float grad_s
   ProfileScope prof("cross_entropy");
   double loss;
   Tensor dlogits;
+  const Tensor target_ids = targets.reshape({-1});
   if (tp_) {
-    loss = vocab_parallel_cross_entropy(lg, targets, vocab_begin_, grad_scale, lg.data<float>(), *tp_);
+    loss = vocab_parallel_cross_entropy(lg, target_ids, vocab_begin_, grad_scale, lg, *tp_);
     dlogits = ps_.compute_dtype() == DType::bf16 ? lg.to(DType::bf16) : lg;
   } else if (ps_.compute_dtype() == DType::bf16) {
     dlogits = Tensor::empty({N, V_}, DType::bf16);
-    loss = kernels::softmax_xent(N, V_, lg.data<float>(), targets.data<int64_t>(), grad_scale, dlogits.data<bf16>());
+    loss = kernels::cross_entropy(lg, target_ids, grad_scale, dlogits);
   } else {
     dlogits = lg;  // written in place over the logits
-    loss = kernels::softmax_xent(N, V_, lg.data<float>(), targets.data<int64_t>(), grad_scale, lg.data<float>());
+    loss = kernels::cross_entropy(lg, target_ids, grad_scale, lg);
   }
   saved.put(key_x_ + tag, xc);
   saved.put(key_dlogits_ + tag, dlogits);
@@ -84,7 +85,7 @@ Tensor LmHead::backward_input(Activations& saved, const std::string& tag) const 
   kernels::matmul(dl, false, ps_.compute_at(w_offset_, {V_, D_}), false, dx, false);
   if (!tp_) return dx;
   if (sequence_parallel_) return sequence_reduce_scatter(dx, *tp_);  // every vocab slice adds; this rank's rows
-  tp_->all_reduce(dx.raw(), dx.numel(), DType::f32, comm::ReduceOp::sum);
+  tp_->all_reduce(dx.device_ptr(), dx.numel(), DType::f32, comm::ReduceOp::sum);
   return dx;
 }
 

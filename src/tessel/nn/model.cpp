@@ -192,18 +192,18 @@ Tensor Model::hidden(const Tensor& tokens, Activations& saved) {
 Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens, const Tensor& targets,
                             float grad_scale, Activations& saved, double* loss) {
   TESSEL_CHECK(chunk >= 0 && chunk < num_chunks(), "chunk {} outside [0, {})", chunk, num_chunks());
+  MemoryPhaseScope phase("forward");
   Tensor x = first_chunk_is_first_stage(chunk) ? embed_->forward(tokens, saved) : input;
   const int64_t batch = batch_of(x.size(0));
   const size_t first = chunk_first_[size_t(chunk)];
   const size_t end = first + size_t(plan_.chunks[size_t(chunk)].size());
   for (size_t i = first; i < end; ++i) {
+    MemoryLayerScope at{static_cast<int>(i)};
     if (cfg_.recompute) {
       // Keep only the layer input (and the loss scale MoE layers weigh their auxiliary losses by);
       // backward re-runs the layer forward to rebuild the rest.
       saved.put(recompute_key(i), x);
-      Tensor gs = Tensor::empty({1}, DType::f32);
-      gs.data<float>()[0] = grad_scale;
-      saved.put(recompute_key(i) + ".grad_scale", gs);
+      saved.put_scalar(recompute_key(i) + ".grad_scale", grad_scale);
       Activations scratch;
       x = layers_[i]->forward(x, batch, scratch, grad_scale);
     } else {
@@ -288,6 +288,7 @@ void Model::layer_weights(size_t l, Activations& saved, const GradsReady& ready)
 }
 
 Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, bool weights, const GradsReady& ready) {
+  MemoryPhaseScope phase("backward");
   Tensor dx = dout;
   if (chunk_is_last_stage(chunk)) {
     const Tensor dy = head_->backward_input(saved);
@@ -306,11 +307,11 @@ Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, 
   }
   const size_t first = chunk_first_[size_t(chunk)];
   for (size_t i = first + size_t(plan_.chunks[size_t(chunk)].size()); i-- > first;) {
+    MemoryLayerScope at{static_cast<int>(i)};
     if (cfg_.recompute) {
       const Tensor input = saved.get(recompute_key(i));
-      const float grad_scale = saved.get(recompute_key(i) + ".grad_scale").data<float>()[0];
+      const float grad_scale = saved.take_scalar(recompute_key(i) + ".grad_scale");
       saved.erase(recompute_key(i));
-      saved.erase(recompute_key(i) + ".grad_scale");
       layers_[i]->forward(input, batch_of(input.size(0)), saved, grad_scale, true);
     }
     dx = layers_[i]->backward_input(dx, saved);
@@ -327,6 +328,7 @@ Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, 
 }
 
 void Model::backward_weight_chunk(int chunk, Activations& saved, const GradsReady& ready) {
+  MemoryPhaseScope phase("backward (weights)");
   if (chunk_is_last_stage(chunk)) {
     head_->backward_weight(saved);
     report(ready, head_begin_, head_end_);
@@ -334,7 +336,10 @@ void Model::backward_weight_chunk(int chunk, Activations& saved, const GradsRead
     report(ready, mtp_begin_, mtp_end_);      // multi-token prediction (computed with B)
   }
   const size_t first = chunk_first_[size_t(chunk)];
-  for (size_t i = first + size_t(plan_.chunks[size_t(chunk)].size()); i-- > first;) layer_weights(i, saved, ready);
+  for (size_t i = first + size_t(plan_.chunks[size_t(chunk)].size()); i-- > first;) {
+    MemoryLayerScope at{static_cast<int>(i)};
+    layer_weights(i, saved, ready);
+  }
   if (!first_chunk_is_first_stage(chunk)) return;
   embed_->backward(saved.get(kEmbeddingGrad), saved);
   saved.erase(kEmbeddingGrad);

@@ -93,8 +93,8 @@ void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, i
 
 void ParamStore::initialize(uint64_t seed) {
   TESSEL_CHECK(finalized_, "ParamStore::initialize before finalize");
-  if (params_.is_meta()) return;  // no values to draw
   for (const auto& s : specs_) {
+    if (params_.is_meta()) break;  // no values to draw (the compute copy's refresh below is still a kernel call)
     // Rows and columns of this (possibly sharded) tensor inside the global [R, C] (1-D: [1, C]).
     const bool two_d = s.shape.size() == 2;
     const int64_t cols = s.shape.empty() ? 1 : s.shape.back();

@@ -80,6 +80,10 @@ class ParamStore {
   Tensor param(const std::string& name) const;
   Tensor grad(const std::string& name) const;
 
+  // The flat buffers as tensors on their device (what kernels and collectives take), and as host
+  // pointers (cpu only: checkpoints, tests).
+  const Tensor& params_flat() const { return params_; }
+  const Tensor& grads_flat() const { return grads_; }
   float* params_data() const { return params_.data<float>(); }
   float* grads_data() const { return grads_.data<float>(); }
   void zero_grads();
@@ -112,20 +116,29 @@ void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, i
                       int64_t cols, float* out);
 
 // All-reduces (sum) over `group` the gradients of the parameters selected(spec) picks, packed into
-// one message.
+// one message (a communication buffer on the gradients' device).
 template <class Pred>
 void sum_grads(ParamStore& ps, comm::Communicator& group, Pred selected) {
-  std::vector<float> packed;
+  int64_t n = 0;
   for (const auto& s : ps.specs())
-    if (selected(s)) packed.insert(packed.end(), ps.grads_data() + s.offset, ps.grads_data() + s.offset + s.numel);
-  if (packed.empty()) return;
-  group.all_reduce(packed.data(), int64_t(packed.size()), DType::f32, comm::ReduceOp::sum);
-  size_t at = 0;
-  for (const auto& s : ps.specs())
-    if (selected(s)) {
-      std::copy_n(packed.data() + at, s.numel, ps.grads_data() + s.offset);
-      at += size_t(s.numel);
-    }
+    if (selected(s)) n += s.numel;
+  if (n == 0) return;
+  Tensor packed;
+  {
+    MemoryCategoryScope tag(MemoryCategory::communication);
+    packed = Tensor::empty({n}, DType::f32, ps.grads_flat().device());
+  }
+  auto each = [&](auto copy) {
+    int64_t at = 0;
+    for (const auto& s : ps.specs())
+      if (selected(s)) {
+        copy(packed.slice(0, at, at + s.numel), ps.grads_flat().slice(0, s.offset, s.offset + s.numel));
+        at += s.numel;
+      }
+  };
+  each([](Tensor part, const Tensor& grad) { part.copy_from(grad); });
+  group.all_reduce(packed.device_ptr(), n, DType::f32, comm::ReduceOp::sum);
+  each([](const Tensor& part, Tensor grad) { grad.copy_from(part); });
 }
 
 }  // namespace tessel::nn

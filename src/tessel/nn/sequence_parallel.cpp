@@ -16,7 +16,7 @@ Tensor sequence_all_gather(const Tensor& shard, comm::Communicator& tp) {
   TESSEL_CHECK(shard.dim() == 2 && shard.is_contiguous(),
                "sequence_all_gather: expected a contiguous 2-D shard, got {}", shard.str());
   Tensor full = Tensor::empty({shard.size(0) * tp.size(), shard.size(1)}, shard.dtype());
-  tp.all_gather(shard.raw(), full.raw(), shard.numel(), shard.dtype());
+  tp.all_gather(shard.device_ptr(), full.device_ptr(), shard.numel(), shard.dtype());
   return full;
 }
 
@@ -25,7 +25,7 @@ Tensor sequence_reduce_scatter(const Tensor& full, comm::Communicator& tp) {
   TESSEL_CHECK(full.dim() == 2 && full.dtype() == DType::f32 && full.is_contiguous(),
                "sequence_reduce_scatter: expected contiguous f32 [N, d], got {}", full.str());
   Tensor shard = Tensor::empty({sequence_shard_rows(full.size(0), tp.size()), full.size(1)}, DType::f32);
-  tp.reduce_scatter(full.raw(), shard.raw(), shard.numel(), DType::f32, comm::ReduceOp::sum);
+  tp.reduce_scatter(full.device_ptr(), shard.device_ptr(), shard.numel(), DType::f32, comm::ReduceOp::sum);
   return shard;
 }
 

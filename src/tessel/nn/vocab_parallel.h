@@ -9,11 +9,11 @@ namespace tessel::nn {
 
 // logits [N, V/n] f32 of this rank's vocabulary slice starting at vocab_begin; targets [N] global
 // ids. Returns the summed loss over rows (same on every rank) and writes
-// dlogits = (softmax - onehot) * grad_scale for this slice (may alias logits). Three all-reduces of
+// dlogits = (softmax - onehot) * grad_scale for this slice (f32, may be logits; undefined: none). Three all-reduces of
 // N floats: the row max, the sum of exponentials, the target's logit. Negative targets are ignored
 // rows; a target at or past the vocabulary (slice size x group size) is an error.
 double vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
-                                    float grad_scale, float* dlogits, comm::Communicator& tp);
+                                    float grad_scale, const Tensor& dlogits, comm::Communicator& tp);
 
 // out [N, d] = rows of the full embedding for tokens [N] (global ids), from this rank's slice
 // weight [V/n, d] starting at vocab_begin: rows outside the slice contribute zeros, then all-reduce.

@@ -35,7 +35,7 @@ double AdamW::step(double lr) {
   for (const auto& s : ps_.specs()) {
     if (s.tied_copy || s.replica != 0 || (s.shape == s.global_shape && !tp_lead)) continue;
     const int64_t b = std::max(begin_, s.offset), e = std::min(end_, s.offset + s.numel);
-    if (b < e) (s.expert ? sq_experts : sq) += kernels::sum_squares(e - b, ps_.grads_data() + b);
+    if (b < e) (s.expert ? sq_experts : sq) += kernels::sum_squares(ps_.grads_flat().slice(0, b, e));
   }
   if (groups_.ep) sq_experts = comm::sum_in_rank_order(*groups_.ep, sq_experts);
   sq += sq_experts;
@@ -49,15 +49,17 @@ double AdamW::step(double lr) {
     if (coef < 1.0) grad_scale = float(coef);
   }
   ++step_;
-  bf16* copy = ps_.compute_dtype() == DType::bf16 ? ps_.compute_at(0, {ps_.numel()}).data<bf16>() : nullptr;
+  const Tensor copy = ps_.compute_dtype() == DType::bf16 ? ps_.compute_at(0, {ps_.numel()}) : Tensor();
+  auto part = [](const Tensor& flat, int64_t b, int64_t e) { return flat.slice(0, b, e); };
   for (const auto& s : ps_.specs()) {
     // The part of this parameter inside the owned range.
     const int64_t b = std::max(begin_, s.offset), e = std::min(end_, s.offset + s.numel);
     if (b >= e) continue;
     const kernels::AdamWHyper h{float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps),
                                 s.weight_decay ? float(cfg_.weight_decay) : 0.0f, step_};
-    kernels::adamw_update(e - b, ps_.params_data() + b, ps_.grads_data() + b, m_.data<float>() + (b - begin_),
-                          v_.data<float>() + (b - begin_), h, grad_scale, copy ? copy + b : nullptr);
+    kernels::adamw_update(part(ps_.params_flat(), b, e), part(ps_.grads_flat(), b, e), part(m_, b - begin_, e - begin_),
+                          part(v_, b - begin_, e - begin_), h, grad_scale,
+                          copy.defined() ? part(copy, b, e) : Tensor());
   }
   ps_.mark_updated();  // the update also rewrote the bf16 copy
   return norm;

@@ -1,15 +1,23 @@
 #include "tessel/optim/grad_reducer.h"
 
+#include <utility>
+
 #include "tessel/core/profiler.h"
 
 namespace tessel::optim {
 
-GradReducer::GradReducer(comm::Communicator& dp, float* grads, int64_t bucket_elems)
-    : dp_(dp), grads_(grads), bucket_elems_(bucket_elems) {}
+GradReducer::GradReducer(comm::Communicator& dp, Tensor grads, int64_t bucket_elems)
+    : dp_(dp), grads_(std::move(grads)), bucket_elems_(bucket_elems) {
+  TESSEL_CHECK(grads_.dtype() == DType::f32 && grads_.dim() == 1, "GradReducer: gradients must be a flat f32 buffer, got {}",
+               grads_.str());
+}
 
 void GradReducer::launch() {
   if (hi_ > lo_) {
-    inflight_.push_back(dp_.all_reduce_async(grads_ + lo_, hi_ - lo_, DType::f32, comm::ReduceOp::sum));
+    TESSEL_CHECK(lo_ >= 0 && hi_ <= grads_.numel(), "GradReducer: range [{}, {}) outside the {} gradients", lo_, hi_,
+                 grads_.numel());
+    inflight_.push_back(
+        dp_.all_reduce_async(grads_.slice(0, lo_, hi_).device_ptr(), hi_ - lo_, DType::f32, comm::ReduceOp::sum));
     ++launched_;
   }
   lo_ = hi_ = -1;

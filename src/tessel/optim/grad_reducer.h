@@ -8,12 +8,14 @@
 #include <vector>
 
 #include "tessel/comm/communicator.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::optim {
 
 class GradReducer {
  public:
-  GradReducer(comm::Communicator& dp, float* grads, int64_t bucket_elems);
+  // grads: the flat f32 gradient buffer (on its device); ranges are element offsets into it.
+  GradReducer(comm::Communicator& dp, Tensor grads, int64_t bucket_elems);
   void ready(int64_t begin, int64_t end);
   void finish();
   int64_t buckets_launched() const { return launched_; }
@@ -21,7 +23,7 @@ class GradReducer {
  private:
   void launch();
   comm::Communicator& dp_;
-  float* grads_;
+  Tensor grads_;
   int64_t bucket_elems_;
   int64_t lo_ = -1, hi_ = -1;  // the bucket being filled: [lo_, hi_)
   std::vector<std::unique_ptr<comm::Work>> inflight_;

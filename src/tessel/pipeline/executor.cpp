@@ -20,6 +20,17 @@ struct Place {
 };
 Place place(const Schedule& s, int v) { return {v % s.pp, v / s.pp}; }
 
+const char* phase_of(OpKind k) {
+  switch (k) {
+    case OpKind::F: return "forward";
+    case OpKind::B: return "backward";
+    case OpKind::W: return "backward (weights)";
+    case OpKind::send_fwd: case OpKind::send_bwd: return "pipeline send";
+    case OpKind::recv_fwd: case OpKind::recv_bwd: return "pipeline receive";
+  }
+  return "pipeline";
+}
+
 class Runner {
  public:
   Runner(const Schedule& s, nn::Model& model, comm::Communicator& pp, const std::vector<data::Batch>& mbs,
@@ -42,19 +53,20 @@ class Runner {
 
   void send(Tensor t, int v_to, int mb, Direction d) {
     const Place to = place(s_, v_to);
-    auto w = pp_.send_async(t.raw(), t.numel(), DType::f32, to.rank, tag(mb, to.chunk, s_.vpp, d));
+    auto w = pp_.send_async(t.device_ptr(), t.numel(), DType::f32, to.rank, tag(mb, to.chunk, s_.vpp, d));
     sends_.emplace_back(std::move(w), std::move(t));  // the buffer lives until the send completes
   }
 
   Tensor recv(int v_from, int mb, int chunk, Direction d) {
     Tensor t = Tensor::empty({rows_, width_}, DType::f32);
     ProfileScope prof("pp_recv_wait");
-    pp_.recv(t.raw(), t.numel(), DType::f32, place(s_, v_from).rank, tag(mb, chunk, s_.vpp, d));
+    pp_.recv(t.device_ptr(), t.numel(), DType::f32, place(s_, v_from).rank, tag(mb, chunk, s_.vpp, d));
     return t;
   }
 
   void execute(const Op& op) {
     const Key key{op.mb, op.chunk};
+    MemoryPhaseScope phase(phase_of(op.kind), op.mb, op.chunk);
     const int v = stage(op.chunk);
     const data::Batch& mb = mbs_[size_t(op.mb)];
     switch (op.kind) {
@@ -126,11 +138,11 @@ double forward_only_loss(nn::Model& model, comm::Communicator& pp, const data::B
     if (v % P != me) continue;
     if (v > 0) {
       x = Tensor::empty(act, DType::f32);
-      pp.recv(x.raw(), x.numel(), DType::f32, (v - 1) % P, v);
+      pp.recv(x.device_ptr(), x.numel(), DType::f32, (v - 1) % P, v);
     }
     nn::Activations dropped;
     x = model.forward_chunk(v / P, x, batch.tokens, batch.targets, 0.0f, dropped, &loss);
-    if (v + 1 < P * V) pp.send(x.raw(), x.numel(), DType::f32, (v + 1) % P, v + 1);
+    if (v + 1 < P * V) pp.send(x.device_ptr(), x.numel(), DType::f32, (v + 1) % P, v + 1);
   }
   return comm::sum_in_rank_order(pp, loss);
 }

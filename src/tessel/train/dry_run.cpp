@@ -2,8 +2,8 @@
 
 #include <chrono>
 
-#include "tessel/comm/parallel_state.h"
 #include "tessel/core/check.h"
+#include "tessel/data/batch.h"
 #include "tessel/nn/params.h"
 #include "tessel/train/trainer.h"
 
@@ -31,11 +31,75 @@ void count_parameters(const Config& cfg, DryRunResult& out) {
   out.parameters_active_per_token = total - inactive;
 }
 
+// Switches the process-wide op log on (cleared) for a scope, and back as it was.
+class OpLogSession {
+ public:
+  OpLogSession() : was_(kernels::op_log().enabled()) {
+    kernels::op_log().clear();
+    kernels::op_log().set_enabled(true);
+  }
+  ~OpLogSession() {
+    kernels::op_log().set_enabled(was_);
+    kernels::op_log().clear();
+  }
+
+ private:
+  bool was_;
+};
+
 }  // namespace
 
-DryRunResult dry_run_model_state(const Config& cfg, int world) {
+std::string meta_step_unsupported(const Config& cfg) {
+  std::vector<std::string> host;
+  const nn::ModelConfig& m = cfg.model;
+  if (m.num_experts > 0) host.push_back("MoE layers (routing, token permutation and expert counts)");
+  if (m.mla()) host.push_back("multi-latent attention");
+  if (m.mtp_num_layers > 0) host.push_back("multi-token prediction (its target shifts)");
+  if (m.fp8.enabled()) host.push_back("FP8 (quantisation and scaling state)");
+  if (cfg.parallel.context_parallel_size > 1) host.push_back("context parallelism (ring attention)");
+  if (host.empty()) return "";
+  std::string list;
+  for (const auto& h : host) list += (list.empty() ? "" : "; ") + h;
+  return "the training step on the meta device is not supported yet for " + list +
+         ": their kernels still read host memory, so only the model state is reported";
+}
+
+StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps) {
+  TESSEL_CHECK(steps >= 1, "measure_training_step: steps must be >= 1, got {}", steps);
+  DefaultDeviceScope on(device);
+  Allocator& a = allocator(device);
+  for (auto& [name, g] : groups.named_groups())
+    if (g) g->reset_stats();
+  OpLogSession log;
+  a.reset_peak();
+  const MemoryStats before = a.stats();
+  StepMeasurement m;
+  {
+    Trainer t(cfg, &groups);
+    const int64_t local = cfg.grad_accumulation_steps() / groups.dp_size();
+    std::vector<data::Batch> mbs;
+    for (int64_t k = 0; k < local; ++k) {
+      const Shape shape{cfg.train.micro_batch_size, cfg.model.seq_length};
+      mbs.push_back({Tensor::zeros(shape, DType::i64), Tensor::zeros(shape, DType::i64)});
+    }
+    for (int s = 0; s < steps; ++s) t.step(mbs, s);
+  }
+  const MemoryStats after = a.stats();
+  m.peak_bytes = after.peak_total - before.current_total;
+  for (int c = 0; c < kMemoryCategories; ++c)
+    m.peak_bytes_by_category[size_t(c)] = after.at_peak[size_t(c)] - before.current[size_t(c)];
+  m.peak_at = describe(after.peak_phase);
+  m.ops = kernels::op_log().totals_by_op();
+  for (const auto& [op, t] : m.ops) m.flops += t.flops;
+  for (auto& [name, g] : groups.named_groups())
+    if (g && !g->stats().empty()) m.comm_by_group[name] = g->stats();
+  return m;
+}
+
+DryRunResult dry_run(const Config& cfg, int world, int steps) {
   const auto t0 = std::chrono::steady_clock::now();
   TESSEL_CHECK(world >= 1, "--world must be >= 1, got {}", world);
+  TESSEL_CHECK(steps >= 0, "dry run: steps must be >= 0, got {}", steps);
   DefaultDeviceScope on_meta(Device::meta);
   Allocator& meta = allocator(Device::meta);
   const comm::ParallelSizes s = cfg.parallel_sizes();
@@ -46,6 +110,8 @@ DryRunResult dry_run_model_state(const Config& cfg, int world) {
   out.layout = layout.describe();
   const int dp = layout.dp_size();
   cfg.check_batch_splits(dp);
+  if (steps > 0) out.step_not_supported = meta_step_unsupported(cfg);
+  const bool run_step = steps > 0 && out.step_not_supported.empty();
   for (int stage = 0; stage < s.pp; ++stage) {
     DryRunRole role;
     role.role = fmt::format("pipeline stage {} of {}", stage, s.pp);
@@ -65,6 +131,10 @@ DryRunResult dry_run_model_state(const Config& cfg, int world) {
         role.model_state_requested_bytes += role.model_state_requested[size_t(c)];
       }
       role.local_parameters = t.model().params().numel();
+    }
+    if (run_step) {
+      role.step = measure_training_step(cfg, groups, Device::meta, steps);
+      role.step_ran = true;
     }
     out.roles.push_back(std::move(role));
   }

@@ -1,21 +1,45 @@
 #pragma once
 // A dry run on the meta device: the layout of N ranks is built (ParallelState over a meta world, so
 // every group check runs as on a real launch) and, for each distinct role, the real Trainer is set
-// up with every tensor on meta: the memory of its model state is accounted by category exactly as
-// the cpu allocator would account it, and nothing is allocated. A model of 671B parameters on 2,048
-// ranks takes seconds on one machine.
+// up and the real training step run with every tensor on meta: forward, backward, the pipeline
+// schedule, gradient reduction, the optimizer step. Memory is accounted by category exactly as the
+// cpu allocator accounts it, and nothing is allocated; every kernel call and collective is recorded.
+// A model of 671B parameters on 2,048 ranks takes seconds on one machine.
 //
-// Not yet: the training step itself on meta (activations, workspaces, the peak inside the step,
-// FLOPs per op family, bytes per collective). Only the GEMM kernels dispatch by device so far; the
-// other op families still read host memory (docs/architecture.md, "Devices").
+// Not yet on meta: the step of MoE, MLA, multi-token prediction, FP8 and context-parallel models,
+// whose kernels still read host memory (meta_step_unsupported() names them); their model state is
+// still reported.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "tessel/comm/communicator.h"
+#include "tessel/comm/parallel_state.h"
 #include "tessel/core/memory.h"
+#include "tessel/kernels/op_log.h"
 #include "tessel/train/config.h"
 
 namespace tessel::train {
+
+// One rank's training steps as measured (on any device): memory relative to before the Trainer was
+// set up, the kernels called and the collectives each group ran.
+struct StepMeasurement {
+  int64_t peak_bytes = 0;                             // the highest total over setup and the steps
+  MemoryStats::PerCategory peak_bytes_by_category{};  // each category's bytes at that moment
+  std::string peak_at;                                // the phase of the step it occurred in
+  std::map<std::string, kernels::OpTotals> ops;       // per op family (kernels::OpRecord::op)
+  double flops = 0;
+  std::map<std::string, std::map<std::string, comm::CommStats>> comm_by_group;  // group -> kind -> totals
+};
+
+// Sets the Trainer up for this rank of `groups` with its tensors on `device` and runs `steps`
+// training steps on micro-batches of the configured shapes (token 0 everywhere: values do not change
+// what a dense step allocates or calls). The op log is switched on for the duration.
+StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps);
+
+// Empty when the training step runs on the meta device for this config; otherwise what does not.
+std::string meta_step_unsupported(const Config& cfg);
 
 // Ranks that hold the same model state: one pipeline stage (tensor-, context-, data- and
 // expert-parallel ranks of a stage hold equal shares). Evaluated on the stage's first rank, which
@@ -31,6 +55,8 @@ struct DryRunRole {
   MemoryStats::PerCategory model_state_requested{};
   int64_t model_state_bytes = 0;
   int64_t model_state_requested_bytes = 0;
+  bool step_ran = false;  // the training step below was run (dry_run with steps > 0, supported config)
+  StepMeasurement step;
 };
 
 struct DryRunResult {
@@ -39,11 +65,14 @@ struct DryRunResult {
   std::vector<DryRunRole> roles;
   int64_t parameters_total = 0;             // the whole model, each tied or shared weight once
   int64_t parameters_active_per_token = 0;  // routed experts counted topk / num_experts
+  std::string step_not_supported;           // why the step was not run (empty: it was, or steps = 0)
   double seconds = 0;
 };
 
 // Throws, naming the setting, for a layout that cannot exist (sizes that do not divide the world,
-// a global batch that does not split over the data-parallel ranks, ...).
-DryRunResult dry_run_model_state(const Config& cfg, int world);
+// a global batch that does not split over the data-parallel ranks, ...). steps > 0 also runs that
+// many training steps per role where meta_step_unsupported() allows.
+DryRunResult dry_run(const Config& cfg, int world, int steps);
+inline DryRunResult dry_run_model_state(const Config& cfg, int world) { return dry_run(cfg, world, 0); }
 
 }  // namespace tessel::train

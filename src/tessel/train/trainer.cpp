@@ -96,17 +96,21 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   std::unique_ptr<optim::GradReducer> reducer;
   // Expert parallelism reduces after backward instead (experts over their own group).
   if (dp_ && !sharded && !ep_)
-    reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_data(), cfg_.parallel.ddp_bucket_size);
+    reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_flat(), cfg_.parallel.ddp_bucket_size);
   nn::Model::GradsReady ready;
   if (reducer) ready = [&](int64_t b, int64_t e) { reducer->ready(b, e); };
   if (pp_) {
+    MemoryPhaseScope phase("pipeline schedule");
     loss = pipeline::run_schedule(schedule_ops_, *model_, *pp_, micro_batches, scale, ready);
     loss = comm::sum_in_rank_order(*pp_, loss);  // the last stage's loss, on every stage
   } else {
-    for (size_t k = 0; k < micro_batches.size(); ++k)  // gradients are final during the last backward
+    for (size_t k = 0; k < micro_batches.size(); ++k) {  // gradients are final during the last backward
+      MemoryPhaseScope phase("forward", int(k), 0);
       loss += model_->forward_backward(micro_batches[k].tokens, micro_batches[k].targets, scale,
                                        k + 1 == micro_batches.size() ? ready : nullptr);
+    }
   }
+  MemoryPhaseScope phase("gradient reduction");
   if (reducer) reducer->finish();
   if (ep_ && !sharded) reduce_expert_parallel_grads();
   // Expert parallelism with ZeRO: the replicated parameters first sum over the expert-parallel ranks,
@@ -123,10 +127,12 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
       MemoryCategoryScope tag(MemoryCategory::communication);
       mine = Tensor::empty({n}, DType::f32);
     }
-    shard_->reduce_scatter_v(ps.grads_data(), mine.data<float>(), shard_counts(), DType::f32, comm::ReduceOp::sum);
-    std::copy_n(mine.data<float>(), n, ps.grads_data() + b);
+    shard_->reduce_scatter_v(ps.grads_flat().device_ptr(), mine.device_ptr(), shard_counts(), DType::f32,
+                             comm::ReduceOp::sum);
+    ps.grads_flat().slice(0, b, b + n).copy_from(mine);
   }
   const double lr = schedule_.at(iter);
+  MemoryPhaseScope stepping("optimizer step");
   const double norm = opt_->step(lr);
   // Delayed FP8 scaling: one amax per tensor across tensor- and data-parallel ranks (experts': the
   // ranks holding the same experts), next scales.
@@ -165,7 +171,10 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   }
   if (sharded) {
     // All-gather the updated shards so every replica holds the whole model again.
-    shard_->all_gather_v(ps.params_data() + opt_->own_begin(), ps.params_data(), shard_counts(), DType::f32);
+    MemoryPhaseScope gathering("parameter all-gather");
+    const Tensor& p = ps.params_flat();
+    shard_->all_gather_v(p.slice(0, opt_->own_begin(), opt_->own_end()).device_ptr(), p.device_ptr(), shard_counts(),
+                         DType::f32);
     ps.refresh_compute_copy();
   }
   return r;
@@ -181,7 +190,8 @@ void Trainer::reduce_expert_parallel_grads() {
 
 void Trainer::reduce_tied_embedding() {
   const auto& spec = model_->params().spec("model.embed_tokens.weight");
-  embedding_->all_reduce(model_->params().grads_data() + spec.offset, spec.numel, DType::f32, comm::ReduceOp::sum);
+  embedding_->all_reduce(model_->params().grads_flat().slice(0, spec.offset, spec.offset + spec.numel).device_ptr(),
+                         spec.numel, DType::f32, comm::ReduceOp::sum);
 }
 
 double Trainer::eval_loss_sum(const data::Batch& whole) {

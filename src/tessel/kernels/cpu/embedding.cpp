@@ -48,4 +48,38 @@ void embedding_bwd(int64_t N, int64_t D, const int64_t* tok, const float* dout, 
   }
 }
 
+void embedding_fwd_slice(int64_t N, int64_t D, int64_t Vl, const int64_t* tok, const float* W, int64_t vocab_begin,
+                         float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t local = tok[n] - vocab_begin;
+    if (local >= 0 && local < Vl)
+      std::copy_n(W + local * D, D, out + n * D);
+    else
+      std::fill_n(out + n * D, D, 0.0f);
+  }
+}
+
+void embedding_bwd_slice(int64_t N, int64_t D, int64_t Vl, const int64_t* tok, const float* dout, int64_t vocab_begin,
+                         float* dW) {
+  // In row order on one thread: repeated tokens accumulate in the same order on every run.
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t local = tok[n] - vocab_begin;
+    if (local < 0 || local >= Vl) continue;
+    float* w = dW + local * D;
+    const float* g = dout + n * D;
+    for (int64_t j = 0; j < D; ++j) w[j] += g[j];
+  }
+}
+
+void add_gathered_rows(int64_t N, int64_t D, const int64_t* index, const float* table, float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* p = table + index[n] * D;
+    float* o = out + n * D;
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) o[j] += p[j];
+  }
+}
+
 }  // namespace tessel::kernels

@@ -179,6 +179,21 @@ GemmOperand widen_bf16(const GemmOperand& x, int64_t rows, int64_t cols, int64_t
 
 bool gemm_widens_bf16() { return !bf16_matmul_available(); }
 
+std::vector<GemmScratch> gemm_cpu_workspace(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool trans_a,
+                                            bool trans_b) {
+  // The copies gemm() below makes, in its order (keep the two in step).
+  if (M == 0 || N == 0 || K == 0) return {};
+  const bool tokens_in_k = trans_a && !trans_b;
+  const int64_t Kc = tokens_in_k ? size_class_ceil(K, kExactDims) : K;
+  if (ab_dtype == DType::bf16 && !bf16_matmul_available()) {
+    const int64_t a_rows = trans_a ? K : M, b_rows = trans_b ? N : K;
+    return {{{tokens_in_k ? Kc : a_rows, trans_a ? M : K}, DType::f32},
+            {{tokens_in_k ? Kc : b_rows, trans_b ? K : N}, DType::f32}};
+  }
+  if (Kc != K) return {{{Kc, M}, ab_dtype}, {{Kc, N}, ab_dtype}};
+  return {};
+}
+
 void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOperand b, float* c, int64_t ldc,
           bool accumulate, const float* bias) {
   if (M == 0 || N == 0) return;

@@ -1,0 +1,59 @@
+#pragma once
+// Tiny model configs (YAML text) shared by the tests that build a Trainer from a config: small enough
+// for a step in milliseconds, with every structural feature of the family (GQA, untied head, SwiGLU
+// for Llama; learned positions, tied head, GELU for GPT-2; routed experts for Mixtral).
+namespace tessel::testing {
+
+inline constexpr const char* kTinyLlamaYaml = R"(
+model:
+  arch: llama
+  num_layers: 4
+  hidden_size: 64
+  num_attention_heads: 4
+  num_query_groups: 2
+  ffn_hidden_size: 96
+  vocab_size: 512
+  seq_length: 32
+train:
+  micro_batch_size: 2
+  global_batch_size: 8
+precision:
+  compute: bf16
+)";
+
+inline constexpr const char* kTinyGpt2Yaml = R"(
+model:
+  arch: gpt2
+  num_layers: 4
+  hidden_size: 64
+  num_attention_heads: 4
+  ffn_hidden_size: 256
+  vocab_size: 512
+  seq_length: 32
+train:
+  micro_batch_size: 2
+  global_batch_size: 8
+precision:
+  compute: bf16
+)";
+
+inline constexpr const char* kTinyMixtralYaml = R"(
+model:
+  arch: mixtral
+  num_layers: 4
+  hidden_size: 64
+  num_attention_heads: 4
+  num_query_groups: 2
+  ffn_hidden_size: 96
+  num_experts: 8
+  moe_router_topk: 2
+  vocab_size: 512
+  seq_length: 32
+train:
+  micro_batch_size: 1
+  global_batch_size: 8
+precision:
+  compute: bf16
+)";
+
+}  // namespace tessel::testing

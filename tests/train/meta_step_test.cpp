@@ -1,0 +1,127 @@
+// The training step on the meta device against the same step run on the cpu, for every rank of
+// several layouts: the peak of the cpu allocator over setup and two steps, each category's share
+// at that moment and where in the step it occurs, the kernel calls (calls, FLOPs, bytes per op
+// family) and the collectives per group must be equal, byte for byte. The cpu run is set up over
+// a meta world of the same rank (collectives move nothing, so no other process is needed; the
+// real multi-process comparison is tests/mpi/meta_step_test.cpp). Independently of both, the GEMM
+// FLOPs are checked against 6 x tokens x the weights' elements (8 x with recompute).
+#include <gtest/gtest.h>
+
+#include "support/tiny_configs.h"
+#include "tessel/comm/parallel_state.h"
+#include "tessel/train/dry_run.h"
+#include "tessel/train/trainer.h"
+
+namespace tessel::train {
+namespace {
+
+constexpr int kSteps = 2;
+
+StepMeasurement measure(const Config& cfg, int world, int rank, Device device) {
+  auto w = comm::make_meta_communicator(rank, world);
+  comm::ParallelState groups(*w, cfg.parallel_sizes());
+  return measure_training_step(cfg, groups, device, kSteps);
+}
+
+void expect_equal(const StepMeasurement& meta, const StepMeasurement& cpu, const std::string& where) {
+  EXPECT_EQ(meta.peak_bytes, cpu.peak_bytes) << where;
+  EXPECT_EQ(meta.peak_bytes_by_category, cpu.peak_bytes_by_category) << where;
+  EXPECT_EQ(meta.peak_at, cpu.peak_at) << where;
+  ASSERT_EQ(meta.ops.size(), cpu.ops.size()) << where;
+  for (const auto& [op, t] : cpu.ops) {
+    ASSERT_TRUE(meta.ops.count(op)) << where << ": " << op;
+    const kernels::OpTotals& m = meta.ops.at(op);
+    EXPECT_EQ(m.calls, t.calls) << where << ": " << op;
+    EXPECT_EQ(m.flops, t.flops) << where << ": " << op;
+    EXPECT_EQ(m.bytes_read, t.bytes_read) << where << ": " << op;
+    EXPECT_EQ(m.bytes_written, t.bytes_written) << where << ": " << op;
+  }
+  ASSERT_EQ(meta.comm_by_group.size(), cpu.comm_by_group.size()) << where;
+  for (const auto& [group, kinds] : cpu.comm_by_group)
+    for (const auto& [kind, c] : kinds) {
+      EXPECT_EQ(meta.comm_by_group.at(group).at(kind).calls, c.calls) << where << ": " << group << " " << kind;
+      EXPECT_EQ(meta.comm_by_group.at(group).at(kind).bytes, c.bytes) << where << ": " << group << " " << kind;
+    }
+}
+
+struct Layout {
+  const char* name;
+  const char* yaml;
+  int world;
+  std::vector<std::string> sets;
+};
+
+void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
+
+class MetaStep : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(MetaStep, EveryRankMatchesTheCpuStepByteForByte) {
+  const Layout& l = GetParam();
+  const Config cfg = Config::from_yaml_text(l.yaml, l.sets);
+  ASSERT_EQ(meta_step_unsupported(cfg), "");
+  for (int rank = 0; rank < l.world; ++rank) {
+    const StepMeasurement cpu = measure(cfg, l.world, rank, Device::cpu);
+    const StepMeasurement meta = measure(cfg, l.world, rank, Device::meta);
+    expect_equal(meta, cpu, fmt::format("{} rank {}", l.name, rank));
+    EXPECT_GT(cpu.peak_bytes_by_category[size_t(MemoryCategory::activations)], 0) << l.name;
+    EXPECT_GT(cpu.flops, 0) << l.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, MetaStep,
+    ::testing::Values(
+        Layout{"llama_one_rank", testing::kTinyLlamaYaml, 1, {}},
+        Layout{"llama_fp32", testing::kTinyLlamaYaml, 1, {"precision.compute=fp32"}},
+        Layout{"llama_recompute", testing::kTinyLlamaYaml, 1, {"model.recompute=true"}},
+        Layout{"llama_tp2", testing::kTinyLlamaYaml, 2, {"parallel.tensor_model_parallel_size=2"}},
+        Layout{"llama_tp2_sp", testing::kTinyLlamaYaml, 2, {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"}},
+        Layout{"llama_pp2", testing::kTinyLlamaYaml, 2, {"parallel.pipeline_model_parallel_size=2"}},
+        Layout{"llama_pp2_vpp2", testing::kTinyLlamaYaml, 2,
+               {"parallel.pipeline_model_parallel_size=2", "parallel.virtual_pipeline_model_parallel_size=2"}},
+        Layout{"llama_dp2_zero", testing::kTinyLlamaYaml, 2, {"parallel.use_distributed_optimizer=true"}},
+        Layout{"llama_tp2_pp2_dp2_zero", testing::kTinyLlamaYaml, 8,
+               {"parallel.tensor_model_parallel_size=2", "parallel.pipeline_model_parallel_size=2",
+                "parallel.use_distributed_optimizer=true"}},
+        Layout{"gpt2_one_rank", testing::kTinyGpt2Yaml, 1, {}},
+        Layout{"gpt2_tp2_sp", testing::kTinyGpt2Yaml, 2, {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"}},
+        Layout{"gpt2_pp2_dp2_tied", testing::kTinyGpt2Yaml, 4, {"parallel.pipeline_model_parallel_size=2"}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// GEMM FLOPs of one rank without parallelism, from the sizes alone: every 2-D weight but the
+// embedding table is one GEMM per token forward (2 FLOPs per weight) and two backward; recompute
+// runs the layers' forward again. The embedding is a lookup, the tied head a GEMM over it.
+double gemm_flops_from_sizes(const Config& cfg, bool recompute) {
+  Trainer t(cfg, nullptr);
+  double layer = 0, head = 0;
+  for (const nn::ParamSpec& s : t.model().params().specs()) {
+    if (s.shape.size() != 2 || s.name == "model.embed_tokens.weight" || s.name == "model.embed_positions.weight") continue;
+    (s.name.rfind("model.layers.", 0) == 0 ? layer : head) += double(s.numel);
+  }
+  if (cfg.model.tie_embeddings) head += double(cfg.model.vocab_size * cfg.model.hidden_size);
+  const double tokens = double(cfg.train.global_batch_size * cfg.model.seq_length);
+  return kSteps * tokens * (2.0 * (recompute ? 4 : 3) * layer + 6.0 * head);
+}
+
+TEST(MetaStep, GemmFlopsEqualSixTimesTokensTimesWeights) {
+  for (const auto& [yaml, sets] : std::vector<std::pair<const char*, std::vector<std::string>>>{
+           {testing::kTinyLlamaYaml, {}}, {testing::kTinyLlamaYaml, {"model.recompute=true"}}, {testing::kTinyGpt2Yaml, {}}}) {
+    const Config cfg = Config::from_yaml_text(yaml, sets);
+    const StepMeasurement meta = measure(cfg, 1, 0, Device::meta);
+    EXPECT_DOUBLE_EQ(meta.ops.at("gemm").flops, gemm_flops_from_sizes(cfg, cfg.model.recompute)) << yaml;
+  }
+}
+
+TEST(MetaStep, UnsupportedModelsAreNamed) {
+  const Config moe = Config::from_yaml_text(testing::kTinyLlamaYaml, {"model.arch=mixtral", "model.num_experts=4", "model.moe_router_topk=2"});
+  EXPECT_NE(meta_step_unsupported(moe).find("MoE layers"), std::string::npos);
+  const Config cp = Config::from_yaml_text(testing::kTinyLlamaYaml, {"parallel.context_parallel_size=2"});
+  EXPECT_NE(meta_step_unsupported(cp).find("context parallelism"), std::string::npos);
+  const DryRunResult r = dry_run(moe, 1, 1);
+  EXPECT_NE(r.step_not_supported.find("not supported yet"), std::string::npos);
+  EXPECT_FALSE(r.roles.at(0).step_ran);
+  EXPECT_GT(r.roles.at(0).model_state_bytes, 0);
+}
+
+}  // namespace
+}  // namespace tessel::train
