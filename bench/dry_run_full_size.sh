@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The full-size dry runs of docs/perf.md ("Dry runs"): each planning config at its layout on the meta
-# device, as one markdown table row per config (the largest role's model state, by category).
+# device, as one markdown table row per config: the largest role's model state by category, and
+# its training step's peak (where the step runs on meta), with where in the step it occurs.
 # usage: bench/dry_run_full_size.sh [build/tessel]
 set -euo pipefail
 tessel=${1:-build/tessel}
-echo "| config | ranks | layout | parameters (total / active) | largest role | model state per rank, GiB: parameters + gradients + optimizer = total | dry run |"
-echo "|---|---|---|---|---|---|---|"
+echo "| config | ranks | layout | parameters (total / active) | largest role | model state per rank, GiB: parameters + gradients + optimizer = total | step peak per rank, GiB (activations), where | dry run |"
+echo "|---|---|---|---|---|---|---|---|"
 for run in llama3-8b:8 llama3-70b:64 llama3-405b:16384 mixtral-8x7b:8 deepseek-v3:2048; do
   cfg=${run%%:*} world=${run##*:}
   out=$("$tessel" dry-run "configs/$cfg.yaml" --world "$world")
@@ -14,11 +15,14 @@ for run in llama3-8b:8 llama3-70b:64 llama3-405b:16384 mixtral-8x7b:8 deepseek-v
 import json, os, sys
 cfg, world, layout = sys.argv[1:4]
 j = json.loads(os.environ["DRY_RUN_JSON"])
-role = max(j["roles"], key=lambda r: r["model_state_requested_bytes"])
+stepped = j["roles"][0]["peak_bytes"] is not None
+role = max(j["roles"], key=lambda r: r["peak_bytes"] if stepped else r["model_state_requested_bytes"])
 c = role["model_state_requested_bytes_by_category"]
 g = lambda b: b / 2**30
+step = (f"{g(role['peak_bytes']):.1f} ({g(role['peak_bytes_by_category']['activations']):.1f}), {role['peak_at']}"
+        if stepped else "not on meta yet")
 print(f"| `{cfg}` | {world} | {layout} | {j['parameters_total']/1e9:.1f}B / {j['parameters_active_per_token']/1e9:.1f}B "
       f"| {role['role']} | {g(c['parameters']):.1f} + {g(c['gradients']):.1f} + {g(c['optimizer_state']):.1f} = "
-      f"{g(role['model_state_requested_bytes']):.1f} | {j['seconds']:.2f} s |")
+      f"{g(role['model_state_requested_bytes']):.1f} | {step} | {j['seconds']:.2f} s |")
 PY
 done

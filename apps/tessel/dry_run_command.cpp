@@ -45,8 +45,8 @@ nlohmann::json by_category_json(const MemoryStats::PerCategory& bytes) {
 }
 
 void print_step(const train::StepMeasurement& st) {
-  std::printf("  step peak %.3f GiB at %s (%s)\n", gib(st.peak_bytes), st.peak_at.c_str(),
-              by_category_text(st.peak_bytes_by_category).c_str());
+  std::printf("  step peak %.2f GiB at %s (%s; %.2f GiB in the cpu pool's blocks)\n", gib(st.peak_requested_bytes),
+              st.peak_at.c_str(), by_category_text(st.peak_requested_bytes_by_category).c_str(), gib(st.peak_bytes));
   std::string ops;
   for (const auto& [op, t] : st.ops)
     if (t.flops > 0) ops += fmt::format("{}{} {:.3g}", ops.empty() ? "" : ", ", op, t.flops);
@@ -98,19 +98,22 @@ int run_dry_run(const DryRunOptions& o) {
       }
       j["peak_bytes"] = st.peak_bytes;
       j["peak_bytes_by_category"] = by_category_json(st.peak_bytes_by_category);
+      j["peak_requested_bytes"] = st.peak_requested_bytes;
+      j["peak_requested_bytes_by_category"] = by_category_json(st.peak_requested_bytes_by_category);
       j["peak_at"] = st.peak_at;
       j["flops"] = st.flops;
       j["flops_by_op"] = flops;
       j["comm_bytes_by_group"] = comm;
       j["comm_by_group"] = detail;
     }
-    // The limit applies to the step's peak where it ran, else to the model state alone.
-    const int64_t need = role.step_ran ? role.step.peak_bytes : role.model_state_requested_bytes;
+    // The limit applies to the step's peak where it ran, else to the model state alone; both as
+    // requested (what any device's allocator must serve, before its own rounding).
+    const int64_t need = role.step_ran ? role.step.peak_requested_bytes : role.model_state_requested_bytes;
     if (o.memory_gib > 0 && gib(need) > o.memory_gib)
       too_big.push_back(role.step_ran
                             ? fmt::format("{}: step peak {:.2f} GiB at {} exceeds --memory-gib {:g} ({})", role.role,
                                           gib(need), role.step.peak_at, o.memory_gib,
-                                          by_category_text(role.step.peak_bytes_by_category))
+                                          by_category_text(role.step.peak_requested_bytes_by_category))
                             : fmt::format("{}: model state {:.2f} GiB exceeds --memory-gib {:g} ({})", role.role,
                                           gib(need), o.memory_gib, by_category_text(role.model_state_requested)));
     roles.push_back(std::move(j));

@@ -53,6 +53,7 @@ TEST(MetaStepMpi, EveryRankOfTheRealStepMatchesTheDryRun) {
     const std::string where = fmt::format("{} rank {}", l.name, world().rank());
     EXPECT_EQ(meta.peak_bytes, cpu.peak_bytes) << where;
     EXPECT_EQ(meta.peak_bytes_by_category, cpu.peak_bytes_by_category) << where;
+    EXPECT_EQ(meta.peak_requested_bytes_by_category, cpu.peak_requested_bytes_by_category) << where;
     EXPECT_EQ(meta.peak_at, cpu.peak_at) << where;
     EXPECT_EQ(meta.flops, cpu.flops) << where;
     for (const auto& [op, t] : cpu.ops) {

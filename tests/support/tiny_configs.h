@@ -56,4 +56,29 @@ precision:
   compute: bf16
 )";
 
+// configs/deepseek-v3-tiny.yaml's attention and multi-token prediction with every layer dense.
+inline constexpr const char* kTinyDenseDeepSeekYaml = R"(
+model:
+  arch: deepseek_v3
+  num_layers: 4
+  hidden_size: 128
+  num_attention_heads: 4
+  num_query_groups: 4
+  ffn_hidden_size: 384
+  q_lora_rank: 64
+  kv_lora_rank: 32
+  qk_head_dim: 32
+  qk_pos_emb_head_dim: 16
+  v_head_dim: 32
+  mtp_num_layers: 1
+  mtp_loss_scaling_factor: 0.3
+  vocab_size: 512
+  seq_length: 32
+train:
+  micro_batch_size: 2
+  global_batch_size: 8
+precision:
+  compute: bf16
+)";
+
 }  // namespace tessel::testing

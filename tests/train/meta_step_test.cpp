@@ -26,6 +26,7 @@ StepMeasurement measure(const Config& cfg, int world, int rank, Device device) {
 void expect_equal(const StepMeasurement& meta, const StepMeasurement& cpu, const std::string& where) {
   EXPECT_EQ(meta.peak_bytes, cpu.peak_bytes) << where;
   EXPECT_EQ(meta.peak_bytes_by_category, cpu.peak_bytes_by_category) << where;
+  EXPECT_EQ(meta.peak_requested_bytes_by_category, cpu.peak_requested_bytes_by_category) << where;
   EXPECT_EQ(meta.peak_at, cpu.peak_at) << where;
   ASSERT_EQ(meta.ops.size(), cpu.ops.size()) << where;
   for (const auto& [op, t] : cpu.ops) {
@@ -85,7 +86,14 @@ INSTANTIATE_TEST_SUITE_P(
                 "parallel.use_distributed_optimizer=true"}},
         Layout{"gpt2_one_rank", testing::kTinyGpt2Yaml, 1, {}},
         Layout{"gpt2_tp2_sp", testing::kTinyGpt2Yaml, 2, {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"}},
-        Layout{"gpt2_pp2_dp2_tied", testing::kTinyGpt2Yaml, 4, {"parallel.pipeline_model_parallel_size=2"}}),
+        Layout{"gpt2_pp2_dp2_tied", testing::kTinyGpt2Yaml, 4, {"parallel.pipeline_model_parallel_size=2"}},
+        // DeepSeek-V3-tiny's attention and multi-token prediction, its layers all dense.
+        Layout{"dsv3_mla_mtp", testing::kTinyDenseDeepSeekYaml, 1, {}},
+        Layout{"dsv3_mla_mtp_tp2_sp_pp2", testing::kTinyDenseDeepSeekYaml, 4,
+               {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
+                "parallel.pipeline_model_parallel_size=2"}},
+        Layout{"dsv3_mla_mtp_recompute_dp2_zero", testing::kTinyDenseDeepSeekYaml, 2,
+               {"model.recompute=true", "parallel.use_distributed_optimizer=true"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // GEMM FLOPs of one rank without parallelism, from the sizes alone: every 2-D weight but the

@@ -97,6 +97,11 @@ class Communicator {
   std::map<std::string, CommStats> stats_;
 };
 
+// The dtypes every backend reduces (all_reduce, reduce_scatter: f32, bf16, i32, i64; the uneven
+// reduce_scatter_v: f32, i32, i64); anything else is refused, naming the operation.
+void check_reducible(DType t, const char* op);
+void check_reducible_v(DType t, const char* op);
+
 // The sum of one double per rank, added in rank order: exact to the last bit and identical on every
 // rank (gathered as 8-byte words; MPI's reductions may add in any order).
 double sum_in_rank_order(Communicator& c, double x);

@@ -72,6 +72,16 @@ class LocalCommunicator : public Communicator {
 
 std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }
 
+void check_reducible(DType t, const char* op) {
+  TESSEL_CHECK(t == DType::f32 || t == DType::bf16 || t == DType::i32 || t == DType::i64,
+               "{}: reductions support f32, bf16, i32 and i64, not {}", op, dtype_name(t));
+}
+
+void check_reducible_v(DType t, const char* op) {
+  TESSEL_CHECK(t == DType::f32 || t == DType::i32 || t == DType::i64, "{} supports f32, i32 and i64, not {}", op,
+               dtype_name(t));
+}
+
 double sum_in_rank_order(Communicator& c, double x) {
   std::vector<double> all(static_cast<size_t>(c.size()));
   c.all_gather(&x, all.data(), 1, DType::i64);

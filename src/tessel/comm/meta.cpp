@@ -57,6 +57,7 @@ class MetaCommunicator : public Communicator {
     count("all_to_all", sum(send_counts), t);
   }
   void reduce_scatter_v(const void*, void*, const std::vector<int64_t>& counts, DType t, ReduceOp) override {
+    check_reducible_v(t, "reduce_scatter_v");
     check_counts(counts, "reduce_scatter_v");
     count("reduce_scatter", sum(counts), t);
   }
@@ -76,6 +77,7 @@ class MetaCommunicator : public Communicator {
   void barrier() override {}
 
   std::unique_ptr<Work> all_reduce_async(void*, int64_t n, DType t, ReduceOp) override {
+    check_reducible(t, "all_reduce");
     count("all_reduce", n, t);
     return std::make_unique<DoneWork>(bf16_staging(t, {n}));
   }
@@ -84,6 +86,7 @@ class MetaCommunicator : public Communicator {
     return std::make_unique<DoneWork>();
   }
   std::unique_ptr<Work> reduce_scatter_async(const void*, void*, int64_t n, DType t, ReduceOp) override {
+    check_reducible(t, "reduce_scatter");
     count("reduce_scatter", n * size_, t);
     return std::make_unique<DoneWork>(bf16_staging(t, {n * size_, n}));
   }

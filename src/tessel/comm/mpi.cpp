@@ -48,10 +48,6 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
-void check_reducible(DType t) {
-  TESSEL_CHECK(t == DType::f32 || t == DType::bf16 || t == DType::i32 || t == DType::i64,
-               "reductions support f32, bf16, i32 and i64, not {}", dtype_name(t));
-}
 
 // A request plus what to do after it completes (e.g. round an fp32 staging buffer back to bf16).
 class MpiWork : public Work {
@@ -153,8 +149,7 @@ class MpiCommunicator : public Communicator {
   }
   void reduce_scatter_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t,
                         ReduceOp op) override {
-    TESSEL_CHECK(t == DType::f32 || t == DType::i32 || t == DType::i64,
-                 "reduce_scatter_v supports f32, i32 and i64, not {}", dtype_name(t));
+    check_reducible_v(t, "reduce_scatter_v");
     std::vector<int> c = int_counts(counts, "reduce_scatter_v");
     int64_t total = 0;
     for (int64_t n : counts) total += n;
@@ -189,7 +184,7 @@ class MpiCommunicator : public Communicator {
   void barrier() override { check_mpi(MPI_Barrier(comm_), "barrier"); }
 
   std::unique_ptr<Work> all_reduce_async(void* buf, int64_t count, DType t, ReduceOp op) override {
-    check_reducible(t);
+    check_reducible(t, "all_reduce");
     count_op("all_reduce", count, t);
     MPI_Request req;
     if (t == DType::bf16) {
@@ -214,7 +209,7 @@ class MpiCommunicator : public Communicator {
   }
   std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, int64_t count, DType t,
                                              ReduceOp op) override {
-    check_reducible(t);
+    check_reducible(t, "reduce_scatter");
     count_op("reduce_scatter", count * size_, t);
     MPI_Request req;
     if (t == DType::bf16) {

@@ -32,6 +32,7 @@ void* Allocator::allocate(size_t nbytes, MemoryCategory c) {
     if (st_.current_total > st_.peak_total) {
       st_.peak_total = st_.current_total;
       st_.at_peak = st_.current;
+      st_.requested_at_peak = st_.requested;
       st_.peak_phase = current_memory_phase();
     }
     ++st_.allocations;
@@ -75,6 +76,7 @@ void Allocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
   st_.peak = st_.current;
   st_.at_peak = st_.current;
+  st_.requested_at_peak = st_.requested;
   st_.peak_total = st_.current_total;
   st_.peak_reserved = st_.current_total + cached;
   st_.peak_phase = current_memory_phase();

@@ -54,6 +54,7 @@ struct MemoryStats {
   // The bytes asked for, before rounding to blocks: what the same tensors need on a device whose
   // allocator rounds otherwise (a CUDA caching allocator rounds to 512 B and 2 MiB segments).
   PerCategory requested{};
+  PerCategory requested_at_peak{};  // `requested` when the total (of blocks) was at its peak
   int64_t current_total = 0;
   int64_t peak_total = 0;
   // What the device allocator holds: the bytes in use plus the free blocks it keeps for reuse (the

@@ -68,7 +68,7 @@ class Tensor {
   }
   // Where the data lives in its device's memory, for a kernel or a collective to use (a CUDA
   // pointer on a GPU; null on meta, whose collectives move nothing). Host code never reads through it.
-  void* device_ptr() const { return storage_->ptr ? static_cast<char*>(storage_->ptr) + offset_ : nullptr; }
+  void* device_ptr() const { return storage_ && storage_->ptr ? static_cast<char*>(storage_->ptr) + offset_ : nullptr; }
   template <class T>
   T* data() const {
     TESSEL_CHECK(dtype_of<T>() == dtype_, "tensor holds {}, accessed as {}", dtype_name(dtype_),

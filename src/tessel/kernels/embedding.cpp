@@ -91,7 +91,37 @@ void add_gathered_rows(const Tensor& index, const Tensor& table, const Tensor& o
   const Device device = common_device("add_gathered_rows", {&index, &table, &out});
   record_op("add_gathered_rows", {&index, &out}, {&out}, double(out.numel()));
   if (device == Device::meta) return;
+  const int64_t* idx = index.data<int64_t>();
+  for (int64_t n = 0; n < index.numel(); ++n)
+    TESSEL_CHECK(idx[n] >= 0 && idx[n] < table.size(0), "add_gathered_rows: row index {} at {} is outside the table's {} rows",
+                 idx[n], n, table.size(0));
   add_gathered_rows(out.size(0), out.size(1), index.data<int64_t>(), table.data<float>(), out.data<float>());
+}
+
+void shift_tokens(const Tensor& ids, int64_t by, int64_t fill, const Tensor& out) {
+  TESSEL_CHECK(ids.dim() == 2 && ids.dtype() == DType::i64 && ids.is_contiguous() && out.shape() == ids.shape() &&
+                   out.dtype() == DType::i64 && out.is_contiguous() && by >= 0,
+               "shift_tokens: contiguous i64 [B, T] into the same shape by >= 0, got {} into {} by {}", ids.str(),
+               out.str(), by);
+  const Device device = common_device("shift_tokens", {&ids, &out});
+  record_op("shift_tokens", {&ids}, {&out}, 0.0);
+  if (device == Device::meta) return;
+  const int64_t B = ids.size(0), T = ids.size(1);
+  const int64_t* in = ids.data<int64_t>();
+  int64_t* o = out.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < T; ++i) o[b * T + i] = i + by < T ? in[b * T + i + by] : fill;
+}
+
+int64_t count_nonnegative(const Tensor& ids) {
+  TESSEL_CHECK(ids.dtype() == DType::i64 && ids.is_contiguous(), "count_nonnegative: contiguous i64, got {}", ids.str());
+  const Device device = common_device("count_nonnegative", {&ids});
+  record_op("count_nonnegative", {&ids}, {}, double(ids.numel()));
+  if (device == Device::meta) return 0;
+  const int64_t* p = ids.data<int64_t>();
+  int64_t n = 0;
+  for (int64_t i = 0; i < ids.numel(); ++i) n += p[i] >= 0;
+  return n;
 }
 
 }  // namespace tessel::kernels

@@ -25,6 +25,13 @@ void embedding_backward_slice(const Tensor& tokens, const Tensor& dout, int64_t 
 // position is not n % T (sequence and context parallelism). Its backward is embedding_backward.
 void add_gathered_rows(const Tensor& index, const Tensor& table, const Tensor& out);
 
+// Token ids shifted left along each sequence: out [B, T] = ids [B, T] with out[b, i] = ids[b, i + by]
+// for i + by < T, `fill` past the end (multi-token prediction's inputs and targets).
+void shift_tokens(const Tensor& ids, int64_t by, int64_t fill, const Tensor& out);
+// The number of ids >= 0 (rows that count in a loss), copied to the host; on meta there is no
+// value: 0.
+int64_t count_nonnegative(const Tensor& ids);
+
 // The cpu kernels (kernels/cpu/embedding.cpp) on raw arrays.
 // out[n] = W[tok[n]] (+ pos[n % T]). Token ids are checked against V.
 void embedding_fwd(int64_t N, int64_t D, int64_t V, const int64_t* tok, const float* W, const float* pos, int64_t T,

@@ -6,6 +6,8 @@
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/attention.h"
 #include "tessel/kernels/cast.h"
+#include "tessel/kernels/heads.h"
+#include "tessel/kernels/rope.h"
 #include "tessel/nn/context_parallel.h"
 #include "tessel/nn/sequence_parallel.h"
 
@@ -65,17 +67,23 @@ MlaAttention::MlaAttention(ParamStore& ps, const std::string& prefix, const Mode
   key_lse_ = prefix + ".mla_lse";
 }
 
-void MlaAttention::apply_rope(float* x, int64_t rows, int64_t ld, bool inverse) const {
+void MlaAttention::apply_rope(const Tensor& x, bool inverse) const {
   if (!cp_) {
-    kernels::rope_apply(*rope_, rows, 1, x, ld, inverse);  // row r: position r % T
+    kernels::rope(*rope_, x, 1, inverse);  // row r: position r % T
     return;
   }
   // Context parallelism: each local sequence is two chunks of consecutive global positions.
   const int64_t L = T_ / 2, T = T_ * cp_->size();
-  for (int64_t b = 0; b < rows / T_; ++b)
+  for (int64_t b = 0; b < x.size(0) / T_; ++b)
     for (int64_t j = 0; j < 2; ++j)
-      kernels::rope_apply(*rope_, L, 1, x + (b * T_ + j * L) * ld, ld, inverse,
-                          cp_global_position(j * L, T, cp_->rank(), cp_->size()));
+      kernels::rope(*rope_, x.slice(0, b * T_ + j * L, b * T_ + (j + 1) * L), 1, inverse,
+                    cp_global_position(j * L, T, cp_->rank(), cp_->size()));
+}
+
+void MlaAttention::apply_rope_to_heads(const Tensor& x, bool inverse) const {
+  // The rotary columns [nope, nope + rope) of every head of x [N, H * (nope + rope)].
+  const int64_t D = qk();
+  for (int64_t h = 0; h < H_; ++h) apply_rope(x.slice(1, h * D + nope_, (h + 1) * D), inverse);
 }
 
 Tensor MlaAttention::forward(const LinearInput& y, int64_t batch, Activations& saved) const {
@@ -110,19 +118,15 @@ Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved)
   Tensor k = Tensor::empty({N, ld}, DType::f32), v = Tensor::zeros({N, ld}, DType::f32);
   {
     ProfileScope prof("rope");
-    apply_rope(kpe.data<float>(), N, rope_dim_, false);
-    for (int64_t h = 0; h < H_; ++h) apply_rope(q.data<float>() + h * D + nope_, N, ld, false);
+    apply_rope(kpe, false);
+    apply_rope_to_heads(q, false);
   }
-  const float* kvp = kv.data<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t h = 0; h < H_; ++h) {
-      const float* src = kvp + n * H_ * (nope_ + v_) + h * (nope_ + v_);
-      float* kd = k.data<float>() + n * ld + h * D;
-      std::copy_n(src, nope_, kd);
-      std::copy_n(kpe.data<float>() + n * rope_dim_, rope_dim_, kd + nope_);
-      std::copy_n(src + nope_, v_, v.data<float>() + n * ld + h * D);
-    }
+  // Keys: each head's nope columns from kv_b, then the shared rotary key; values: each head's v
+  // columns from kv_b, zero-padded to the query width D (the kernel takes one head width).
+  const int64_t kv_head = nope_ + v_;
+  kernels::copy_head_columns(kv, kv_head, 0, k, D, 0, nope_, H_);
+  kernels::copy_head_columns(kpe, 0, 0, k, D, nope_, rope_dim_, H_);
+  kernels::copy_head_columns(kv, kv_head, nope_, v, D, 0, v_, H_);
   Tensor out = Tensor::empty({N, ld}, ps_.compute_dtype());
   Tensor lse = Tensor::empty({batch, H_, T_}, DType::f32);
   const kernels::AttentionShape s{batch, T_, H_, H_, D, true, float(1.0 / std::sqrt(double(D)))};
@@ -135,20 +139,12 @@ Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved)
     else if (cp_)
       cp_attention_fwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<float>(), ld,
                        lse.data<float>(), *cp_);
-    else if (out.dtype() == DType::bf16)
-      kernels::attention_fwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<bf16>(), ld,
-                             lse.data<float>());
     else
-      kernels::attention_fwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<float>(), ld,
-                             lse.data<float>());
+      kernels::attention_forward(s, q, k, v, out, lse);
   }
   // The first v columns of each head go to the output projection.
   Tensor outv = Tensor::empty({N, H_ * v_}, ps_.compute_dtype());
-  const size_t es = dtype_size(out.dtype());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t h = 0; h < H_; ++h)
-      std::memcpy(static_cast<char*>(outv.raw()) + size_t(n * H_ * v_ + h * v_) * es,
-                  static_cast<const char*>(out.raw()) + size_t(n * ld + h * D) * es, size_t(v_) * es);
+  kernels::copy_head_columns(out, D, 0, outv, v_, 0, v_, H_);
   saved.put(key_q_, q);
   saved.put(key_k_, k);
   saved.put(key_v_, v);
@@ -164,9 +160,7 @@ Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) cons
   for (const auto& key : {key_q_, key_k_, key_v_, key_out_, key_lse_}) saved.erase(key);
   const int64_t N = q.size(0), D = qk(), ld = H_ * D, batch = N / T_;
   Tensor dpad = Tensor::zeros({N, ld}, DType::f32);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t h = 0; h < H_; ++h)
-      std::copy_n(dov.data<float>() + n * H_ * v_ + h * v_, v_, dpad.data<float>() + n * ld + h * D);
+  kernels::copy_head_columns(dov, v_, 0, dpad, D, 0, v_, H_);
   Tensor dq = Tensor::empty({N, ld}, DType::f32), dk = Tensor::empty({N, ld}, DType::f32);
   Tensor dv = Tensor::empty({N, ld}, DType::f32);
   const kernels::AttentionShape s{batch, T_, H_, H_, D, true, float(1.0 / std::sqrt(double(D)))};
@@ -181,35 +175,25 @@ Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) cons
       cp_attention_bwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<float>(), ld,
                        dpad.data<float>(), ld, lse.data<float>(), dq.data<float>(), ld, dk.data<float>(), ld,
                        dv.data<float>(), ld, *cp_);
-    else if (out.dtype() == DType::bf16)
-      kernels::attention_bwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<bf16>(), ld,
-                             dpad.data<float>(), ld, lse.data<float>(), dq.data<float>(), ld, dk.data<float>(), ld,
-                             dv.data<float>(), ld);
     else
-      kernels::attention_bwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<float>(), ld,
-                             dpad.data<float>(), ld, lse.data<float>(), dq.data<float>(), ld, dk.data<float>(), ld,
-                             dv.data<float>(), ld);
+      kernels::attention_backward(s, q, k, v, out, dpad, lse, dq, dk, dv);
   }
   // Keys: per-head nope parts and values back into kv_b's layout; the shared rope key sums its heads.
-  Tensor dkv = Tensor::empty({N, H_ * (nope_ + v_)}, DType::f32), dkpe = Tensor::zeros({N, rope_dim_}, DType::f32);
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t h = 0; h < H_; ++h) {
-      float* dst = dkv.data<float>() + n * H_ * (nope_ + v_) + h * (nope_ + v_);
-      std::copy_n(dk.data<float>() + n * ld + h * D, nope_, dst);
-      std::copy_n(dv.data<float>() + n * ld + h * D, v_, dst + nope_);
-      for (int64_t j = 0; j < rope_dim_; ++j) dkpe.data<float>()[n * rope_dim_ + j] += dk.data<float>()[n * ld + h * D + nope_ + j];
-    }
+  const int64_t kv_head = nope_ + v_;
+  Tensor dkv = Tensor::empty({N, H_ * kv_head}, DType::f32), dkpe = Tensor::zeros({N, rope_dim_}, DType::f32);
+  kernels::copy_head_columns(dk, D, 0, dkv, kv_head, 0, nope_, H_);
+  kernels::copy_head_columns(dv, D, 0, dkv, kv_head, nope_, v_, H_);
+  kernels::sum_head_columns(dk, D, nope_, dkpe, rope_dim_, H_);
   {
     ProfileScope prof("rope");
-    apply_rope(dkpe.data<float>(), N, rope_dim_, true);
-    for (int64_t h = 0; h < H_; ++h) apply_rope(dq.data<float>() + h * D + nope_, N, ld, true);
+    apply_rope(dkpe, true);
+    apply_rope_to_heads(dq, true);
   }
   // The shared key's gradient sums every rank's heads (under sequence parallelism: this rank's rows of it).
   if (sp_)
     dkpe = sequence_reduce_scatter(dkpe, *tp_);
   else if (tp_)
-    tp_->all_reduce(dkpe.raw(), dkpe.numel(), DType::f32, comm::ReduceOp::sum);
+    tp_->all_reduce(dkpe.device_ptr(), dkpe.numel(), DType::f32, comm::ReduceOp::sum);
   // [rows, kv_lora]: this rank's rows under sequence parallelism (kv_b reduce-scatters).
   const Tensor dckv = kv_norm_.backward(kv_b_.backward_input(dkv, saved), Tensor(), saved);
   Tensor dkva = Tensor::empty({dckv.size(0), kv_lora_ + rope_dim_}, DType::f32);

@@ -45,9 +45,10 @@ class MlaAttention final : public AttentionBlock {
 
  private:
   int64_t qk() const { return nope_ + rope_dim_; }
-  // RoPE on one rope_dim_-wide head at x in each of `rows` rows (all of the micro-batch's local
-  // sequence rows, stride ld), at global positions under context parallelism.
-  void apply_rope(float* x, int64_t rows, int64_t ld, bool inverse) const;
+  // Rotates x [rows, rope] (rows strided: a column slice is fine) in place, row r at its sequence
+  // position (under context parallelism: its global one).
+  void apply_rope(const Tensor& x, bool inverse) const;
+  void apply_rope_to_heads(const Tensor& x, bool inverse) const;  // every head's rotary columns
   ParamStore& ps_;
   comm::Communicator* tp_;
   comm::Communicator* cp_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tessel/kernels/cast.h"
+#include "tessel/kernels/embedding.h"
 #include "tessel/kernels/xent.h"
 #include "tessel/nn/context_parallel.h"
 #include "tessel/nn/fp8.h"
@@ -211,6 +212,7 @@ Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens
     }
   }
   if (!chunk_is_last_stage(chunk)) return x;
+  MemoryPhaseScope head_phase("forward: final norm, output head and loss");
   Tensor xf;
   const Tensor y = final_norm_->forward(x, Tensor(), xf, saved);
   *loss += head_->forward_loss(y, targets, grad_scale, saved);
@@ -224,11 +226,8 @@ std::string mtp_tag(size_t k) { return ".mtp" + std::to_string(k + 1); }
 // Module k (from 1) at position i embeds token i + k = targets[i + k - 1] and predicts token
 // i + k + 1 = targets[i + k]; positions past the window embed token 0 and predict nothing (-1).
 Tensor shifted(const Tensor& targets, int64_t by, int64_t fill) {
-  const int64_t B = targets.size(0), T = targets.size(1);
-  Tensor out = Tensor::empty({B, T}, DType::i64);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < T; ++i)
-      out.data<int64_t>()[b * T + i] = i + by < T ? targets.data<int64_t>()[b * T + i + by] : fill;
+  Tensor out = Tensor::empty(targets.shape(), DType::i64, targets.device());
+  kernels::shift_tokens(targets, by, fill, out);
   return out;
 }
 }  // namespace
@@ -252,7 +251,7 @@ void Model::mtp_forward(Tensor h, const Tensor& targets, float grad_scale, Activ
     Tensor rf;
     const Tensor predict = mine(shifted(whole, int64_t(k) + 1, -1));
     mtp_loss_sum_ += head_->forward_loss(m.head_norm->forward(h, Tensor(), rf, saved), predict, scale, saved, mtp_tag(k));
-    for (int64_t i = 0; i < predict.numel(); ++i) mtp_tokens_ += predict.data<int64_t>()[i] >= 0;
+    mtp_tokens_ += kernels::count_nonnegative(predict);
   }
 }
 
@@ -291,6 +290,7 @@ Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, 
   MemoryPhaseScope phase("backward");
   Tensor dx = dout;
   if (chunk_is_last_stage(chunk)) {
+    MemoryPhaseScope head_phase("backward: output head and final norm");
     const Tensor dy = head_->backward_input(saved);
     if (weights) {
       head_->backward_weight(saved);

@@ -52,9 +52,8 @@ class OpLogSession {
 std::string meta_step_unsupported(const Config& cfg) {
   std::vector<std::string> host;
   const nn::ModelConfig& m = cfg.model;
-  if (m.num_experts > 0) host.push_back("MoE layers (routing, token permutation and expert counts)");
-  if (m.mla()) host.push_back("multi-latent attention");
-  if (m.mtp_num_layers > 0) host.push_back("multi-token prediction (its target shifts)");
+  if (m.is_moe_layer(m.num_layers + m.mtp_num_layers - 1))  // MoE layers come after the first dense ones
+    host.push_back("MoE layers (routing, token permutation and expert counts)");
   if (m.fp8.enabled()) host.push_back("FP8 (quantisation and scaling state)");
   if (cfg.parallel.context_parallel_size > 1) host.push_back("context parallelism (ring attention)");
   if (host.empty()) return "";
@@ -86,8 +85,11 @@ StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& gr
   }
   const MemoryStats after = a.stats();
   m.peak_bytes = after.peak_total - before.current_total;
-  for (int c = 0; c < kMemoryCategories; ++c)
+  for (int c = 0; c < kMemoryCategories; ++c) {
     m.peak_bytes_by_category[size_t(c)] = after.at_peak[size_t(c)] - before.current[size_t(c)];
+    m.peak_requested_bytes_by_category[size_t(c)] = after.requested_at_peak[size_t(c)] - before.requested[size_t(c)];
+    m.peak_requested_bytes += m.peak_requested_bytes_by_category[size_t(c)];
+  }
   m.peak_at = describe(after.peak_phase);
   m.ops = kernels::op_log().totals_by_op();
   for (const auto& [op, t] : m.ops) m.flops += t.flops;

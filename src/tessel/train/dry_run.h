@@ -6,9 +6,8 @@
 // cpu allocator accounts it, and nothing is allocated; every kernel call and collective is recorded.
 // A model of 671B parameters on 2,048 ranks takes seconds on one machine.
 //
-// Not yet on meta: the step of MoE, MLA, multi-token prediction, FP8 and context-parallel models,
-// whose kernels still read host memory (meta_step_unsupported() names them); their model state is
-// still reported.
+// Not yet on meta: the step of models with MoE layers, FP8 or context parallelism, whose kernels
+// still read host memory (meta_step_unsupported() names them); their model state is still reported.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -26,7 +25,9 @@ namespace tessel::train {
 // set up, the kernels called and the collectives each group ran.
 struct StepMeasurement {
   int64_t peak_bytes = 0;                             // the highest total over setup and the steps
-  MemoryStats::PerCategory peak_bytes_by_category{};  // each category's bytes at that moment
+  MemoryStats::PerCategory peak_bytes_by_category{};  // each category's bytes at that moment (cpu pool blocks)
+  int64_t peak_requested_bytes = 0;                   // the same moment's bytes as requested, before rounding
+  MemoryStats::PerCategory peak_requested_bytes_by_category{};
   std::string peak_at;                                // the phase of the step it occurred in
   std::map<std::string, kernels::OpTotals> ops;       // per op family (kernels::OpRecord::op)
   double flops = 0;
