@@ -2,8 +2,8 @@
 // N ranks on the meta device, sets the real Trainer up for each distinct role (pipeline stage) and
 // runs its training step there: per role, the model-state memory by category, the step's peak by
 // category and where it occurs, FLOPs per op family and bytes per collective per group; exact and
-// allocation-free. The last line printed is JSON. Where the step cannot run on meta yet (MoE, MLA,
-// MTP, FP8, context parallelism), the output says so and reports the model state.
+// allocation-free (MoE routing balanced). The last line printed is JSON. Where the step cannot run on
+// meta yet (FP8, context parallelism), the output says so and reports the model state.
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -56,8 +56,9 @@ precision:
   compute: bf16
 )";
 
-// configs/deepseek-v3-tiny.yaml's attention and multi-token prediction with every layer dense.
-inline constexpr const char* kTinyDenseDeepSeekYaml = R"(
+// configs/deepseek-v3-tiny.yaml at a smaller vocabulary and sequence: MLA, a dense first layer then
+// MoE layers with a shared expert, group-limited sigmoid routing, the balance loss, one MTP module.
+inline constexpr const char* kTinyDeepSeekYaml = R"(
 model:
   arch: deepseek_v3
   num_layers: 4
@@ -70,6 +71,18 @@ model:
   qk_head_dim: 32
   qk_pos_emb_head_dim: 16
   v_head_dim: 32
+  num_experts: 8
+  moe_router_topk: 2
+  moe_ffn_hidden_size: 96
+  moe_shared_expert_intermediate_size: 96
+  moe_first_dense_layers: 1
+  moe_router_score_function: sigmoid
+  moe_router_num_groups: 4
+  moe_router_group_topk: 2
+  moe_router_topk_scaling_factor: 2.5
+  moe_router_enable_expert_bias: true
+  moe_router_load_balancing_type: seq_aux_loss
+  moe_aux_loss_coeff: 1.0e-4
   mtp_num_layers: 1
   mtp_loss_scaling_factor: 0.3
   vocab_size: 512

@@ -9,6 +9,7 @@
 
 #include "support/tiny_configs.h"
 #include "tessel/comm/parallel_state.h"
+#include "tessel/data/batch.h"
 #include "tessel/train/dry_run.h"
 #include "tessel/train/trainer.h"
 
@@ -16,11 +17,13 @@ namespace tessel::train {
 namespace {
 
 constexpr int kSteps = 2;
+constexpr const char* kAllDense = "model.moe_first_dense_layers=5";  // 4 layers + the MTP module's
 
-StepMeasurement measure(const Config& cfg, int world, int rank, Device device) {
+StepMeasurement measure(const Config& cfg, int world, int rank, Device device,
+                        nn::MoeRoutingTrace* routing = nullptr) {
   auto w = comm::make_meta_communicator(rank, world);
   comm::ParallelState groups(*w, cfg.parallel_sizes());
-  return measure_training_step(cfg, groups, device, kSteps);
+  return measure_training_step(cfg, groups, device, kSteps, routing);
 }
 
 void expect_equal(const StepMeasurement& meta, const StepMeasurement& cpu, const std::string& where) {
@@ -61,8 +64,14 @@ TEST_P(MetaStep, EveryRankMatchesTheCpuStepByteForByte) {
   const Config cfg = Config::from_yaml_text(l.yaml, l.sets);
   ASSERT_EQ(meta_step_unsupported(cfg), "");
   for (int rank = 0; rank < l.world; ++rank) {
-    const StepMeasurement cpu = measure(cfg, l.world, rank, Device::cpu);
-    const StepMeasurement meta = measure(cfg, l.world, rank, Device::meta);
+    // MoE: the meta run replays the cpu run's routing (the real token counts per expert).
+    nn::MoeRoutingTrace routing(nn::MoeRoutingTrace::Mode::record);
+    const StepMeasurement cpu = measure(cfg, l.world, rank, Device::cpu, &routing);
+    routing.set_mode(nn::MoeRoutingTrace::Mode::replay);
+    const StepMeasurement meta = measure(cfg, l.world, rank, Device::meta, &routing);
+    if (cfg.model.is_moe_layer(cfg.model.num_layers - 1)) {
+      EXPECT_GT(routing.calls(), 0u) << l.name;
+    }
     expect_equal(meta, cpu, fmt::format("{} rank {}", l.name, rank));
     EXPECT_GT(cpu.peak_bytes_by_category[size_t(MemoryCategory::activations)], 0) << l.name;
     EXPECT_GT(cpu.flops, 0) << l.name;
@@ -87,13 +96,25 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"gpt2_one_rank", testing::kTinyGpt2Yaml, 1, {}},
         Layout{"gpt2_tp2_sp", testing::kTinyGpt2Yaml, 2, {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"}},
         Layout{"gpt2_pp2_dp2_tied", testing::kTinyGpt2Yaml, 4, {"parallel.pipeline_model_parallel_size=2"}},
-        // DeepSeek-V3-tiny's attention and multi-token prediction, its layers all dense.
-        Layout{"dsv3_mla_mtp", testing::kTinyDenseDeepSeekYaml, 1, {}},
-        Layout{"dsv3_mla_mtp_tp2_sp_pp2", testing::kTinyDenseDeepSeekYaml, 4,
-               {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
+        // DeepSeek-V3-tiny's attention and multi-token prediction, its layers (and MTP's) all dense.
+        Layout{"dsv3_mla_mtp", testing::kTinyDeepSeekYaml, 1, {kAllDense}},
+        Layout{"dsv3_mla_mtp_tp2_sp_pp2", testing::kTinyDeepSeekYaml, 4,
+               {kAllDense, "parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
                 "parallel.pipeline_model_parallel_size=2"}},
-        Layout{"dsv3_mla_mtp_recompute_dp2_zero", testing::kTinyDenseDeepSeekYaml, 2,
-               {"model.recompute=true", "parallel.use_distributed_optimizer=true"}}),
+        Layout{"dsv3_mla_mtp_recompute_dp2_zero", testing::kTinyDeepSeekYaml, 2,
+               {kAllDense, "model.recompute=true", "parallel.use_distributed_optimizer=true"}},
+        // MoE: the routed experts' token counts come from the cpu run's routing, replayed.
+        Layout{"mixtral_one_rank", testing::kTinyMixtralYaml, 1, {}},
+        Layout{"mixtral_ep2_dp2_zero", testing::kTinyMixtralYaml, 2,
+               {"parallel.expert_model_parallel_size=2", "parallel.use_distributed_optimizer=true"}},
+        Layout{"mixtral_tp2_sp_expert_tp_ep2", testing::kTinyMixtralYaml, 4,
+               {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
+                "parallel.expert_tensor_parallel_size=2", "parallel.expert_model_parallel_size=2"}},
+        Layout{"mixtral_capacity_probs_pp2", testing::kTinyMixtralYaml, 2,
+               {"model.moe_expert_capacity_factor=1.0", "parallel.pipeline_model_parallel_size=2"}},
+        Layout{"dsv3_tiny_pp2_ep2_recompute", testing::kTinyDeepSeekYaml, 4,
+               {"parallel.pipeline_model_parallel_size=2", "parallel.expert_model_parallel_size=2",
+                "model.recompute=true"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // GEMM FLOPs of one rank without parallelism, from the sizes alone: every 2-D weight but the
@@ -121,14 +142,46 @@ TEST(MetaStep, GemmFlopsEqualSixTimesTokensTimesWeights) {
 }
 
 TEST(MetaStep, UnsupportedModelsAreNamed) {
-  const Config moe = Config::from_yaml_text(testing::kTinyLlamaYaml, {"model.arch=mixtral", "model.num_experts=4", "model.moe_router_topk=2"});
-  EXPECT_NE(meta_step_unsupported(moe).find("MoE layers"), std::string::npos);
+  const Config fp8 = Config::from_yaml_text(testing::kTinyLlamaYaml, {"precision.fp8.recipe=block"});
+  EXPECT_NE(meta_step_unsupported(fp8).find("FP8"), std::string::npos);
   const Config cp = Config::from_yaml_text(testing::kTinyLlamaYaml, {"parallel.context_parallel_size=2"});
   EXPECT_NE(meta_step_unsupported(cp).find("context parallelism"), std::string::npos);
-  const DryRunResult r = dry_run(moe, 1, 1);
+  const DryRunResult r = dry_run(fp8, 1, 1);
   EXPECT_NE(r.step_not_supported.find("not supported yet"), std::string::npos);
   EXPECT_FALSE(r.roles.at(0).step_ran);
   EXPECT_GT(r.roles.at(0).model_state_bytes, 0);
+}
+
+// Without a recording the meta device routes in balance: every expert gets N k / E token copies of
+// each micro-batch, so each expert's gate/up GEMM (weight [2 x 96, 64]) runs on exactly that many
+// rows, forward and for the input gradient. And the whole dry run of a MoE model runs its step.
+TEST(MetaStep, BalancedRoutingGivesEveryExpertItsShare) {
+  const Config cfg = Config::from_yaml_text(testing::kTinyMixtralYaml, {});
+  {
+    DefaultDeviceScope on(Device::meta);
+    kernels::op_log().clear();
+    kernels::op_log().set_enabled(true);
+    Trainer t(cfg, nullptr);
+    const Shape shape{cfg.train.micro_batch_size, cfg.model.seq_length};
+    const std::vector<data::Batch> mbs(size_t(cfg.grad_accumulation_steps()),
+                                       data::Batch{Tensor::zeros(shape, DType::i64), Tensor::zeros(shape, DType::i64)});
+    t.step(mbs, 0);
+    kernels::op_log().set_enabled(false);
+  }
+  const int64_t copies = cfg.train.micro_batch_size * cfg.model.seq_length * cfg.model.moe_router_topk /
+                         cfg.model.num_experts;
+  int64_t expert_gemms = 0;
+  for (const kernels::OpRecord& r : kernels::op_log().records())
+    if (r.op == "gemm" && r.shapes[1] == Shape({2 * cfg.model.ffn_hidden_size, cfg.model.hidden_size})) {
+      ++expert_gemms;
+      EXPECT_EQ(r.shapes[0][0], copies);
+    }
+  kernels::op_log().clear();
+  EXPECT_EQ(expert_gemms, cfg.model.num_layers * cfg.model.num_experts * cfg.grad_accumulation_steps() * 2);
+  const DryRunResult r = dry_run(cfg, 2, 1);  // dp 2
+  EXPECT_EQ(r.step_not_supported, "");
+  ASSERT_TRUE(r.roles.at(0).step_ran);
+  EXPECT_GT(r.roles.at(0).step.peak_bytes, r.roles.at(0).model_state_bytes);
 }
 
 }  // namespace

@@ -110,9 +110,11 @@ double sum_in_rank_order(Communicator& c, double x);
 std::unique_ptr<Communicator> make_local_communicator();
 
 // Rank `rank` of a group of `size` ranks with no other process (the meta device: a dry run of any
-// layout on one machine). Collectives touch no memory and return at once; each is counted in
-// stats() by the payload rule above, exactly as the mpi backend counts it. All-to-all-v takes the
-// counts it is given (the caller's assumed routing); point-to-point completes without a peer.
+// layout on one machine). Collectives return at once; each is counted in stats() by the payload
+// rule above, exactly as the mpi backend counts it. Meta tensors' buffers (null) are not touched;
+// host buffers get what they would if every rank held this rank's data (sums x size, gathers and
+// all-to-alls repeat this rank's block: balanced expert counts). Point-to-point completes without
+// a peer.
 std::unique_ptr<Communicator> make_meta_communicator(int rank, int size);
 
 // MPI_COMM_WORLD (initialises MPI on first use, finalises at exit).

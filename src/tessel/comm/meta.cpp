@@ -1,7 +1,12 @@
-// The meta backend: one rank standing for a group of any size. Buffers are never read or written
-// (meta tensors have no data); what a collective would move is counted by the payload rule of
-// communicator.h.
+// The meta backend: one rank standing for a group of any size. What a collective would move is
+// counted by the payload rule of communicator.h. A meta tensor's buffer is null and never touched.
+// A non-null buffer (host values: token and expert counts, loss words; or cpu tensors when a test
+// runs the cpu over a meta world) gets what it would if every rank of the group held the same data
+// as this one: sums are size x the value, gathers repeat this rank's block, all-to-all returns the
+// block this rank sends itself from every rank. That is the balanced assumption of a dry run: the
+// expert counts every rank exchanges are this rank's own.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -35,6 +40,34 @@ std::vector<Tensor> bf16_staging(DType t, std::initializer_list<int64_t> element
   return held;
 }
 
+// x *= n for n elements of a reducible dtype (a sum over `n` ranks holding the same value).
+void scale(void* buf, int64_t count, DType t, int n) {
+  switch (t) {
+    case DType::f32: for (int64_t i = 0; i < count; ++i) static_cast<float*>(buf)[i] *= float(n); return;
+    case DType::i32: for (int64_t i = 0; i < count; ++i) static_cast<int32_t*>(buf)[i] *= n; return;
+    case DType::i64: for (int64_t i = 0; i < count; ++i) static_cast<int64_t*>(buf)[i] *= n; return;
+    case DType::bf16:
+      for (int64_t i = 0; i < count; ++i) {
+        bf16& v = static_cast<bf16*>(buf)[i];
+        v = bf16(float(v) * float(n));
+      }
+      return;
+    default: TESSEL_FAIL("meta communicator: cannot sum {}", dtype_name(t));
+  }
+}
+
+// Every block j of out (block bytes at offsets[j]) = `block` (copied first: it may be one of them).
+void repeat(const void* block, size_t bytes, void* out, const std::vector<size_t>& offsets) {
+  const std::vector<char> copy(static_cast<const char*>(block), static_cast<const char*>(block) + bytes);
+  for (size_t at : offsets) std::memcpy(static_cast<char*>(out) + at, copy.data(), bytes);
+}
+
+std::vector<size_t> even_offsets(int n, size_t bytes) {
+  std::vector<size_t> o;
+  for (int j = 0; j < n; ++j) o.push_back(size_t(j) * bytes);
+  return o;
+}
+
 class MetaCommunicator : public Communicator {
  public:
   MetaCommunicator(int rank, int size) : rank_(rank), size_(size) {
@@ -45,25 +78,54 @@ class MetaCommunicator : public Communicator {
   const char* backend() const override { return "meta"; }
 
   void all_reduce(void* buf, int64_t n, DType t, ReduceOp op) override { all_reduce_async(buf, n, t, op)->wait(); }
-  void all_gather(const void*, void*, int64_t n, DType t) override { count("all_gather", n, t); }
+  void all_gather(const void* in, void* out, int64_t n, DType t) override {
+    count("all_gather", n, t);
+    if (out) repeat(in, bytes(n, t), out, even_offsets(size_, bytes(n, t)));
+  }
   void reduce_scatter(const void* in, void* out, int64_t n, DType t, ReduceOp op) override {
     reduce_scatter_async(in, out, n, t, op)->wait();
   }
-  void all_to_all(const void*, void*, int64_t n, DType t) override { count("all_to_all", n * size_, t); }
-  void all_to_all_v(const void*, const std::vector<int64_t>& send_counts, void*, const std::vector<int64_t>& recv_counts,
-                    DType t) override {
+  void all_to_all(const void* in, void* out, int64_t n, DType t) override {
+    count("all_to_all", n * size_, t);
+    if (out) repeat(static_cast<const char*>(in) + size_t(rank_) * bytes(n, t), bytes(n, t), out,
+                    even_offsets(size_, bytes(n, t)));
+  }
+  void all_to_all_v(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                    const std::vector<int64_t>& recv_counts, DType t) override {
     check_counts(send_counts, "all_to_all_v send");
     check_counts(recv_counts, "all_to_all_v receive");
     count("all_to_all", sum(send_counts), t);
+    if (!out) return;
+    // Block j gets what this rank sends itself, as far as it holds (the rest of it is left as it
+    // is: a combine returns other ranks' rows, whose values a rank standing alone cannot know).
+    const int64_t own = send_counts[size_t(rank_)];
+    int64_t from = 0, at = 0;
+    for (int j = 0; j < rank_; ++j) from += send_counts[size_t(j)];
+    const std::vector<char> block(static_cast<const char*>(in) + size_t(from) * dtype_size(t),
+                                  static_cast<const char*>(in) + size_t(from + own) * dtype_size(t));
+    for (int j = 0; j < size_; ++j) {
+      std::memcpy(static_cast<char*>(out) + size_t(at) * dtype_size(t), block.data(),
+                  bytes(std::min(own, recv_counts[size_t(j)]), t));
+      at += recv_counts[size_t(j)];
+    }
   }
-  void reduce_scatter_v(const void*, void*, const std::vector<int64_t>& counts, DType t, ReduceOp) override {
+  void reduce_scatter_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t, ReduceOp op) override {
     check_reducible_v(t, "reduce_scatter_v");
     check_counts(counts, "reduce_scatter_v");
     count("reduce_scatter", sum(counts), t);
+    if (!out) return;
+    int64_t at = 0;
+    for (int j = 0; j < rank_; ++j) at += counts[size_t(j)];
+    std::memmove(out, static_cast<const char*>(in) + size_t(at) * dtype_size(t), bytes(counts[size_t(rank_)], t));
+    if (op == ReduceOp::sum) scale(out, counts[size_t(rank_)], t, size_);
   }
-  void all_gather_v(const void*, void*, const std::vector<int64_t>& counts, DType t) override {
+  void all_gather_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
     check_counts(counts, "all_gather_v");
     count("all_gather", counts[size_t(rank_)], t);
+    if (!out) return;  // other ranks' blocks (other shards) are not known: only this rank's is placed
+    int64_t at = 0;
+    for (int j = 0; j < rank_; ++j) at += counts[size_t(j)];
+    std::memmove(static_cast<char*>(out) + size_t(at) * dtype_size(t), in, bytes(counts[size_t(rank_)], t));
   }
   void broadcast(void*, int64_t n, DType t, int root) override {
     check_peer(root, "broadcast root");
@@ -76,18 +138,23 @@ class MetaCommunicator : public Communicator {
   void recv(void*, int64_t, DType, int src, int) override { check_peer(src, "recv from"); }
   void barrier() override {}
 
-  std::unique_ptr<Work> all_reduce_async(void*, int64_t n, DType t, ReduceOp) override {
+  std::unique_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t, ReduceOp op) override {
     check_reducible(t, "all_reduce");
     count("all_reduce", n, t);
+    if (buf && op == ReduceOp::sum) scale(buf, n, t, size_);  // max and min of equal values: the value
     return std::make_unique<DoneWork>(bf16_staging(t, {n}));
   }
   std::unique_ptr<Work> all_gather_async(const void* in, void* out, int64_t n, DType t) override {
     all_gather(in, out, n, t);
     return std::make_unique<DoneWork>();
   }
-  std::unique_ptr<Work> reduce_scatter_async(const void*, void*, int64_t n, DType t, ReduceOp) override {
+  std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, int64_t n, DType t, ReduceOp op) override {
     check_reducible(t, "reduce_scatter");
     count("reduce_scatter", n * size_, t);
+    if (out) {
+      std::memmove(out, static_cast<const char*>(in) + size_t(rank_) * bytes(n, t), bytes(n, t));
+      if (op == ReduceOp::sum) scale(out, n, t, size_);
+    }
     return std::make_unique<DoneWork>(bf16_staging(t, {n * size_, n}));
   }
   std::unique_ptr<Work> send_async(const void* buf, int64_t n, DType t, int dst, int tag) override {
@@ -125,6 +192,7 @@ class MetaCommunicator : public Communicator {
     TESSEL_CHECK(r >= 0 && r < size_, "{} rank {}: the group has {} ranks", what, r, size_);
   }
   static int64_t sum(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t(0)); }
+  static size_t bytes(int64_t n, DType t) { return size_t(n) * dtype_size(t); }
 
   int rank_, size_;
 };

@@ -4,6 +4,8 @@
 // in flight and recompute can drop and rebuild them. Keys are the modules' parameter prefixes.
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "tessel/core/tensor.h"
 
@@ -22,7 +24,17 @@ class Activations {
   void clear() {
     slots_.clear();
     scalars_.clear();
+    host_.clear();
   }
+  // Host index lists a backward needs (MoE routing: token order, rows per expert), copied to the
+  // host once in forward: kept on the host, not in device memory.
+  void put_host(const std::string& key, std::vector<int64_t> v) { host_[key] = std::move(v); }
+  const std::vector<int64_t>& host(const std::string& key) const {
+    auto it = host_.find(key);
+    TESSEL_CHECK(it != host_.end(), "host values '{}' were not saved by forward (backward before forward?)", key);
+    return it->second;
+  }
+  void erase_host(const std::string& key) { host_.erase(key); }
   // Host values a backward needs (a loss scale for recompute): kept on the host, not device memory.
   void put_scalar(const std::string& key, float v) { scalars_[key] = v; }
   float take_scalar(const std::string& key) {
@@ -41,6 +53,7 @@ class Activations {
  private:
   std::unordered_map<std::string, Tensor> slots_;
   std::unordered_map<std::string, float> scalars_;
+  std::unordered_map<std::string, std::vector<int64_t>> host_;
 };
 
 }  // namespace tessel::nn

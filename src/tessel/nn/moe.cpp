@@ -13,19 +13,35 @@ namespace tessel::nn {
 namespace {
 // Keys of what forward keeps for backward (under the layer's prefix).
 struct Keys {
-  std::string y, scores, chosen, weights, order, counts, outputs, daux, recv_counts, local_counts;
+  std::string y, scores, chosen, weights, order, tokens, counts, outputs, daux, recv_counts, local_counts;
   explicit Keys(const std::string& p)
       : y(p + ".router_in"), scores(p + ".scores"), chosen(p + ".chosen"), weights(p + ".weights"),
-        order(p + ".order"), counts(p + ".counts"), outputs(p + ".expert_out"), daux(p + ".daux"),
+        order(p + ".order"), tokens(p + ".tokens"), counts(p + ".counts"), outputs(p + ".expert_out"), daux(p + ".daux"),
         recv_counts(p + ".recv_counts"), local_counts(p + ".local_counts") {}
 };
 
-Tensor from_vector(const std::vector<int64_t>& v) {
-  Tensor t = Tensor::empty({int64_t(v.size())}, DType::i64);
-  std::copy(v.begin(), v.end(), t.data<int64_t>());
+// Host indices copied to `device` as an i64 tensor (nothing to copy on meta).
+Tensor to_device(const std::vector<int64_t>& v, Device device) {
+  Tensor t = Tensor::empty({int64_t(v.size())}, DType::i64, device);
+  if (!t.is_meta()) std::copy(v.begin(), v.end(), t.data<int64_t>());
   return t;
 }
+
+thread_local MoeRoutingTrace* t_trace = nullptr;
 }  // namespace
+
+const std::vector<int32_t>& MoeRoutingTrace::next(const std::string& block, int64_t copies) {
+  TESSEL_CHECK(cursor_ < calls_.size(), "{}: the routing recording holds {} forwards, this is forward {}", block,
+               calls_.size(), cursor_ + 1);
+  const std::vector<int32_t>& r = calls_[cursor_++];
+  TESSEL_CHECK(int64_t(r.size()) == copies, "{}: recorded forward {} routed {} token copies, this one has {}", block,
+               cursor_, r.size(), copies);
+  return r;
+}
+
+MoeRoutingTraceScope::MoeRoutingTraceScope(MoeRoutingTrace* trace) : previous_(t_trace) { t_trace = trace; }
+MoeRoutingTraceScope::~MoeRoutingTraceScope() { t_trace = previous_; }
+MoeRoutingTrace* current_moe_routing_trace() { return t_trace; }
 
 Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
          comm::Communicator* ep, comm::Communicator* tp, comm::Communicator* cp)
@@ -71,8 +87,8 @@ Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int6
   load_.assign(static_cast<size_t>(rc_.experts), 0);
 }
 
-double Moe::balance_loss(int64_t N, const float* scores, const int32_t* chosen, float grad_scale,
-                         float* dscores) const {
+double Moe::balance_loss(const Tensor& scores, const Tensor& chosen, float grad_scale, const Tensor& dscores) const {
+  const int64_t N = scores.size(0);
   const int64_t sp = sp_ ? sp_->size() : 1, cp = cp_ ? cp_->size() : 1;
   const int64_t rows = N * sp, first = sp_ ? N * sp_->rank() : 0;  // this context-parallel rank's rows
   const bool per_sequence = balance_ == "seq_aux_loss";               // else the micro-batch as one
@@ -81,14 +97,44 @@ double Moe::balance_loss(int64_t N, const float* scores, const int32_t* chosen, 
   std::vector<int64_t> row_seq(static_cast<size_t>(N), 0);
   if (per_sequence)
     for (int64_t t = 0; t < N; ++t) row_seq[size_t(t)] = (first + t) / local_seq;
-  std::vector<float> counts(static_cast<size_t>(S * rc_.experts), 0.0f);
-  kernels::balance_counts(rc_, N, row_seq.data(), chosen, counts.data());
+  const Tensor seq_of_row = to_device(row_seq, scores.device());
+  const Tensor counts = Tensor::zeros({S * rc_.experts}, DType::f32, scores.device());
+  kernels::balance_counts(rc_, seq_of_row, chosen, counts);
   for (comm::Communicator* g : {sp_, cp_})
-    if (g) g->all_reduce(counts.data(), int64_t(counts.size()), DType::f32, comm::ReduceOp::sum);
+    if (g) g->all_reduce(counts.device_ptr(), counts.numel(), DType::f32, comm::ReduceOp::sum);
   // Weighted like the loss (grad_scale per token x T tokens per sequence), value and gradient alike.
   return double(grad_scale) * double(T) *
-         kernels::balance_loss_rows(rc_, N, row_seq.data(), T, alpha_, scores, counts.data(), grad_scale * float(T),
-                                    dscores);
+         kernels::balance_loss_rows(rc_, seq_of_row, T, alpha_, scores, counts, grad_scale * float(T), dscores);
+}
+
+std::vector<int32_t> Moe::host_routing(const Tensor& chosen, const Tensor& weights, bool count) const {
+  const int64_t N = chosen.size(0), E = rc_.experts, k = rc_.topk;
+  MoeRoutingTrace* trace = current_moe_routing_trace();
+  std::vector<int32_t> routed;
+  bool final = false;  // a replayed routing is after capacity dropping already
+  if (chosen.is_meta()) {
+    if (trace && trace->mode() == MoeRoutingTrace::Mode::replay) {
+      routed = trace->next(prefix_, N * k);
+      final = true;
+    } else {
+      routed.resize(size_t(N * k));
+      for (int64_t c = 0; c < N * k; ++c) routed[size_t(c)] = int32_t(c % E);  // balanced
+    }
+  } else {
+    const int32_t* p = chosen.data<int32_t>();  // the routing's one copy to the host
+    routed.assign(p, p + N * k);
+  }
+  if (count)
+    for (int32_t e : routed)
+      if (e < E) ++load_[size_t(e)];  // the router's demand, copies dropped below included
+  if (capacity_factor_ > 0 && !final) {
+    // "probs" dropping needs the gate weights on the host too (meta: none; ties keep token order).
+    std::vector<float> w(size_t(N * k), 0.0f);
+    if (drop_by_probs_ && !weights.is_meta()) std::copy_n(weights.data<float>(), N * k, w.data());
+    drop_over_capacity(N, w.data(), routed);
+  }
+  if (trace && trace->mode() == MoeRoutingTrace::Mode::record && !chosen.is_meta()) trace->add(routed);
+  return routed;
 }
 
 void Moe::check_same_routing(const std::vector<int64_t>& counts) const {
@@ -111,14 +157,14 @@ Tensor Moe::forward(const LinearInput& y, float grad_scale, Activations& saved, 
 Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool recomputing) const {
   const Keys key(prefix_);
   const int64_t N = y.size(0), E = rc_.experts, k = rc_.topk;
+  const Device dev = y.device();
   const Tensor y32 = y.dtype() == DType::f32 ? y : y.to(DType::f32);
-  Tensor logits = Tensor::empty({N, E}, DType::f32), scores = Tensor::empty({N, E}, DType::f32);
-  Tensor chosen = Tensor::empty({N, k}, DType::i32), weights = Tensor::empty({N, k}, DType::f32);
+  Tensor logits = Tensor::empty({N, E}, DType::f32, dev), scores = Tensor::empty({N, E}, DType::f32, dev);
+  Tensor chosen = Tensor::empty({N, k}, DType::i32, dev), weights = Tensor::empty({N, k}, DType::f32, dev);
   {
     ProfileScope prof("router");
     kernels::matmul(y32, false, ps_.param_at(router_offset_, {E, d_}), true, logits, false);
-    kernels::router_forward(rc_, N, logits.data<float>(), use_bias_ ? bias_.data() : nullptr, scores.data<float>(),
-                            chosen.data<int32_t>(), weights.data<float>());
+    kernels::router_forward(rc_, logits, use_bias_ ? bias_.data() : nullptr, scores, chosen, weights);
   }
   const bool training = grad_scale > 0;  // evaluation: no statistics, no auxiliary losses
   // Recompute (model.recompute) runs the forward a second time to rebuild what backward needs: the
@@ -127,46 +173,31 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool 
   double aux = 0;
   // Auxiliary losses: their gradient with respect to the logits is known now; kept for backward.
   if (training && ((balance_ != "none" && alpha_ > 0) || z_coeff_ > 0)) {
-    Tensor dscores = Tensor::zeros({N, E}, DType::f32), daux = Tensor::zeros({N, E}, DType::f32);
+    Tensor dscores = Tensor::zeros({N, E}, DType::f32, dev), daux = Tensor::zeros({N, E}, DType::f32, dev);
     if (balance_ != "none" && alpha_ > 0) {
-      aux += balance_loss(N, scores.data<float>(), chosen.data<int32_t>(), grad_scale, dscores.data<float>());
-      kernels::router_scores_backward(rc_, N, scores.data<float>(), dscores.data<float>(), daux.data<float>());
+      aux += balance_loss(scores, chosen, grad_scale, dscores);
+      kernels::router_scores_backward(rc_, scores, dscores, daux);
     }
-    if (z_coeff_ > 0) {  // z-loss (ST-MoE): coeff x logsumexp(u)^2 per token, weighted like the loss
-      for (int64_t t = 0; t < N; ++t) {
-        const float* u = logits.data<float>() + t * E;
-        const float mx = *std::max_element(u, u + E);
-        double sum = 0;
-        for (int64_t e = 0; e < E; ++e) sum += std::exp(double(u[e] - mx));
-        const double lse = double(mx) + std::log(sum);
-        aux += double(z_coeff_) * lse * lse * double(grad_scale);
-        for (int64_t e = 0; e < E; ++e)
-          daux.data<float>()[t * E + e] +=
-              float(2.0 * double(z_coeff_) * lse * std::exp(double(u[e]) - lse) * double(grad_scale));
-      }
-    }
+    if (z_coeff_ > 0) aux += kernels::router_z_loss(logits, z_coeff_, grad_scale, daux);
     saved.put(key.daux, daux);
   }
+  if (count) aux_loss_ += aux;
   // Token copies in expert order; each expert runs on its contiguous group. With a capacity factor the
   // copies an expert cannot take go to a last bucket, E, that no expert runs (their output is zero).
-  std::vector<int32_t> routed(chosen.data<int32_t>(), chosen.data<int32_t>() + N * k);
-  if (count) {
-    aux_loss_ += aux;
-    for (int32_t e : routed) ++load_[size_t(e)];  // the router's demand, dropped copies included
-  }
-  if (capacity_factor_ > 0) drop_over_capacity(N, weights.data<float>(), routed);
+  const std::vector<int32_t> routed = host_routing(chosen, weights, count);
   std::vector<int64_t> order, counts;
   kernels::expert_order(N, k, E + 1, routed.data(), order, counts);
   counts.pop_back();  // the dropped copies sit after every expert's group
   if (etp_ && !sp_) check_same_routing(counts);
   int64_t kept = 0;
   for (int64_t c : counts) kept += c;
+  order.resize(size_t(kept));  // the copies the experts run, in expert order
+  std::vector<int64_t> token_of(order.size());
+  for (size_t p = 0; p < order.size(); ++p) token_of[p] = order[p] / k;
+  const Tensor copies = to_device(order, dev), tokens = to_device(token_of, dev);
   const Tensor yc = y.is_contiguous() ? y : y.clone();
-  Tensor x_perm = Tensor::empty({kept, d_}, y.dtype());
-  const size_t row = size_t(d_) * dtype_size(y.dtype());
-  for (int64_t p = 0; p < kept; ++p)
-    std::memcpy(static_cast<char*>(x_perm.raw()) + size_t(p) * row,
-                static_cast<const char*>(yc.raw()) + size_t(order[size_t(p)] / k) * row, row);
+  Tensor x_perm = Tensor::empty({kept, d_}, y.dtype(), dev);
+  kernels::gather_rows(yc, tokens, x_perm);
   Tensor outputs;
   if (ep_) {  // to the experts' ranks, through the local experts, and back in x_perm's order
     std::vector<int64_t> recv_counts;
@@ -174,28 +205,23 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool 
     std::vector<int64_t> per_expert(static_cast<size_t>(local_), 0);
     for (size_t i = 0; i < recv_counts.size(); ++i) per_expert[i % size_t(local_)] += recv_counts[i];
     outputs = combine(run_experts(mine, per_expert, saved), counts, recv_counts);
-    saved.put(key.recv_counts, from_vector(recv_counts));
+    saved.put_host(key.recv_counts, std::move(recv_counts));
   } else {
     outputs = run_experts(x_perm, counts, saved);
   }
   // out[t] = sum_j w[t, j] x expert output of copy (t, j)
-  Tensor out = shared_ ? shared_->forward(y, saved) : Tensor::zeros({N, d_}, DType::f32);
+  Tensor out = shared_ ? shared_->forward(y, saved) : Tensor::zeros({N, d_}, DType::f32, dev);
   {
     ProfileScope prof("moe_combine");
-    const float* w = weights.data<float>();
-    float* o = out.data<float>();
-    const float* src = outputs.data<float>();
-    for (int64_t p = 0; p < kept; ++p) {
-      const int64_t c = order[size_t(p)], t = c / k;
-      for (int64_t i = 0; i < d_; ++i) o[t * d_ + i] += w[c] * src[p * d_ + i];
-    }
+    kernels::moe_weighted_sum(outputs, copies, weights, out);
   }
   saved.put(key.y, y32);
   saved.put(key.scores, scores);
   saved.put(key.chosen, chosen);
   saved.put(key.weights, weights);
-  saved.put(key.order, from_vector(order));
-  saved.put(key.counts, from_vector(counts));
+  saved.put(key.order, copies);
+  saved.put(key.tokens, tokens);
+  saved.put_host(key.counts, std::move(counts));
   saved.put(key.outputs, outputs);
   return out;
 }
@@ -203,67 +229,52 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool 
 Tensor Moe::backward_input(const Tensor& dout, Activations& saved) const {
   const Keys key(prefix_);
   const Tensor y32 = saved.get(key.y), scores = saved.get(key.scores), chosen = saved.get(key.chosen);
-  const Tensor weights = saved.get(key.weights), order = saved.get(key.order), counts = saved.get(key.counts);
+  const Tensor weights = saved.get(key.weights), copies = saved.get(key.order), tokens = saved.get(key.tokens);
   const Tensor outputs = saved.get(key.outputs);
+  const std::vector<int64_t> cnt = saved.host(key.counts);
   const int64_t N = dout.size(0), E = rc_.experts, k = rc_.topk;
-  const int64_t* ord = order.data<int64_t>();
-  int64_t kept = 0;  // copies an expert ran (the rest were dropped: zero output, zero gradients)
-  for (int64_t e = 0; e < E; ++e) kept += counts.data<int64_t>()[e];
-  // Gradients of the gate weights and of each copy's expert output.
-  Tensor dweights = Tensor::zeros({N, k}, DType::f32), dcopy = Tensor::empty({kept, d_}, DType::f32);
-  for (int64_t p = 0; p < kept; ++p) {
-    const int64_t c = ord[p], t = c / k;
-    const float* g = dout.data<float>() + t * d_;
-    const float* o = outputs.data<float>() + p * d_;
-    float* dc = dcopy.data<float>() + p * d_;
-    double dot = 0;
-    for (int64_t i = 0; i < d_; ++i) {
-      dot += double(g[i]) * double(o[i]);
-      dc[i] = weights.data<float>()[c] * g[i];
-    }
-    dweights.data<float>()[c] = float(dot);
-  }
-  Tensor dy = shared_ ? shared_->backward_input(dout, saved) : Tensor::zeros({N, d_}, DType::f32);
-  std::vector<int64_t> cnt(counts.data<int64_t>(), counts.data<int64_t>() + E);
+  const Device dev = dout.device();
+  // Gradients of the gate weights and of each copy's expert output (the copies an expert ran; the
+  // dropped ones had zero output and get zero gradients).
+  Tensor dweights = Tensor::zeros({N, k}, DType::f32, dev), dcopy = Tensor::empty({copies.numel(), d_}, DType::f32, dev);
+  kernels::moe_weighted_sum_backward(dout, outputs, copies, weights, dweights, dcopy);
+  Tensor dy = shared_ ? shared_->backward_input(dout, saved) : Tensor::zeros({N, d_}, DType::f32, dev);
   Tensor dx_perm;
   if (ep_) {  // the same two exchanges as forward, for the gradients
-    const Tensor rc = saved.get(key.recv_counts);
-    std::vector<int64_t> recv_counts(rc.data<int64_t>(), rc.data<int64_t>() + rc.numel()), again;
+    const std::vector<int64_t> recv_counts = saved.host(key.recv_counts);
+    std::vector<int64_t> again;
     std::vector<int64_t> per_expert(static_cast<size_t>(local_), 0);
     for (size_t i = 0; i < recv_counts.size(); ++i) per_expert[i % size_t(local_)] += recv_counts[i];
     dx_perm = combine(experts_backward(dispatch(dcopy, cnt, again), per_expert, saved), cnt, recv_counts);
-    saved.erase(key.recv_counts);
+    saved.erase_host(key.recv_counts);
   } else {
     dx_perm = experts_backward(dcopy, cnt, saved);
   }
-  for (int64_t p = 0; p < kept; ++p) {
-    const int64_t t = ord[p] / k;
-    for (int64_t i = 0; i < d_; ++i) dy.data<float>()[t * d_ + i] += dx_perm.data<float>()[p * d_ + i];
-  }
+  kernels::scatter_add_rows(dx_perm, tokens, dy);
   // Router: gate-weight gradients through the selection's affinities, plus the auxiliary losses'.
-  Tensor dscores = Tensor::zeros({N, E}, DType::f32), dlogits = Tensor::empty({N, E}, DType::f32);
-  kernels::router_weights_backward(rc_, N, scores.data<float>(), chosen.data<int32_t>(), dweights.data<float>(),
-                                   dscores.data<float>());
-  kernels::router_scores_backward(rc_, N, scores.data<float>(), dscores.data<float>(), dlogits.data<float>());
+  Tensor dscores = Tensor::zeros({N, E}, DType::f32, dev), dlogits = Tensor::empty({N, E}, DType::f32, dev);
+  kernels::router_weights_backward(rc_, scores, chosen, dweights, dscores);
+  kernels::router_scores_backward(rc_, scores, dscores, dlogits);
   if (saved.has(key.daux)) {
     kernels::add(dlogits, saved.get(key.daux), dlogits);
     saved.erase(key.daux);
   }
   kernels::matmul(dlogits, false, ps_.param_at(router_offset_, {E, d_}), false, dy, true);
-  for (const auto& k2 : {key.scores, key.chosen, key.weights, key.order, key.outputs}) saved.erase(k2);
+  for (const auto& k2 : {key.scores, key.chosen, key.weights, key.order, key.tokens, key.outputs}) saved.erase(k2);
   saved.put(key.daux, dlogits);  // for the router's weight gradient
   return dy;
 }
 
 void Moe::backward_weight(Activations& saved) const {
   const Keys key(prefix_);
-  const Tensor lc = saved.get(key.local_counts);
+  const std::vector<int64_t>& lc = saved.host(key.local_counts);
   for (int64_t e = 0; e < local_; ++e)
-    if (lc.data<int64_t>()[e] > 0) experts_[size_t(e)]->backward_weight(saved);
+    if (lc[size_t(e)] > 0) experts_[size_t(e)]->backward_weight(saved);
   if (shared_) shared_->backward_weight(saved);
   kernels::matmul(saved.get(key.daux), true, saved.get(key.y), false, ps_.grad_at(router_offset_, {rc_.experts, d_}),
                   true);
-  for (const auto& k2 : {key.counts, key.daux, key.y, key.local_counts}) saved.erase(k2);
+  for (const auto& k2 : {key.daux, key.y}) saved.erase(k2);
+  for (const auto& k2 : {key.counts, key.local_counts}) saved.erase_host(k2);
 }
 
 namespace {
@@ -271,7 +282,7 @@ namespace {
 // x (counts[e] rows each), results [rows, d] f32 in the same order.
 template <class Fn>
 Tensor per_expert(const Tensor& x, const std::vector<int64_t>& counts, int64_t d, Fn&& fn) {
-  Tensor out = Tensor::empty({x.size(0), d}, DType::f32);
+  Tensor out = Tensor::empty({x.size(0), d}, DType::f32, x.device());
   int64_t begin = 0;
   for (size_t e = 0; e < counts.size(); ++e) {
     const int64_t n = counts[e];
@@ -287,7 +298,7 @@ Tensor Moe::run_experts(const Tensor& x, const std::vector<int64_t>& counts, Act
   std::vector<int64_t> ran;  // rows each expert ran (all tensor-parallel ranks' when gathered)
   Tensor out = over_gathered(x, counts, [&](size_t e, const Tensor& rows) { return experts_[e]->forward(rows, saved); },
                              &ran);
-  saved.put(Keys(prefix_).local_counts, from_vector(ran));
+  saved.put_host(Keys(prefix_).local_counts, std::move(ran));
   return out;
 }
 
@@ -358,11 +369,11 @@ Tensor Moe::dispatch(const Tensor& rows, const std::vector<int64_t>& counts, std
   ep_->all_to_all(send_counts.data(), recv_counts.data(), local_, DType::i64);  // rows per (rank, expert)
   int64_t total = 0;
   for (int64_t c : recv_counts) total += c;
-  Tensor by_source = Tensor::empty({total, d_}, rows.dtype());
+  Tensor by_source = Tensor::empty({total, d_}, rows.dtype(), rows.device());
   const Tensor src = rows.is_contiguous() ? rows : rows.clone();
-  ep_->all_to_all_v(src.raw(), per_rank_elements(counts, n, local_, d_), by_source.raw(),
+  ep_->all_to_all_v(src.device_ptr(), per_rank_elements(counts, n, local_, d_), by_source.device_ptr(),
                     per_rank_elements(recv_counts, n, local_, d_), rows.dtype());
-  Tensor grouped = Tensor::empty({total, d_}, rows.dtype());
+  Tensor grouped = Tensor::empty({total, d_}, rows.dtype(), rows.device());
   const BlockStarts starts(recv_counts, n, local_);
   move_blocks(by_source, starts.by_source, grouped, starts.by_expert, recv_counts);
   return grouped;
@@ -373,13 +384,13 @@ Tensor Moe::dispatch(const Tensor& rows, const std::vector<int64_t>& counts, std
 Tensor Moe::combine(const Tensor& rows, const std::vector<int64_t>& counts, const std::vector<int64_t>& recv_counts) const {
   ProfileScope prof("moe_combine_exchange");
   const int n = ep_->size();
-  Tensor by_source = Tensor::empty({rows.size(0), d_}, DType::f32);
+  Tensor by_source = Tensor::empty({rows.size(0), d_}, DType::f32, rows.device());
   const BlockStarts starts(recv_counts, n, local_);
   move_blocks(rows, starts.by_expert, by_source, starts.by_source, recv_counts);
   int64_t total = 0;
   for (int64_t c : counts) total += c;
-  Tensor back = Tensor::empty({total, d_}, DType::f32);
-  ep_->all_to_all_v(by_source.raw(), per_rank_elements(recv_counts, n, local_, d_), back.raw(),
+  Tensor back = Tensor::empty({total, d_}, DType::f32, rows.device());
+  ep_->all_to_all_v(by_source.device_ptr(), per_rank_elements(recv_counts, n, local_, d_), back.device_ptr(),
                     per_rank_elements(counts, n, local_, d_), DType::f32);
   return back;
 }
@@ -434,10 +445,10 @@ Tensor Moe::gather_copies(const Tensor& x, const std::vector<int64_t>& counts,
     total += rows_of[size_t(s)];
   }
   const Tensor xc = x.is_contiguous() ? x : x.clone();
-  Tensor by_rank = Tensor::empty({total, d_}, x.dtype());
-  etp_->all_gather_v(xc.raw(), by_rank.raw(), elems, x.dtype());
+  Tensor by_rank = Tensor::empty({total, d_}, x.dtype(), x.device());
+  etp_->all_gather_v(xc.device_ptr(), by_rank.device_ptr(), elems, x.dtype());
   const BlockStarts starts(gathered_counts, n, L);  // rank-major as gathered -> expert-major
-  Tensor by_expert = Tensor::empty({total, d_}, x.dtype());
+  Tensor by_expert = Tensor::empty({total, d_}, x.dtype(), x.device());
   move_blocks(by_rank, starts.by_source, by_expert, starts.by_expert, gathered_counts);
   return by_expert;
 }
@@ -455,7 +466,7 @@ Tensor Moe::keep_own(const Tensor& rows, const std::vector<int64_t>& gathered_co
     to[i] = at;
     at += mine[i];
   }
-  Tensor out = Tensor::empty({at, rows.size(1)}, rows.dtype());
+  Tensor out = Tensor::empty({at, rows.size(1)}, rows.dtype(), rows.device());
   move_blocks(rows, starts.by_expert, out, to, mine);
   return out;
 }

@@ -39,6 +39,45 @@
 
 namespace tessel::nn {
 
+// Where the routing of a device without values (meta) comes from. Routing reaches the host once
+// per forward (the expert order and the rows per expert size every buffer and collective after
+// it). A real run can record each Moe::forward's final routing (after capacity dropping), in call
+// order; a meta run replaying the recording routes exactly as the real run did, so its memory and
+// collectives are the real run's. Without a recording the meta device routes in balance: copy
+// c = t k + j of token t goes to expert c mod E (every expert N k / E copies, +-1).
+class MoeRoutingTrace {
+ public:
+  enum class Mode { record, replay };
+  explicit MoeRoutingTrace(Mode mode) : mode_(mode) {}
+  Mode mode() const { return mode_; }
+  void set_mode(Mode mode) {
+    mode_ = mode;
+    cursor_ = 0;
+  }
+  void add(std::vector<int32_t> routed) { calls_.push_back(std::move(routed)); }
+  // The next recorded routing; refuses, naming the block, one of another size or past the end.
+  const std::vector<int32_t>& next(const std::string& block, int64_t copies);
+  size_t calls() const { return calls_.size(); }
+
+ private:
+  Mode mode_;
+  std::vector<std::vector<int32_t>> calls_;
+  size_t cursor_ = 0;
+};
+
+// The trace this thread's MoE blocks record to or replay from while the scope lives (scopes nest).
+class MoeRoutingTraceScope {
+ public:
+  explicit MoeRoutingTraceScope(MoeRoutingTrace* trace);
+  ~MoeRoutingTraceScope();
+  MoeRoutingTraceScope(const MoeRoutingTraceScope&) = delete;
+  MoeRoutingTraceScope& operator=(const MoeRoutingTraceScope&) = delete;
+
+ private:
+  MoeRoutingTrace* previous_;
+};
+MoeRoutingTrace* current_moe_routing_trace();
+
 class Moe final : public MlpBlock {
  public:
   Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
@@ -77,7 +116,10 @@ class Moe final : public MlpBlock {
   Tensor dispatch(const Tensor& rows, const std::vector<int64_t>& counts, std::vector<int64_t>& recv_counts) const;
   Tensor combine(const Tensor& rows, const std::vector<int64_t>& counts, const std::vector<int64_t>& recv_counts) const;
   // The balance loss of these N rows (value and gradient into dscores), counts summed over sp_ and cp_.
-  double balance_loss(int64_t N, const float* scores, const int32_t* chosen, float grad_scale, float* dscores) const;
+  double balance_loss(const Tensor& scores, const Tensor& chosen, float grad_scale, const Tensor& dscores) const;
+  // The routing copied to the host (chosen [N, k]; on meta: replayed or balanced, see
+  // MoeRoutingTrace), the step's load counted when `count`, copies over capacity sent to bucket E.
+  std::vector<int32_t> host_routing(const Tensor& chosen, const Tensor& weights, bool count) const;
   comm::Communicator* ep_ = nullptr;
   comm::Communicator *sp_ = nullptr, *cp_ = nullptr;
   comm::Communicator* etp_ = nullptr;  // experts split over this tensor-parallel group

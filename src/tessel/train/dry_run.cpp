@@ -52,8 +52,6 @@ class OpLogSession {
 std::string meta_step_unsupported(const Config& cfg) {
   std::vector<std::string> host;
   const nn::ModelConfig& m = cfg.model;
-  if (m.is_moe_layer(m.num_layers + m.mtp_num_layers - 1))  // MoE layers come after the first dense ones
-    host.push_back("MoE layers (routing, token permutation and expert counts)");
   if (m.fp8.enabled()) host.push_back("FP8 (quantisation and scaling state)");
   if (cfg.parallel.context_parallel_size > 1) host.push_back("context parallelism (ring attention)");
   if (host.empty()) return "";
@@ -63,9 +61,11 @@ std::string meta_step_unsupported(const Config& cfg) {
          ": their kernels still read host memory, so only the model state is reported";
 }
 
-StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps) {
+StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
+                                      nn::MoeRoutingTrace* routing) {
   TESSEL_CHECK(steps >= 1, "measure_training_step: steps must be >= 1, got {}", steps);
   DefaultDeviceScope on(device);
+  nn::MoeRoutingTraceScope routed(routing);
   Allocator& a = allocator(device);
   for (auto& [name, g] : groups.named_groups())
     if (g) g->reset_stats();

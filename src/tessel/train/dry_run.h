@@ -6,8 +6,10 @@
 // cpu allocator accounts it, and nothing is allocated; every kernel call and collective is recorded.
 // A model of 671B parameters on 2,048 ranks takes seconds on one machine.
 //
-// Not yet on meta: the step of models with MoE layers, FP8 or context parallelism, whose kernels
-// still read host memory (meta_step_unsupported() names them); their model state is still reported.
+// MoE routing on meta is balanced (every expert gets its even share of token copies) unless a real
+// run's routing is replayed (measure_training_step). Not yet on meta: the step of FP8 and
+// context-parallel models, whose kernels still read host memory (meta_step_unsupported() names
+// them); their model state is still reported.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -17,6 +19,7 @@
 #include "tessel/comm/parallel_state.h"
 #include "tessel/core/memory.h"
 #include "tessel/kernels/op_log.h"
+#include "tessel/nn/moe.h"
 #include "tessel/train/config.h"
 
 namespace tessel::train {
@@ -36,8 +39,11 @@ struct StepMeasurement {
 
 // Sets the Trainer up for this rank of `groups` with its tensors on `device` and runs `steps`
 // training steps on micro-batches of the configured shapes (token 0 everywhere: values do not change
-// what a dense step allocates or calls). The op log is switched on for the duration.
-StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps);
+// what a dense step allocates or calls; MoE routing does, see below). The op log is switched on for
+// the duration. routing (optional): the MoE blocks record their routing to it (cpu) or replay it
+// (meta), so a meta run can be given a real run's token counts; without one meta routes in balance.
+StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
+                                      nn::MoeRoutingTrace* routing = nullptr);
 
 // Empty when the training step runs on the meta device for this config; otherwise what does not.
 std::string meta_step_unsupported(const Config& cfg);

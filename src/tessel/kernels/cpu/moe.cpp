@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "tessel/core/check.h"
@@ -138,6 +139,56 @@ void expert_order(int64_t N, int64_t k, int64_t E, const int32_t* chosen, std::v
   for (int64_t e = 1; e < E; ++e) next[size_t(e)] = next[size_t(e - 1)] + counts[size_t(e - 1)];
   order.assign(static_cast<size_t>(N * k), 0);
   for (int64_t i = 0; i < N * k; ++i) order[size_t(next[size_t(chosen[i])]++)] = i;
+}
+
+double router_z_loss(int64_t N, int64_t E, const float* logits, float coeff, float grad_scale, float* daux) {
+  double aux = 0;
+  for (int64_t t = 0; t < N; ++t) {
+    const float* u = logits + t * E;
+    const float mx = *std::max_element(u, u + E);
+    double sum = 0;
+    for (int64_t e = 0; e < E; ++e) sum += std::exp(double(u[e] - mx));
+    const double lse = double(mx) + std::log(sum);
+    aux += double(coeff) * lse * lse * double(grad_scale);
+    for (int64_t e = 0; e < E; ++e)
+      daux[t * E + e] += float(2.0 * double(coeff) * lse * std::exp(double(u[e]) - lse) * double(grad_scale));
+  }
+  return aux;
+}
+
+void gather_rows(int64_t n, size_t row_bytes, const void* src, const int64_t* index, void* out) {
+  const auto* s = static_cast<const char*>(src);
+  auto* o = static_cast<char*>(out);
+  for (int64_t p = 0; p < n; ++p) std::memcpy(o + size_t(p) * row_bytes, s + size_t(index[p]) * row_bytes, row_bytes);
+}
+
+void scatter_add_rows(int64_t n, int64_t d, const float* src, const int64_t* index, float* out) {
+  for (int64_t p = 0; p < n; ++p)
+    for (int64_t i = 0; i < d; ++i) out[index[p] * d + i] += src[p * d + i];
+}
+
+void moe_weighted_sum(int64_t n, int64_t d, int64_t k, const float* outputs, const int64_t* copies,
+                      const float* weights, float* out) {
+  for (int64_t p = 0; p < n; ++p) {
+    const int64_t c = copies[p], t = c / k;
+    for (int64_t i = 0; i < d; ++i) out[t * d + i] += weights[c] * outputs[p * d + i];
+  }
+}
+
+void moe_weighted_sum_backward(int64_t n, int64_t d, int64_t k, const float* dout, const float* outputs,
+                               const int64_t* copies, const float* weights, float* dweights, float* dcopy) {
+  for (int64_t p = 0; p < n; ++p) {
+    const int64_t c = copies[p], t = c / k;
+    const float* g = dout + t * d;
+    const float* o = outputs + p * d;
+    float* dc = dcopy + p * d;
+    double dot = 0;
+    for (int64_t i = 0; i < d; ++i) {
+      dot += double(g[i]) * double(o[i]);
+      dc[i] = weights[c] * g[i];
+    }
+    dweights[c] = float(dot);
+  }
 }
 
 }  // namespace tessel::kernels
