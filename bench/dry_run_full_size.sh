@@ -7,9 +7,9 @@ set -euo pipefail
 tessel=${1:-build/tessel}
 echo "| config | ranks | layout | parameters (total / active) | largest role | model state per rank, GiB: parameters + gradients + optimizer = total | step peak per rank, GiB (activations), where | dry run |"
 echo "|---|---|---|---|---|---|---|---|"
-# config:world[:a --set override]; DeepSeek-V3 also without FP8, whose step does not run on meta yet.
+# config:world[:a --set override]; DeepSeek-V3 also with recompute.
 for run in llama3-8b:8 llama3-70b:64 llama3-405b:16384 mixtral-8x7b:8 deepseek-v3:2048 \
-           deepseek-v3:2048:precision.fp8.recipe=none; do
+           deepseek-v3:2048:model.recompute=true; do
   IFS=: read -r cfg world set <<<"$run"
   out=$("$tessel" dry-run "configs/$cfg.yaml" --world "$world" ${set:+--set "$set"})
   [ -n "$set" ] && cfg="$cfg --set $set"

@@ -3,7 +3,7 @@
 // runs its training step there: per role, the model-state memory by category, the step's peak by
 // category and where it occurs, FLOPs per op family and bytes per collective per group; exact and
 // allocation-free (MoE routing balanced). The last line printed is JSON. Where the step cannot run on
-// meta yet (FP8, context parallelism), the output says so and reports the model state.
+// meta yet (context parallelism), the output says so and reports the model state.
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -1,5 +1,6 @@
-// tessel dry-run end to end: the per-role report, the JSON last line, the refusal of a layout that
-// cannot exist and of a model state larger than --memory-gib (exit 1, the role and the sizes named).
+// tessel dry-run end to end: the per-role report with the step run on meta, the JSON last line, the
+// refusal of a layout that cannot exist and of a step peak or model state larger than --memory-gib
+// (exit 1, the role, the sizes and where the peak occurs named).
 #include <gtest/gtest.h>
 
 #include "cli/cli_support.h"
@@ -16,29 +17,26 @@ std::string last_line(const std::string& out) {
 
 TEST(DryRunCli, DeepSeekV3OnTwoThousandRanksReportsEveryStageAndEndsInJson) {
   TempDir d;
-  const auto r = run_tessel("dry-run " + config("deepseek-v3.yaml") + " --world 2048", d.path(), 60);
+  const auto r = run_tessel("dry-run " + config("deepseek-v3.yaml") + " --world 2048 --steps 0", d.path(), 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("world 2048 = tp 1 x cp 1 x dp 128 x pp 16 (ep 64)"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("step: the training step on the meta device is not supported yet for FP8"),
-            std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("step: not run (--steps 0): model state only"), std::string::npos) << r.output;
   const auto j = nlohmann::json::parse(last_line(r.output));
   EXPECT_EQ(j["world"], 2048);
   ASSERT_EQ(j["roles"].size(), 16u);
   EXPECT_EQ(j["roles"][15]["ranks"].size(), 128u);
   EXPECT_EQ(j["roles"][15]["ranks"][0], 1920);  // pipeline rank is the slowest coordinate
-  EXPECT_TRUE(j["roles"][0]["peak_bytes"].is_null());  // the step does not run on meta with FP8 yet
-  EXPECT_NE(j["step"].get<std::string>().find("not supported yet"), std::string::npos);
+  EXPECT_TRUE(j["roles"][0]["peak_bytes"].is_null());  // no step was run
+  EXPECT_EQ(j["step"], "not run (--steps 0): model state only");
   EXPECT_GT(j["roles"][0]["model_state_requested_bytes_by_category"]["optimizer_state"].get<int64_t>(), 0);
   EXPECT_TRUE(j["fits"].get<bool>());
 }
 
-// Without FP8 the DeepSeek-V3 step runs on meta (MLA, MoE with balanced routing over ep 64, MTP on
-// the last stage), every stage of it.
-TEST(DryRunCli, DeepSeekV3WithoutFp8RunsTheStepOnEveryStage) {
+// DeepSeek-V3 at the report's layout: the step runs on meta (MLA, MoE with balanced routing over ep
+// 64, MTP on the last stage, FP8 block scaling), every stage of it.
+TEST(DryRunCli, DeepSeekV3RunsTheStepOnEveryStage) {
   TempDir d;
-  const auto r = run_tessel("dry-run " + config("deepseek-v3.yaml") + " --world 2048 --set precision.fp8.recipe=none",
-                            d.path(), 120);
+  const auto r = run_tessel("dry-run " + config("deepseek-v3.yaml") + " --world 2048", d.path(), 180);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = nlohmann::json::parse(last_line(r.output));
   ASSERT_EQ(j["roles"].size(), 16u);
@@ -47,6 +45,7 @@ TEST(DryRunCli, DeepSeekV3WithoutFp8RunsTheStepOnEveryStage) {
     EXPECT_GT(role["peak_requested_bytes"].get<int64_t>(), role["model_state_requested_bytes"].get<int64_t>());
     EXPECT_GT(role["comm_by_group"]["ep"]["all_to_all"]["bytes"].get<int64_t>(), 0) << role["role"];
     EXPECT_GT(role["flops_by_op"]["router_forward"].get<double>(), 0) << role["role"];
+    EXPECT_GT(role["flops_by_op"]["fp8_gemm"].get<double>(), 0) << role["role"];
   }
   EXPECT_TRUE(j["roles"][15]["flops_by_op"].contains("shift_tokens"));  // MTP on the last stage
   EXPECT_FALSE(j["roles"][0]["flops_by_op"].contains("shift_tokens"));

@@ -38,6 +38,9 @@ const std::vector<Layout>& layouts() {
       // the rows a rank's experts receive depend on the other ranks' routing, which the meta
       // communicator assumes equal to this rank's.)
       {"mixtral_pp2", 2, {"parallel.pipeline_model_parallel_size=2"}, testing::kTinyMixtralYaml},
+      {"fp8_delayed_tp2", 2, {"precision.fp8.recipe=delayed", "parallel.tensor_model_parallel_size=2"}},
+      {"dsv3_tiny_fp8_block_pp2_dp2", 4, {"precision.fp8.recipe=block", "parallel.pipeline_model_parallel_size=2"},
+       testing::kTinyDeepSeekYaml},
       {"dsv3_tiny_tp2_sp_dp2_zero", 4,
        {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
         "parallel.use_distributed_optimizer=true"},

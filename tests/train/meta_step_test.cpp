@@ -114,7 +114,18 @@ INSTANTIATE_TEST_SUITE_P(
                {"model.moe_expert_capacity_factor=1.0", "parallel.pipeline_model_parallel_size=2"}},
         Layout{"dsv3_tiny_pp2_ep2_recompute", testing::kTinyDeepSeekYaml, 4,
                {"parallel.pipeline_model_parallel_size=2", "parallel.expert_model_parallel_size=2",
-                "model.recompute=true"}}),
+                "model.recompute=true"}},
+        // FP8: block scaling (row and column tiles, 128 x 128 weight blocks, the fused writers),
+        // delayed scaling (amax histories reduced over tp) and current scaling.
+        Layout{"llama_fp8_block", testing::kTinyLlamaYaml, 1, {"precision.fp8.recipe=block"}},
+        Layout{"llama_fp8_delayed_tp2_sp", testing::kTinyLlamaYaml, 2,
+               {"precision.fp8.recipe=delayed", "parallel.tensor_model_parallel_size=2",
+                "parallel.sequence_parallel=true"}},
+        Layout{"gpt2_fp8_current_dp2_zero", testing::kTinyGpt2Yaml, 2,
+               {"precision.fp8.recipe=current", "parallel.use_distributed_optimizer=true"}},
+        Layout{"dsv3_tiny_fp8_block_pp2_ep2", testing::kTinyDeepSeekYaml, 4,
+               {"precision.fp8.recipe=block", "parallel.pipeline_model_parallel_size=2",
+                "parallel.expert_model_parallel_size=2"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // GEMM FLOPs of one rank without parallelism, from the sizes alone: every 2-D weight but the
@@ -141,15 +152,15 @@ TEST(MetaStep, GemmFlopsEqualSixTimesTokensTimesWeights) {
   }
 }
 
-TEST(MetaStep, UnsupportedModelsAreNamed) {
-  const Config fp8 = Config::from_yaml_text(testing::kTinyLlamaYaml, {"precision.fp8.recipe=block"});
-  EXPECT_NE(meta_step_unsupported(fp8).find("FP8"), std::string::npos);
+TEST(MetaStep, ContextParallelismIsNamedAsNotSupported) {
   const Config cp = Config::from_yaml_text(testing::kTinyLlamaYaml, {"parallel.context_parallel_size=2"});
   EXPECT_NE(meta_step_unsupported(cp).find("context parallelism"), std::string::npos);
-  const DryRunResult r = dry_run(fp8, 1, 1);
+  const DryRunResult r = dry_run(cp, 2, 1);
   EXPECT_NE(r.step_not_supported.find("not supported yet"), std::string::npos);
   EXPECT_FALSE(r.roles.at(0).step_ran);
   EXPECT_GT(r.roles.at(0).model_state_bytes, 0);
+  EXPECT_EQ(meta_step_unsupported(Config::from_yaml_text(testing::kTinyDeepSeekYaml, {"precision.fp8.recipe=block"})),
+            "");
 }
 
 // Without a recording the meta device routes in balance: every expert gets N k / E token copies of

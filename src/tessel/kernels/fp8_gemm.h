@@ -11,6 +11,8 @@
 // per tensor to the output, per tile / block inside the decode (only power-of-two scales, so the
 // decoded products stay exact). What is computed equals an FP8 tensor-core GEMM with fp32
 // accumulation, up to summation order.
+#include <vector>
+
 #include "tessel/core/tensor.h"
 
 namespace tessel::kernels {
@@ -27,9 +29,19 @@ struct Fp8Tensor {
   size_t nbytes() const { return data.nbytes() + scale_inv.nbytes(); }
 };
 
-// c [M, N] f32 = op(a) @ op(b) (+ c when accumulate). Row tiles must lie along K (the contraction):
-// an untransposed a or a transposed b. Blocks may be used either way.
+// The dispatch point (kernels/fp8_gemm.cpp): c [M, N] f32 = op(a) @ op(b) (+ c when accumulate).
+// Row tiles must lie along K (the contraction): an untransposed a or a transposed b. Blocks may be
+// used either way. One op record "fp8_gemm" (2 M N K FLOPs) on every device.
 void fp8_gemm(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b, const Tensor& c, bool accumulate);
+
+// The cpu emulation (kernels/cpu/fp8_gemm.cpp) of a checked call, and the scratch it allocates (the
+// operands decoded to bf16, a product buffer for per-tensor scales with accumulate, then the bf16
+// GEMM's own: gemm_cpu_workspace), which the meta device allocates alike.
+void fp8_gemm_emulated(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b, const Tensor& c,
+                       bool accumulate, int64_t M, int64_t N, int64_t K);
+void fp8_gemm_emulation_workspace(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b,
+                                  const Tensor& c, bool accumulate, int64_t M, int64_t N, int64_t K,
+                                  std::vector<Tensor>& held);
 
 // The bf16 tensor an Fp8Tensor stands for (tiles and blocks with their scales; per-tensor data
 // decoded without its scale, which fp8_gemm applies to the output).

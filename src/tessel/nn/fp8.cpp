@@ -6,20 +6,10 @@
 #include "tessel/core/check.h"
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/fp8.h"
+#include "tessel/kernels/fp8_quantize.h"
 #include "tessel/nn/params.h"
 
 namespace tessel::nn {
-
-namespace {
-// fn(const T*) with x's elements, T = bf16 or float.
-template <class Fn>
-void with_elements(const Tensor& x, Fn&& fn) {
-  if (x.dtype() == DType::bf16)
-    fn(x.data<bf16>());
-  else
-    fn(x.data<float>());
-}
-}  // namespace
 
 Fp8Recipe Fp8Recipe::parse(const std::string& recipe, const std::string& format, int64_t history_len,
                            const std::string& algo, int64_t margin, bool pow2) {
@@ -59,9 +49,7 @@ int Fp8State::add(const std::string& name, DType fmt, bool tp_amax) {
 }
 
 kernels::Fp8Tensor Fp8State::per_tensor(const Tensor& x, int slot, DType fmt) {
-  const int64_t n = x.numel();
-  float a = 0;
-  with_elements(x, [&](const auto* p) { a = kernels::amax(n, p); });
+  const float a = kernels::amax(x);  // the scale needs it on the host (an explicit copy)
   float s;
   if (r_.kind == Fp8Recipe::Kind::delayed) {
     s = scale_[size_t(slot)];
@@ -72,8 +60,7 @@ kernels::Fp8Tensor Fp8State::per_tensor(const Tensor& x, int slot, DType fmt) {
     s = kernels::fp8_scale_for(global, fmt, r_.margin, r_.pow2);
   }
   kernels::Fp8Tensor q{Tensor::empty(x.shape(), fmt), Tensor::empty({1}, DType::f32), kernels::Fp8Scaling::tensor};
-  with_elements(x, [&](const auto* p) { kernels::fp8_quantize(n, p, s, fmt, static_cast<uint8_t*>(q.data.raw())); });
-  q.scale_inv.data<float>()[0] = 1.0f / s;
+  kernels::fp8_quantize(x, s, q);
   return q;
 }
 
@@ -83,10 +70,7 @@ kernels::Fp8Tensor Fp8State::quantize_rows(const Tensor& x, int slot, DType fmt)
   if (r_.kind != Fp8Recipe::Kind::block) return per_tensor(x, slot, fmt);
   const int64_t R = x.size(0), C = x.size(1), nt = (C + kernels::kFp8Tile - 1) / kernels::kFp8Tile;
   kernels::Fp8Tensor q{Tensor::empty({R, C}, fmt), Tensor::empty({R, nt}, DType::f32), kernels::Fp8Scaling::row_tiles};
-  with_elements(x, [&](const auto* p) {
-    kernels::fp8_quantize_row_tiles(R, C, p, C, fmt, true, static_cast<uint8_t*>(q.data.raw()),
-                                    q.scale_inv.data<float>());
-  });
+  kernels::fp8_quantize_row_tiles(x, q);
   return q;
 }
 
@@ -95,10 +79,7 @@ kernels::Fp8Tensor Fp8State::quantize_cols_transposed(const Tensor& x, int slot,
   TESSEL_CHECK(r_.kind == Fp8Recipe::Kind::block, "column tiles are for block scaling (slot {})", names_[size_t(slot)]);
   const int64_t R = x.size(0), C = x.size(1), nt = (R + kernels::kFp8Tile - 1) / kernels::kFp8Tile;
   kernels::Fp8Tensor q{Tensor::empty({C, R}, fmt), Tensor::empty({C, nt}, DType::f32), kernels::Fp8Scaling::row_tiles};
-  with_elements(x, [&](const auto* p) {
-    kernels::fp8_quantize_col_tiles_transposed(R, C, p, C, fmt, true, static_cast<uint8_t*>(q.data.raw()),
-                                               q.scale_inv.data<float>());
-  });
+  kernels::fp8_quantize_col_tiles_transposed(x, q);
   return q;
 }
 
@@ -124,17 +105,17 @@ Fp8Input Fp8State::fused_input(int slot, DType fmt, int64_t N, int64_t D) {
     in.cols_t = {Tensor::empty({D, N}, fmt), Tensor::empty({D, (N + t - 1) / t}, DType::f32),
                  kernels::Fp8Scaling::row_tiles};
     in.out.tiles = true;
-    in.out.scale_inv = in.rows.scale_inv.data<float>();
-    in.out.cols_t = static_cast<uint8_t*>(in.cols_t.data.raw());
-    in.out.cols_scale_inv = in.cols_t.scale_inv.data<float>();
+    in.out.scale_inv = static_cast<float*>(in.rows.scale_inv.device_ptr());
+    in.out.cols_t = static_cast<uint8_t*>(in.cols_t.data.device_ptr());
+    in.out.cols_scale_inv = static_cast<float*>(in.cols_t.scale_inv.device_ptr());
   } else {
     in.rows = {Tensor::empty({N, D}, fmt), Tensor::empty({1}, DType::f32), kernels::Fp8Scaling::tensor};
     in.amax = Tensor::zeros({1}, DType::f32);
     in.out.scale = scale_[size_t(slot)];
-    in.out.amax = in.amax.data<float>();
-    in.rows.scale_inv.data<float>()[0] = 1.0f / in.out.scale;
+    in.out.amax = static_cast<float*>(in.amax.device_ptr());
+    in.rows.scale_inv.fill(double(1.0f / in.out.scale));  // a host-to-device copy of one value
   }
-  in.out.data = static_cast<uint8_t*>(in.rows.data.raw());
+  in.out.data = static_cast<uint8_t*>(in.rows.data.device_ptr());
   return in;
 }
 
@@ -146,8 +127,7 @@ kernels::Fp8Tensor Fp8State::quantize_weight(const Tensor& w, int slot) {
   const int64_t R = w.size(0), C = w.size(1), t = kernels::kFp8Tile;
   kernels::Fp8Tensor q{Tensor::empty({R, C}, r_.forward), Tensor::empty({(R + t - 1) / t, (C + t - 1) / t}, DType::f32),
                        kernels::Fp8Scaling::blocks};
-  kernels::fp8_quantize_blocks(R, C, w.data<float>(), r_.forward, true, static_cast<uint8_t*>(q.data.raw()),
-                               q.scale_inv.data<float>());
+  kernels::fp8_quantize_blocks(w, q);
   return q;
 }
 

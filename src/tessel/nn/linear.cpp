@@ -2,6 +2,7 @@
 
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/cast.h"
+#include "tessel/kernels/fp8_quantize.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/nn/fp8.h"
 #include "tessel/nn/sequence_parallel.h"
@@ -97,7 +98,7 @@ Tensor Linear::forward(const LinearInput& in, Activations& saved) const {
     const Fp8Input& q = in.q;
     TESSEL_CHECK(takes_fp8_input() && q.slot == slot_x_ && q.rows.cols() == in_,
                  "Linear '{}': an FP8 input made for another Linear or recipe", key_x_);
-    if (q.amax.defined()) fp8_->record_amax(slot_x_, q.amax.item());
+    if (q.amax.defined()) fp8_->record_amax(slot_x_, kernels::read_scalar(q.amax));
     y = Tensor::empty({q.rows.rows(), out_}, DType::f32);
     ProfileScope ps("gemm_fwd", 2.0 * double(q.rows.rows()) * double(in_) * double(out_));
     kernels::fp8_gemm(q.rows, false, quantized_weight(), true, y, false);

@@ -4,7 +4,7 @@
 
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/act.h"
-#include "tessel/kernels/fp8_fused.h"
+#include "tessel/kernels/fp8_quantize.h"
 
 namespace tessel::nn {
 
@@ -39,10 +39,8 @@ LinearInput Mlp::activate(const Tensor& h) const {
   const int64_t N = h.size(0);
   if (down_.takes_fp8_input()) {  // written as down_proj's FP8 input directly
     Fp8Input q = down_.fp8_input(N);
-    if (swiglu_)
-      kernels::swiglu_fwd_fp8(N, F_, h.data<float>(), q.out);
-    else
-      kernels::gelu_fwd_fp8(N, F_, h.data<float>(), q.out);
+    kernels::activation_forward_fp8(swiglu_, h, F_, q.out,
+                                    {&q.rows.data, &q.rows.scale_inv, &q.cols_t.data, &q.cols_t.scale_inv, &q.amax});
     return q;
   }
   Tensor a = Tensor::empty({N, F_}, ps_.compute_dtype());

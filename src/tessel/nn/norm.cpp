@@ -1,7 +1,7 @@
 #include "tessel/nn/norm.h"
 
 #include "tessel/core/profiler.h"
-#include "tessel/kernels/fp8_fused.h"
+#include "tessel/kernels/fp8_quantize.h"
 #include "tessel/kernels/norm.h"
 
 namespace tessel::nn {
@@ -49,16 +49,10 @@ LinearInput Norm::forward_for(const Linear& consumer, const Tensor& r_in, const 
                               Activations& saved) const {
   if (!consumer.takes_fp8_input()) return forward(r_in, delta, r_out, saved);
   Fp8Input q = consumer.fp8_input(r_in.size(0));
-  // The FP8-writing norms still take host pointers (the fp8 family has no dispatch point yet).
   run(r_in, delta, r_out, saved, [&](const Tensor& r, const Tensor& mean, const Tensor& rstd) {
-    const int64_t N = r_in.size(0);
-    const float* d = delta.defined() ? delta.data<float>() : nullptr;
-    const float* w = ps_.params_data() + w_offset_;
-    if (kind_ == Kind::rms)
-      kernels::rmsnorm_fwd_fp8(N, D_, r_in.data<float>(), d, r.data<float>(), w, eps_, q.out, rstd.data<float>());
-    else
-      kernels::layernorm_fwd_fp8(N, D_, r_in.data<float>(), d, r.data<float>(), w, ps_.params_data() + b_offset_, eps_,
-                                 q.out, mean.data<float>(), rstd.data<float>());
+    kernels::norm_forward_fp8(kernel_kind(kind_), r_in, delta, r, ps_.param_at(w_offset_, {D_}),
+                              kind_ == Kind::layer ? ps_.param_at(b_offset_, {D_}) : Tensor(), eps_, q.out,
+                              {&q.rows.data, &q.rows.scale_inv, &q.cols_t.data, &q.cols_t.scale_inv, &q.amax}, mean, rstd);
   });
   return q;
 }

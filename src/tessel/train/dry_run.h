@@ -7,9 +7,9 @@
 // A model of 671B parameters on 2,048 ranks takes seconds on one machine.
 //
 // MoE routing on meta is balanced (every expert gets its even share of token copies) unless a real
-// run's routing is replayed (measure_training_step). Not yet on meta: the step of FP8 and
-// context-parallel models, whose kernels still read host memory (meta_step_unsupported() names
-// them); their model state is still reported.
+// run's routing is replayed (measure_training_step). Not yet on meta: the step under context
+// parallelism, whose ring attention still reads host memory (meta_step_unsupported() says so); its
+// model state is still reported.
 #include <cstdint>
 #include <map>
 #include <string>

@@ -9,7 +9,7 @@ namespace tessel::kernels {
 
 Tensor fp8_decode_operand(const Fp8Tensor& t) {
   ProfileScope prof("fp8_decode");
-  Tensor out = Tensor::empty({t.rows(), t.cols()}, DType::bf16);
+  Tensor out = Tensor::empty({t.rows(), t.cols()}, DType::bf16, Device::cpu);
   const auto* q = static_cast<const uint8_t*>(t.data.raw());
   switch (t.scaling) {
     case Fp8Scaling::tensor: fp8_dequantize(t.data.numel(), q, t.format(), 1.0f, out.data<bf16>()); break;
@@ -23,20 +23,32 @@ Tensor fp8_decode_operand(const Fp8Tensor& t) {
   return out;
 }
 
-void fp8_gemm(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b, const Tensor& c, bool accumulate) {
-  TESSEL_CHECK(!(a.scaling == Fp8Scaling::row_tiles && trans_a) && !(b.scaling == Fp8Scaling::row_tiles && !trans_b),
-               "fp8_gemm: 1 x 128 tiles must lie along the contraction dimension");
-  TESSEL_CHECK((a.scaling == Fp8Scaling::tensor) == (b.scaling == Fp8Scaling::tensor),
-               "fp8_gemm: per-tensor and tiled operands cannot be mixed");
+void fp8_gemm_emulation_workspace(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b,
+                                  const Tensor& c, bool accumulate, int64_t M, int64_t N, int64_t K,
+                                  std::vector<Tensor>& held) {
+  // In fp8_gemm_emulated's order (keep the two in step).
+  MemoryCategoryScope scratch(MemoryCategory::workspace);
+  const Device d = c.device();
+  held.push_back(Tensor::empty({a.rows(), a.cols()}, DType::bf16, d));
+  held.push_back(Tensor::empty({b.rows(), b.cols()}, DType::bf16, d));
+  if (a.scaling == Fp8Scaling::tensor && accumulate) held.push_back(Tensor::empty(c.shape(), DType::f32, d));
+  for (const GemmScratch& w : gemm_cpu_workspace(M, N, K, DType::bf16, trans_a, trans_b))
+    held.push_back(Tensor::empty(w.shape, w.dtype, d));
+}
+
+void fp8_gemm_emulated(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b, const Tensor& c,
+                       bool accumulate, int64_t M, int64_t N, int64_t K) {
+  MemoryCategoryScope scratch(MemoryCategory::workspace);
   const Tensor ad = fp8_decode_operand(a), bd = fp8_decode_operand(b);
+  const GemmOperand ga{ad.raw(), ad.stride(0), trans_a}, gb{bd.raw(), bd.stride(0), trans_b};
   if (a.scaling != Fp8Scaling::tensor) {
-    matmul(ad, trans_a, bd, trans_b, c, accumulate);
+    gemm(M, N, K, DType::bf16, ga, gb, c.data<float>(), c.stride(0), accumulate);
     return;
   }
   // Per-tensor scales: applied to the fp32 result.
   const float alpha = a.scale_inv.data<float>()[0] * b.scale_inv.data<float>()[0];
-  Tensor prod = accumulate ? Tensor::empty(c.shape(), DType::f32) : c;
-  matmul(ad, trans_a, bd, trans_b, prod, false);
+  Tensor prod = accumulate ? Tensor::empty(c.shape(), DType::f32, Device::cpu) : c;
+  gemm(M, N, K, DType::bf16, ga, gb, prod.data<float>(), prod.stride(0), false);
   float* p = prod.data<float>();
   float* out = c.data<float>();
   const int64_t n = c.numel();
