@@ -39,6 +39,10 @@ const std::vector<Layout>& layouts() {
       // communicator assumes equal to this rank's.)
       {"mixtral_pp2", 2, {"parallel.pipeline_model_parallel_size=2"}, testing::kTinyMixtralYaml},
       {"fp8_delayed_tp2", 2, {"precision.fp8.recipe=delayed", "parallel.tensor_model_parallel_size=2"}},
+      {"cp2", 2, {"parallel.context_parallel_size=2"}},
+      {"gpt2_cp2_tp2_sp", 4,
+       {"parallel.context_parallel_size=2", "parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"},
+       testing::kTinyGpt2Yaml},
       {"dsv3_tiny_fp8_block_pp2_dp2", 4, {"precision.fp8.recipe=block", "parallel.pipeline_model_parallel_size=2"},
        testing::kTinyDeepSeekYaml},
       {"dsv3_tiny_tp2_sp_dp2_zero", 4,

@@ -62,7 +62,6 @@ class MetaStep : public ::testing::TestWithParam<Layout> {};
 TEST_P(MetaStep, EveryRankMatchesTheCpuStepByteForByte) {
   const Layout& l = GetParam();
   const Config cfg = Config::from_yaml_text(l.yaml, l.sets);
-  ASSERT_EQ(meta_step_unsupported(cfg), "");
   for (int rank = 0; rank < l.world; ++rank) {
     // MoE: the meta run replays the cpu run's routing (the real token counts per expert).
     nn::MoeRoutingTrace routing(nn::MoeRoutingTrace::Mode::record);
@@ -125,7 +124,14 @@ INSTANTIATE_TEST_SUITE_P(
                {"precision.fp8.recipe=current", "parallel.use_distributed_optimizer=true"}},
         Layout{"dsv3_tiny_fp8_block_pp2_ep2", testing::kTinyDeepSeekYaml, 4,
                {"precision.fp8.recipe=block", "parallel.pipeline_model_parallel_size=2",
-                "parallel.expert_model_parallel_size=2"}}),
+                "parallel.expert_model_parallel_size=2"}},
+        // Context parallelism: ring attention (its transfers) and the sequence chunks.
+        Layout{"llama_cp2", testing::kTinyLlamaYaml, 2, {"parallel.context_parallel_size=2"}},
+        Layout{"gpt2_cp2_tp2_sp", testing::kTinyGpt2Yaml, 4,
+               {"parallel.context_parallel_size=2", "parallel.tensor_model_parallel_size=2",
+                "parallel.sequence_parallel=true"}},
+        Layout{"dsv3_tiny_cp2_ep2", testing::kTinyDeepSeekYaml, 2,
+               {"parallel.context_parallel_size=2", "parallel.expert_model_parallel_size=2"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // GEMM FLOPs of one rank without parallelism, from the sizes alone: every 2-D weight but the
@@ -150,17 +156,6 @@ TEST(MetaStep, GemmFlopsEqualSixTimesTokensTimesWeights) {
     const StepMeasurement meta = measure(cfg, 1, 0, Device::meta);
     EXPECT_DOUBLE_EQ(meta.ops.at("gemm").flops, gemm_flops_from_sizes(cfg, cfg.model.recompute)) << yaml;
   }
-}
-
-TEST(MetaStep, ContextParallelismIsNamedAsNotSupported) {
-  const Config cp = Config::from_yaml_text(testing::kTinyLlamaYaml, {"parallel.context_parallel_size=2"});
-  EXPECT_NE(meta_step_unsupported(cp).find("context parallelism"), std::string::npos);
-  const DryRunResult r = dry_run(cp, 2, 1);
-  EXPECT_NE(r.step_not_supported.find("not supported yet"), std::string::npos);
-  EXPECT_FALSE(r.roles.at(0).step_ran);
-  EXPECT_GT(r.roles.at(0).model_state_bytes, 0);
-  EXPECT_EQ(meta_step_unsupported(Config::from_yaml_text(testing::kTinyDeepSeekYaml, {"precision.fp8.recipe=block"})),
-            "");
 }
 
 // Without a recording the meta device routes in balance: every expert gets N k / E token copies of
@@ -190,7 +185,6 @@ TEST(MetaStep, BalancedRoutingGivesEveryExpertItsShare) {
   kernels::op_log().clear();
   EXPECT_EQ(expert_gemms, cfg.model.num_layers * cfg.model.num_experts * cfg.grad_accumulation_steps() * 2);
   const DryRunResult r = dry_run(cfg, 2, 1);  // dp 2
-  EXPECT_EQ(r.step_not_supported, "");
   ASSERT_TRUE(r.roles.at(0).step_ran);
   EXPECT_GT(r.roles.at(0).step.peak_bytes, r.roles.at(0).model_state_bytes);
 }

@@ -73,7 +73,6 @@ Tensor SelfAttention::forward(const LinearInput& y, int64_t batch, Activations& 
   Tensor qkv = qkv_.forward(y, saved);  // all rows, also when y is this rank's sequence shard
   const int64_t N = qkv.size(0);
   TESSEL_CHECK(N == batch * T_, "attention: {} rows is not batch {} x seq_length {}", N, batch, T_);
-  const int64_t ld = qkv.size(1);
   if (rope_) {
     ProfileScope prof("rope");
     apply_rope(qkv.slice(1, 0, (H_ + G_) * Dh_), false);  // q and k heads are adjacent
@@ -86,15 +85,10 @@ Tensor SelfAttention::forward(const LinearInput& y, int64_t batch, Activations& 
                                            double(cp_ ? cp_->size() : 1));
     const Tensor q = qkv.slice(1, 0, H_ * Dh_), k = qkv.slice(1, H_ * Dh_, (H_ + G_) * Dh_),
                  v = qkv.slice(1, (H_ + G_) * Dh_, (H_ + 2 * G_) * Dh_);
-    if (!cp_) {
+    if (cp_)
+      ring_attention_forward(s, q, k, v, out, lse, *cp_);
+    else
       kernels::attention_forward(s, q, k, v, out, lse);
-    } else {  // ring attention still takes host pointers
-      const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>();
-      if (out.dtype() == DType::bf16)
-        cp_attention_fwd(s, qp, ld, kp, ld, vp, ld, out.data<bf16>(), H_ * Dh_, lse.data<float>(), *cp_);
-      else
-        cp_attention_fwd(s, qp, ld, kp, ld, vp, ld, out.data<float>(), H_ * Dh_, lse.data<float>(), *cp_);
-    }
   }
   saved.put(key_qkv_, qkv);
   saved.put(key_out_, out);
@@ -107,7 +101,7 @@ Tensor SelfAttention::backward_input(const Tensor& dout, Activations& saved) con
   const Tensor& qkv = saved.get(key_qkv_);
   const Tensor& out = saved.get(key_out_);
   const Tensor& lse = saved.get(key_lse_);
-  const int64_t N = qkv.size(0), ld = qkv.size(1), batch = N / T_;
+  const int64_t N = qkv.size(0), batch = N / T_;
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32);
   const kernels::AttentionShape s{batch, T_, H_, G_, Dh_, true, float(1.0 / std::sqrt(double(Dh_)))};
   {
@@ -116,18 +110,10 @@ Tensor SelfAttention::backward_input(const Tensor& dout, Activations& saved) con
     const auto heads = [&](const Tensor& t, int64_t begin, int64_t end) { return t.slice(1, begin * Dh_, end * Dh_); };
     const Tensor q = heads(qkv, 0, H_), k = heads(qkv, H_, H_ + G_), v = heads(qkv, H_ + G_, H_ + 2 * G_);
     const Tensor dq = heads(dqkv, 0, H_), dk = heads(dqkv, H_, H_ + G_), dv = heads(dqkv, H_ + G_, H_ + 2 * G_);
-    if (!cp_) {
+    if (cp_)
+      ring_attention_backward(s, q, k, v, out, dattn, lse, dq, dk, dv, *cp_);
+    else
       kernels::attention_backward(s, q, k, v, out, dattn, lse, dq, dk, dv);
-    } else {  // ring attention still takes host pointers
-      const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>(), *dout = dattn.data<float>();
-      float *dqp = dq.data<float>(), *dkp = dk.data<float>(), *dvp = dv.data<float>();
-      if (out.dtype() == DType::bf16)
-        cp_attention_bwd(s, qp, ld, kp, ld, vp, ld, out.data<bf16>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(), dqp,
-                         ld, dkp, ld, dvp, ld, *cp_);
-      else
-        cp_attention_bwd(s, qp, ld, kp, ld, vp, ld, out.data<float>(), H_ * Dh_, dout, H_ * Dh_, lse.data<float>(), dqp,
-                         ld, dkp, ld, dvp, ld, *cp_);
-    }
   }
   saved.erase(key_qkv_);
   saved.erase(key_out_);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tessel/kernels/cpu/elementwise.h"
+#include "tessel/kernels/op_log.h"
 
 namespace tessel::nn {
 namespace {
@@ -156,7 +157,8 @@ Tensor cp_local_slice(const Tensor& batch, int rank, int size) {
   const int64_t L = T / (2 * int64_t(size));
   Shape shape = src.shape();
   shape[1] = 2 * L;
-  Tensor out = Tensor::empty(shape, src.dtype());
+  Tensor out = Tensor::empty(shape, src.dtype(), src.device());
+  if (out.is_meta()) return out;
   const size_t row = src.nbytes() / static_cast<size_t>(B * T);  // bytes per position
   const char* s = static_cast<const char*>(src.raw());
   char* d = static_cast<char*>(out.raw());
@@ -171,6 +173,10 @@ Tensor cp_gather_sequences(const Tensor& local, comm::Communicator& cp) {
   TESSEL_CHECK(local.dim() == 2 && local.dtype() == DType::i64 && local.is_contiguous(),
                "context parallel: gathering sequences needs contiguous i64 [B, 2L] rows, got {}", local.str());
   const int64_t B = local.size(0), Tl = local.size(1), C = cp.size(), T = Tl * C;
+  if (local.is_meta()) {  // the same collective, nothing to place
+    cp.all_gather(nullptr, nullptr, B * Tl, DType::i64);
+    return Tensor::empty({B, T}, DType::i64, Device::meta);
+  }
   std::vector<int64_t> all(static_cast<size_t>(C * B * Tl));
   cp.all_gather(local.data<int64_t>(), all.data(), B * Tl, DType::i64);
   Tensor out = Tensor::empty({B, T}, DType::i64);
@@ -281,6 +287,92 @@ void cp_attention_bwd(const kernels::AttentionShape& local, const float* q, int6
     unpack_chunk(r, dkv.data() + j * nkv, r.kvcols(), j, dk, lddk);
     unpack_chunk(r, dkv.data() + (2 + j) * nkv, r.kvcols(), j, dv, lddv);
   }
+}
+
+namespace {
+
+// FLOPs of the chunk pairs a ring attention computes over all its steps (forward).
+double ring_forward_flops(const Ring& r, bool causal) {
+  double f = 0;
+  for (int step = 0; step < r.size; ++step)
+    for_each_pair(r, (r.rank - step + r.size) % r.size, causal,
+                  [&](int, int, const kernels::AttentionShape& s) { f += kernels::attention_forward_flops(s); });
+  return f;
+}
+
+void check_ring_operands(const char* op, const kernels::AttentionShape& s, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const Tensor& out, const Tensor& lse) {
+  const int64_t N = s.B * s.T;
+  TESSEL_CHECK(q.dim() == 2 && q.size(0) == N && q.size(1) == s.H * s.Dh && q.stride(1) == 1 && q.dtype() == DType::f32 &&
+                   k.dim() == 2 && k.size(0) == N && k.size(1) == s.G * s.Dh && k.stride(1) == 1 &&
+                   k.dtype() == DType::f32 && v.shape() == k.shape() && v.stride(1) == 1 && v.dtype() == DType::f32,
+               "{}: q [{}, {}], k and v [{}, {}] f32 with unit column stride, got {} {} {}", op, N, s.H * s.Dh, N,
+               s.G * s.Dh, q.str(), k.str(), v.str());
+  TESSEL_CHECK(out.shape() == Shape({N, s.H * s.Dh}) && out.is_contiguous() &&
+                   (out.dtype() == DType::f32 || out.dtype() == DType::bf16) &&
+                   lse.shape() == Shape({s.B, s.H, s.T}) && lse.dtype() == DType::f32 && lse.is_contiguous(),
+               "{}: out [{}, {}] f32 or bf16 and lse [{}, {}, {}] f32, got {} and {}", op, N, s.H * s.Dh, s.B, s.H,
+               s.T, out.str(), lse.str());
+}
+
+}  // namespace
+
+void ring_attention_forward(const kernels::AttentionShape& local, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const Tensor& out, const Tensor& lse, comm::Communicator& cp) {
+  const char* op = "ring_attention_fwd";
+  check_ring_operands(op, local, q, k, v, out, lse);
+  const Device device = kernels::common_device(op, {&q, &k, &v, &out, &lse});
+  const Ring r(local, cp);
+  kernels::record_op(op, {&q, &k, &v}, {&out, &lse}, ring_forward_flops(r, local.causal));
+  if (device == Device::meta) {  // the K/V blocks' trip around the ring
+    for (int step = 0; step + 1 < r.size; ++step) {
+      RingTransfer transfer;
+      transfer.start(cp, r, nullptr, nullptr, kTagKv);
+      transfer.wait();
+    }
+    return;
+  }
+  if (out.dtype() == DType::bf16)
+    cp_attention_fwd(local, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
+                     out.data<bf16>(), out.size(1), lse.data<float>(), cp);
+  else
+    cp_attention_fwd(local, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
+                     out.data<float>(), out.size(1), lse.data<float>(), cp);
+}
+
+void ring_attention_backward(const kernels::AttentionShape& local, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& dout, const Tensor& lse, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv, comm::Communicator& cp) {
+  const char* op = "ring_attention_bwd";
+  check_ring_operands(op, local, q, k, v, out, lse);
+  TESSEL_CHECK(dout.shape() == out.shape() && dout.dtype() == DType::f32 && dout.stride(1) == 1 &&
+                   dq.shape() == q.shape() && dk.shape() == k.shape() && dv.shape() == v.shape() &&
+                   dq.stride(1) == 1 && dk.stride(1) == 1 && dv.stride(1) == 1,
+               "{}: dout like out f32, dq, dk, dv like q, k, v, got {} {} {} {}", op, dout.str(), dq.str(), dk.str(),
+               dv.str());
+  const Device device = kernels::common_device(op, {&q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv});
+  const Ring r(local, cp);
+  kernels::record_op(op, {&q, &k, &v, &out, &dout, &lse}, {&dq, &dk, &dv}, 2.5 * ring_forward_flops(r, local.causal));
+  if (device == Device::meta) {  // K/V around the ring, their gradients one step behind (as below)
+    RingTransfer dkv_transfer;
+    for (int step = 0; step < r.size; ++step) {
+      RingTransfer kv_transfer;
+      if (step + 1 < r.size) kv_transfer.start(cp, r, nullptr, nullptr, kTagKv);
+      if (step > 0) dkv_transfer.wait();
+      if (r.size > 1) dkv_transfer.start(cp, r, nullptr, nullptr, kTagDkv);
+      kv_transfer.wait();
+    }
+    dkv_transfer.wait();
+    return;
+  }
+  if (out.dtype() == DType::bf16)
+    cp_attention_bwd(local, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
+                     out.data<bf16>(), out.size(1), dout.data<float>(), dout.stride(0), lse.data<float>(),
+                     dq.data<float>(), dq.stride(0), dk.data<float>(), dk.stride(0), dv.data<float>(), dv.stride(0), cp);
+  else
+    cp_attention_bwd(local, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
+                     out.data<float>(), out.size(1), dout.data<float>(), dout.stride(0), lse.data<float>(),
+                     dq.data<float>(), dq.stride(0), dk.data<float>(), dk.stride(0), dv.data<float>(), dv.stride(0), cp);
 }
 
 template void cp_attention_fwd<float>(const kernels::AttentionShape&, const float*, int64_t, const float*, int64_t,

@@ -52,4 +52,17 @@ void cp_attention_bwd(const kernels::AttentionShape& local, const float* q, int6
                       const float* lse, float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
                       comm::Communicator& cp);
 
+// The ring attention above as tensors on one device: q [B*Tl, H*Dh], k and v [B*Tl, G*Dh] f32 rows
+// strided (column slices of a fused qkv are fine), out [B*Tl, H*Dh] f32 or bf16, lse [B, H, Tl];
+// backward: dout f32 like out, dq, dk, dv shaped like q, k, v. One op record per call
+// ("ring_attention_fwd" / "_bwd", the FLOPs of every chunk pair it computes). On meta nothing is
+// computed and the same ring transfers are issued, so the collectives are counted as on the cpu;
+// the per-step blocks are host scratch of the cpu implementation (not device tensors yet), so they
+// are counted on neither device.
+void ring_attention_forward(const kernels::AttentionShape& local, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const Tensor& out, const Tensor& lse, comm::Communicator& cp);
+void ring_attention_backward(const kernels::AttentionShape& local, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& dout, const Tensor& lse, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv, comm::Communicator& cp);
+
 }  // namespace tessel::nn

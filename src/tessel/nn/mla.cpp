@@ -133,12 +133,8 @@ Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved)
   {
     ProfileScope prof("attention_fwd", 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(D) / 2 *
                                            double(cp_ ? cp_->size() : 1));
-    if (cp_ && out.dtype() == DType::bf16)
-      cp_attention_fwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<bf16>(), ld,
-                       lse.data<float>(), *cp_);
-    else if (cp_)
-      cp_attention_fwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<float>(), ld,
-                       lse.data<float>(), *cp_);
+    if (cp_)
+      ring_attention_forward(s, q, k, v, out, lse, *cp_);
     else
       kernels::attention_forward(s, q, k, v, out, lse);
   }
@@ -167,14 +163,8 @@ Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) cons
   {
     ProfileScope prof("attention_bwd", 2.5 * 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(D) /
                                            2 * double(cp_ ? cp_->size() : 1));
-    if (cp_ && out.dtype() == DType::bf16)
-      cp_attention_bwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<bf16>(), ld,
-                       dpad.data<float>(), ld, lse.data<float>(), dq.data<float>(), ld, dk.data<float>(), ld,
-                       dv.data<float>(), ld, *cp_);
-    else if (cp_)
-      cp_attention_bwd(s, q.data<float>(), ld, k.data<float>(), ld, v.data<float>(), ld, out.data<float>(), ld,
-                       dpad.data<float>(), ld, lse.data<float>(), dq.data<float>(), ld, dk.data<float>(), ld,
-                       dv.data<float>(), ld, *cp_);
+    if (cp_)
+      ring_attention_backward(s, q, k, v, out, dpad, lse, dq, dk, dv, *cp_);
     else
       kernels::attention_backward(s, q, k, v, out, dpad, lse, dq, dk, dv);
   }

@@ -49,13 +49,6 @@ class OpLogSession {
 
 }  // namespace
 
-std::string meta_step_unsupported(const Config& cfg) {
-  if (cfg.parallel.context_parallel_size > 1)
-    return "the training step on the meta device is not supported yet for context parallelism (ring attention): "
-           "its kernels still read host memory, so only the model state is reported";
-  return "";
-}
-
 StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
                                       nn::MoeRoutingTrace* routing) {
   TESSEL_CHECK(steps >= 1, "measure_training_step: steps must be >= 1, got {}", steps);
@@ -107,8 +100,7 @@ DryRunResult dry_run(const Config& cfg, int world, int steps) {
   out.layout = layout.describe();
   const int dp = layout.dp_size();
   cfg.check_batch_splits(dp);
-  if (steps > 0) out.step_not_supported = meta_step_unsupported(cfg);
-  const bool run_step = steps > 0 && out.step_not_supported.empty();
+  const bool run_step = steps > 0;
   for (int stage = 0; stage < s.pp; ++stage) {
     DryRunRole role;
     role.role = fmt::format("pipeline stage {} of {}", stage, s.pp);

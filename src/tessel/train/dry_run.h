@@ -7,9 +7,7 @@
 // A model of 671B parameters on 2,048 ranks takes seconds on one machine.
 //
 // MoE routing on meta is balanced (every expert gets its even share of token copies) unless a real
-// run's routing is replayed (measure_training_step). Not yet on meta: the step under context
-// parallelism, whose ring attention still reads host memory (meta_step_unsupported() says so); its
-// model state is still reported.
+// run's routing is replayed (measure_training_step).
 #include <cstdint>
 #include <map>
 #include <string>
@@ -45,9 +43,6 @@ struct StepMeasurement {
 StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
                                       nn::MoeRoutingTrace* routing = nullptr);
 
-// Empty when the training step runs on the meta device for this config; otherwise what does not.
-std::string meta_step_unsupported(const Config& cfg);
-
 // Ranks that hold the same model state: one pipeline stage (tensor-, context-, data- and
 // expert-parallel ranks of a stage hold equal shares). Evaluated on the stage's first rank, which
 // also holds the largest distributed-optimizer shard (shards are ceil(n / dp), the last one smaller).
@@ -62,7 +57,7 @@ struct DryRunRole {
   MemoryStats::PerCategory model_state_requested{};
   int64_t model_state_bytes = 0;
   int64_t model_state_requested_bytes = 0;
-  bool step_ran = false;  // the training step below was run (dry_run with steps > 0, supported config)
+  bool step_ran = false;  // the training step below was run (dry_run with steps > 0)
   StepMeasurement step;
 };
 
@@ -72,13 +67,12 @@ struct DryRunResult {
   std::vector<DryRunRole> roles;
   int64_t parameters_total = 0;             // the whole model, each tied or shared weight once
   int64_t parameters_active_per_token = 0;  // routed experts counted topk / num_experts
-  std::string step_not_supported;           // why the step was not run (empty: it was, or steps = 0)
   double seconds = 0;
 };
 
 // Throws, naming the setting, for a layout that cannot exist (sizes that do not divide the world,
 // a global batch that does not split over the data-parallel ranks, ...). steps > 0 also runs that
-// many training steps per role where meta_step_unsupported() allows.
+// many training steps per role.
 DryRunResult dry_run(const Config& cfg, int world, int steps);
 inline DryRunResult dry_run_model_state(const Config& cfg, int world) { return dry_run(cfg, world, 0); }
 
