@@ -1,5 +1,6 @@
-// The training step on the meta device against the same step run on the cpu, for every rank of
-// several layouts: the peak of the cpu allocator over setup and two steps, each category's share
+// The training step on the meta device against the same step run on the cpu (in strict mode: no
+// host access to device memory outside kernels and explicit copies), for every rank of several
+// layouts: the peak of the cpu allocator over setup and two steps, each category's share
 // at that moment and where in the step it occurs, the kernel calls (calls, FLOPs, bytes per op
 // family) and the collectives per group must be equal, byte for byte. The cpu run is set up over
 // a meta world of the same rank (collectives move nothing, so no other process is needed; the
@@ -7,6 +8,7 @@
 // FLOPs are checked against 6 x tokens x the weights' elements (8 x with recompute).
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
 #include "support/tiny_configs.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/data/batch.h"
@@ -65,7 +67,11 @@ TEST_P(MetaStep, EveryRankMatchesTheCpuStepByteForByte) {
   for (int rank = 0; rank < l.world; ++rank) {
     // MoE: the meta run replays the cpu run's routing (the real token counts per expert).
     nn::MoeRoutingTrace routing(nn::MoeRoutingTrace::Mode::record);
+    // The cpu run in strict mode: every touch of device memory outside a kernel or an explicit
+    // copy would throw, naming the tensor.
+    set_strict_cpu(true);
     const StepMeasurement cpu = measure(cfg, l.world, rank, Device::cpu, &routing);
+    set_strict_cpu(false);
     routing.set_mode(nn::MoeRoutingTrace::Mode::replay);
     const StepMeasurement meta = measure(cfg, l.world, rank, Device::meta, &routing);
     if (cfg.model.is_moe_layer(cfg.model.num_layers - 1)) {
@@ -156,6 +162,25 @@ TEST(MetaStep, GemmFlopsEqualSixTimesTokensTimesWeights) {
     const StepMeasurement meta = measure(cfg, 1, 0, Device::meta);
     EXPECT_DOUBLE_EQ(meta.ops.at("gemm").flops, gemm_flops_from_sizes(cfg, cfg.model.recompute)) << yaml;
   }
+}
+
+// Strict cpu mode: host code reaches a cpu tensor's data only inside a DeviceAccessScope (what
+// kernels' dispatch points and explicit copies open); memory wrapped from the host stays reachable.
+TEST(StrictCpu, AHostAccessOutsideAKernelIsRefusedNamingTheTensor) {
+  set_strict_cpu(true);
+  const Tensor t = Tensor::zeros({2, 3}, DType::f32);
+  EXPECT_EQ(tessel::testing::error_of([&] { (void)t.data<float>(); }),
+            "f32[2, 3] was read or written by host code outside a kernel (strict cpu mode, TESSEL_DEVICE=cpu-strict): "
+            "device memory is reached through a kernel's dispatch point or an explicit copy");
+  {
+    const DeviceAccessScope kernel;
+    EXPECT_EQ(t.data<float>()[5], 0.0f);
+  }
+  float host[2] = {1.0f, 2.0f};
+  EXPECT_EQ(Tensor::from_blob(host, {2}, DType::f32).data<float>()[1], 2.0f);
+  EXPECT_EQ(t.slice(1, 2, 3).slice(0, 1, 2).item(), 0.0);  // item(): an explicit copy of one value
+  set_strict_cpu(false);
+  EXPECT_EQ(t.data<float>()[0], 0.0f);
 }
 
 // Without a recording the meta device routes in balance: every expert gets N k / E token copies of

@@ -85,6 +85,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep) {
+  const DeviceAccessScope host_copy;  // a checkpoint save copies device memory to the host
   TESSEL_CHECK(opt.owns_all(), "save_checkpoint: the optimizer owns a shard; gather its moments (FullMoments) first");
   return save_checkpoint(dir, params, FullMoments{opt.exp_avg_data(), opt.exp_avg_sq_data(), opt.steps_taken()}, state,
                          config_yaml, keep);
@@ -173,6 +174,7 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
                             comm::Communicator* tp, bool write, comm::Communicator* pp,
                             const NamedTensors& extra_state, comm::Communicator* ep) {
+  const DeviceAccessScope host_copy;  // a checkpoint save copies device memory to the host
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
   // Whole tensors first (collective over tp, then over pp), then only the writer touches the disk.
   Named model_tensors, optim_tensors;
@@ -295,6 +297,7 @@ void verify_against_metadata(const std::string& ckpt_dir, const SafetensorsFile&
 
 TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt, bool partial,
                            NamedTensors* extra_state) {
+  const DeviceAccessScope host_copy;  // a checkpoint load copies host memory to the device
   const fs::path d(ckpt_dir);
   const CheckpointMetadata md = read_checkpoint_metadata(ckpt_dir);
   TESSEL_CHECK(md.format == kFormat, "checkpoint '{}': format '{}' is not '{}'", ckpt_dir, md.format, kFormat);
@@ -383,6 +386,7 @@ std::vector<std::string> checkpoint_candidates(const std::string& dir) {
 std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
                                                  const std::function<void(const std::string&)>& warn, bool partial,
                                                  NamedTensors* extra_state) {
+  const DeviceAccessScope host_copy;  // a checkpoint load copies host memory to the device
   const auto candidates = checkpoint_candidates(dir);
   if (candidates.empty()) return std::nullopt;
   std::string errors;

@@ -15,6 +15,7 @@ namespace fs = std::filesystem;
 
 std::string export_hf(const nn::ModelConfig& c, const nn::ParamStore& ps, const std::string& out_dir,
                       const std::vector<std::pair<std::string, Tensor>>& state) {
+  const DeviceAccessScope host_copy;  // an export copies device memory to the host
   hf::NamedTensors out;
   out.reserve(ps.specs().size() + 8);
   nlohmann::ordered_json cfg;
@@ -85,6 +86,7 @@ HfImport import_hf(const std::string& dir) {
 }
 
 std::vector<std::string> copy_into(const HfImport& imp, nn::Model& model) {
+  const DeviceAccessScope host_copy;  // an import copies host memory to the device
   nn::ParamStore& ps = model.params();
   std::map<std::string, const Tensor*> left;  // imported, not yet placed
   for (const auto& [n, t] : imp.tensors) left[n] = &t;

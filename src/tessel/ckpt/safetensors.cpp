@@ -86,6 +86,7 @@ bool SafetensorsFile::has(const std::string& name) const {
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
+  const DeviceAccessScope host_copy;  // file contents into tensors: a host-to-device copy
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto status = fs::status(path, ec);
@@ -99,12 +100,14 @@ SafetensorsFile read_safetensors(const std::string& path) {
 }
 
 SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& source) {
+  const DeviceAccessScope host_copy;  // file contents into tensors: a host-to-device copy
   BufferSource src(bytes);
   return read_from(src, int64_t(bytes.size()), source);
 }
 
 void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
                        const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  const DeviceAccessScope host_copy;  // tensors to a file: a device-to-host copy
   nlohmann::ordered_json j;
   if (!metadata.empty()) j["__metadata__"] = metadata;
   int64_t off = 0;

@@ -93,6 +93,7 @@ Tensor staging(int64_t n) {
 
 Tensor widen(const void* bf, int64_t n) {
   Tensor f = staging(n);
+  const DeviceAccessScope on_device;  // the backend's own cast, on the device
   kernels::cast_bf16_to_f32(n, static_cast<const bf16*>(bf), f.data<float>());
   return f;
 }
@@ -189,9 +190,10 @@ class MpiCommunicator : public Communicator {
     MPI_Request req;
     if (t == DType::bf16) {
       Tensor f = widen(buf, count);
-      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, f.raw(), as_int(count, "all_reduce"), MPI_FLOAT, mpi_op(op), comm_, &req),
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, f.device_ptr(), as_int(count, "all_reduce"), MPI_FLOAT, mpi_op(op), comm_, &req),
                 "all_reduce");
       return std::make_unique<MpiWork>(req, [f, buf, count] {
+        const DeviceAccessScope on_device;
         kernels::cast_f32_to_bf16(count, f.data<float>(), static_cast<bf16*>(buf));
       });
     }
@@ -214,10 +216,11 @@ class MpiCommunicator : public Communicator {
     MPI_Request req;
     if (t == DType::bf16) {
       Tensor fin = widen(in, count * size_), fout = staging(count);
-      check_mpi(MPI_Ireduce_scatter_block(fin.raw(), fout.raw(), as_int(count, "reduce_scatter"), MPI_FLOAT,
+      check_mpi(MPI_Ireduce_scatter_block(fin.device_ptr(), fout.device_ptr(), as_int(count, "reduce_scatter"), MPI_FLOAT,
                                           mpi_op(op), comm_, &req),
                 "reduce_scatter");
       return std::make_unique<MpiWork>(req, [fin, fout, out, count] {
+        const DeviceAccessScope on_device;
         kernels::cast_f32_to_bf16(count, fout.data<float>(), static_cast<bf16*>(out));
       });
     }

@@ -1,6 +1,7 @@
 #include "tessel/core/device.h"
 
 #include <atomic>
+#include <cstdlib>
 
 #include "tessel/core/check.h"
 
@@ -8,7 +9,31 @@ namespace tessel {
 
 namespace {
 std::atomic<Device> g_default_device{Device::cpu};
+
+// -1: not read from the environment yet; 0 / 1: off / on.
+std::atomic<int> g_strict{-1};
+thread_local int t_access_depth = 0;
+
+int strict_from_environment() {
+  const char* v = std::getenv("TESSEL_DEVICE");
+  if (!v || std::string_view(v).empty() || std::string_view(v) == "cpu") return 0;
+  if (std::string_view(v) == "cpu-strict") return 1;
+  TESSEL_FAIL("TESSEL_DEVICE='{}' is not a device mode (allowed: cpu, cpu-strict)", v);
 }
+}  // namespace
+
+bool strict_cpu() {
+  int s = g_strict.load(std::memory_order_relaxed);
+  if (s < 0) {
+    s = strict_from_environment();
+    g_strict.store(s, std::memory_order_relaxed);
+  }
+  return s == 1;
+}
+void set_strict_cpu(bool on) { g_strict.store(on ? 1 : 0, std::memory_order_relaxed); }
+bool in_device_access() { return t_access_depth > 0; }
+DeviceAccessScope::DeviceAccessScope() { ++t_access_depth; }
+DeviceAccessScope::~DeviceAccessScope() { --t_access_depth; }
 
 std::string_view device_name(Device d) {
   switch (d) {

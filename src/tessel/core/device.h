@@ -4,7 +4,8 @@
 //   meta  no memory at all: storage is accounted (bytes by category, as on the CPU) but never
 //         allocated, so a model of any size can be set up and measured on one machine. A meta
 //         tensor has no data: reading or writing it from host code is an error, not a crash.
-// A `cuda` device would be a third entry with its own allocator (core/memory.h) and kernels.
+// A `cuda` device would be a third entry with its own allocator (core/memory.h) and kernels; the
+// strict cpu mode below makes the cpu behave like one for host access.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -32,6 +33,26 @@ class DefaultDeviceScope {
 
  private:
   Device previous_;
+};
+
+// Strict cpu mode (environment TESSEL_DEVICE=cpu-strict, or set_strict_cpu): host code may touch
+// the data of a cpu tensor the allocator owns only inside a DeviceAccessScope, which the cpu branch
+// of every kernel dispatch point, the core tensor copies, the collective backends and the explicit
+// host <-> device copies (a loss read back, routing copied to the host, token ids uploaded, a
+// checkpoint written) open. Any other access, a host loop over device data above `kernels`, is
+// refused, naming the tensor: the cpu behaves like a device whose memory the host cannot reach.
+// Memory wrapped with Tensor::from_blob is host memory and stays reachable. Not modelled (yet):
+// asynchronous execution on a queue thread, and page protection of device memory.
+bool strict_cpu();  // from TESSEL_DEVICE on first use (cpu or cpu-strict; anything else is an error)
+void set_strict_cpu(bool on);
+bool in_device_access();  // this thread is inside a DeviceAccessScope
+
+class DeviceAccessScope {
+ public:
+  DeviceAccessScope();
+  ~DeviceAccessScope();
+  DeviceAccessScope(const DeviceAccessScope&) = delete;
+  DeviceAccessScope& operator=(const DeviceAccessScope&) = delete;
 };
 
 }  // namespace tessel

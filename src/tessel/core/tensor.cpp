@@ -52,6 +52,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype) { return zeros(shape, dtyp
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
+  const DeviceAccessScope device_op;  // a memset on the device
   if (device != Device::meta) std::memset(t.raw(), 0, t.nbytes());
   return t;
 }
@@ -59,6 +60,12 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
 void Tensor::refuse_meta_access() const {
   TESSEL_FAIL("{} is on the meta device, which holds no data: it cannot be read or written (a dry run "
               "computes nothing)",
+              str());
+}
+
+void Tensor::refuse_host_access() const {
+  TESSEL_FAIL("{} was read or written by host code outside a kernel (strict cpu mode, TESSEL_DEVICE=cpu-strict): "
+              "device memory is reached through a kernel's dispatch point or an explicit copy",
               str());
 }
 
@@ -179,6 +186,7 @@ void Tensor::copy_from(const Tensor& src) {
   TESSEL_CHECK(src.device() == device(), "copy_from: {} into {} (copies stay on one device)",
                src.is_meta() ? src.str() : src.str() + " on cpu", is_meta() ? str() : str() + " on cpu");
   if (is_meta()) return;
+  const DeviceAccessScope device_op;  // a copy on the device
   if (src.dtype_ == dtype_ && is_contiguous() && src.is_contiguous()) {
     std::memmove(raw(), src.raw(), nbytes());
     return;
@@ -204,11 +212,13 @@ Tensor Tensor::to(DType t) const {
 
 void Tensor::fill(double v) {
   if (is_meta()) return;
+  const DeviceAccessScope device_op;  // a fill on the device
   for_each_element(*this, [&](void* p, int64_t) { store_from_double(p, dtype_, v); });
 }
 
 double Tensor::item() const {
   TESSEL_CHECK(numel() == 1, "item() on {} (needs exactly one element)", str());
+  const DeviceAccessScope copy_to_host;  // an explicit device-to-host copy of one value
   return load_as_double(raw(), dtype_);
 }
 

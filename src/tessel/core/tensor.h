@@ -62,8 +62,10 @@ class Tensor {
   bool is_contiguous() const;
 
   // The data, for host code and cpu kernels. A meta tensor has none: refused with the tensor named.
+  // In strict cpu mode (core/device.h) only inside a DeviceAccessScope, for memory the allocator owns.
   void* raw() const {
     if (storage_->device == Device::meta) refuse_meta_access();
+    if (storage_->owned && strict_cpu() && !in_device_access()) refuse_host_access();
     return static_cast<char*>(storage_->ptr) + offset_;
   }
   // Where the data lives in its device's memory, for a kernel or a collective to use (a CUDA
@@ -92,6 +94,7 @@ class Tensor {
 
  private:
   [[noreturn]] void refuse_meta_access() const;
+  [[noreturn]] void refuse_host_access() const;
 
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;  // bytes

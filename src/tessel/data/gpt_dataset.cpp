@@ -219,6 +219,7 @@ BatchLoader::~BatchLoader() {
 }
 
 Batch BatchLoader::build(int64_t first, int64_t batch) const {
+  const DeviceAccessScope host_copy;  // token ids written into the batch's tensors: an upload
   Batch b{Tensor::empty({batch, T_}, DType::i64), Tensor::empty({batch, T_}, DType::i64)};
   std::vector<int64_t> buf(size_t(T_ + 1));
   for (int64_t s = 0; s < batch; ++s) {

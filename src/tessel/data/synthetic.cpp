@@ -22,6 +22,7 @@ SyntheticData::Kind SyntheticData::parse(const std::string& path) {
 }
 
 Batch SyntheticData::batch(int64_t first_sample, int64_t batch_size) const {
+  const DeviceAccessScope host_copy;  // token ids written into the batch's tensors: an upload
   Batch b{Tensor::empty({batch_size, T_}, DType::i64), Tensor::empty({batch_size, T_}, DType::i64)};
   int64_t* tok = b.tokens.data<int64_t>();
   int64_t* tgt = b.targets.data<int64_t>();

@@ -33,6 +33,7 @@ void activation_forward(Activation kind, const Tensor& in, const Tensor& out) {
   // SwiGLU: sigmoid (about 4), two multiplies; GeLU (tanh form): about 8 per element.
   record_op(op, {&in}, {&out}, double(N) * double(F) * (kind == Activation::swiglu ? 6 : 8));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   const auto run = [&](auto* o) {
     if (kind == Activation::swiglu)
       swiglu_fwd(N, F, in.data<float>(), o);
@@ -55,6 +56,7 @@ void activation_backward(Activation kind, const Tensor& in, const Tensor& dout, 
   const Device device = common_device(op, {&in, &dout, &din});
   record_op(op, {&in, &dout}, {&din}, double(N) * double(F) * (kind == Activation::swiglu ? 10 : 12));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   const auto run = [&](auto* g) {
     if (kind == Activation::swiglu)
       swiglu_bwd(N, F, in.data<float>(), dout.data<float>(), g);

@@ -24,6 +24,7 @@ void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tenso
   // About a dozen arithmetic operations per element (decay, two moments, bias corrections, sqrt, divide).
   record_op("adamw_update", {&p, &g, &m, &v}, {&p, &m, &v, &compute_copy}, 12.0 * double(n));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   adamw_update(n, p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), h, grad_scale,
                compute_copy.defined() ? compute_copy.data<bf16>() : nullptr);
 }
@@ -33,6 +34,7 @@ double sum_squares(const Tensor& x) {
   const Device device = common_device("sum_squares", {&x});
   record_op("sum_squares", {&x}, {}, 2.0 * double(x.numel()));
   if (device == Device::meta) return 0.0;
+  const DeviceAccessScope on_device;
   return sum_squares(x.numel(), x.data<float>());
 }
 

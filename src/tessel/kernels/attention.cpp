@@ -39,6 +39,7 @@ void attention_forward(const AttentionShape& s, const Tensor& q, const Tensor& k
   const Device device = common_device("attention_fwd", {&q, &k, &v, &out, &lse});
   record_op("attention_fwd", {&q, &k, &v}, {&out, &lse}, attention_forward_flops(s));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   if (out.dtype() == DType::bf16)
     attention_fwd(s, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
                   out.data<bf16>(), out.stride(0), lse.data<float>());
@@ -59,6 +60,7 @@ void attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& 
   // The probabilities are recomputed (one more QK^T), then dV, dP, dQ, dK: 2.5 forwards.
   record_op(op, {&q, &k, &v, &out, &dout, &lse}, {&dq, &dk, &dv}, 2.5 * attention_forward_flops(s));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   const auto run = [&](const auto* o) {
     attention_bwd(s, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0), o,
                   out.stride(0), dout.data<float>(), dout.stride(0), lse.data<float>(), dq.data<float>(), dq.stride(0),

@@ -26,6 +26,7 @@ void cast(const Tensor& src, const Tensor& dst) {
   const Device device = common_device("cast", {&src, &dst});
   record_op("cast", {&src}, {&dst}, 0.0);
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   if (down)
     cast_f32_to_bf16(src.numel(), src.data<float>(), dst.data<bf16>());
   else
@@ -39,6 +40,7 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   const Device device = common_device("add", {&a, &b, &out});
   record_op("add", {&a, &b}, {&out}, double(a.numel()));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   add(a.numel(), a.data<float>(), b.data<float>(), out.data<float>());
 }
 
@@ -50,6 +52,7 @@ void add_row_vector(const Tensor& y, const Tensor& v) {
   const Device device = common_device("add_row_vector", {&y, &v});
   record_op("add_row_vector", {&y, &v}, {&y}, double(y.numel()));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   add_row_vector(y.size(0), y.size(1), v.data<float>(), y.data<float>());
 }
 
@@ -60,6 +63,7 @@ void column_sum_accumulate(const Tensor& x, const Tensor& out) {
   const Device device = common_device("column_sum_accumulate", {&x, &out});
   record_op("column_sum_accumulate", {&x, &out}, {&out}, double(x.numel()));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   if (x.dtype() == DType::f32)
     column_sum_accumulate(x.size(0), x.size(1), x.data<float>(), out.data<float>());
   else

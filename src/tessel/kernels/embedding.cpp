@@ -34,6 +34,7 @@ void embedding_forward(const Tensor& tokens, const Tensor& W, const Tensor& pos,
     op_log().add(std::move(r));
   }
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   embedding_fwd(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(),
                 pos.defined() ? pos.data<float>() : nullptr, T, out.data<float>());
 }
@@ -49,6 +50,7 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& 
     op_log().add(std::move(r));
   }
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   embedding_bwd(tokens.numel(), dW.size(1), tokens.data<int64_t>(), dout.data<float>(), dW.data<float>(),
                 dpos.defined() ? dpos.data<float>() : nullptr, T);
 }
@@ -57,6 +59,7 @@ void check_ids(const Tensor& ids, int64_t limit, bool allow_negative, const char
   TESSEL_CHECK(ids.dtype() == DType::i64 && ids.is_contiguous(), "{}: {}s must be contiguous i64, got {}", op, what,
                ids.str());
   if (ids.is_meta()) return;
+  const DeviceAccessScope on_device;
   const int64_t* t = ids.data<int64_t>();
   for (int64_t i = 0; i < ids.numel(); ++i)
     TESSEL_CHECK(t[i] < limit && (t[i] >= 0 || allow_negative), "{}: {} {} at {} {} is outside the vocabulary [0, {})",
@@ -68,6 +71,7 @@ void embedding_forward_slice(const Tensor& tokens, const Tensor& W, int64_t voca
   const Device device = common_device("embedding_fwd_slice", {&tokens, &W, &out});
   record_op("embedding_fwd_slice", {&tokens}, {&out}, 0.0);  // one row read (or zeroed) per token
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   embedding_fwd_slice(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(), vocab_begin,
                       out.data<float>());
 }
@@ -82,6 +86,7 @@ void embedding_backward_slice(const Tensor& tokens, const Tensor& dout, int64_t 
                   int64_t(tokens.nbytes() + dout.nbytes()) + rows, rows});
   }
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   embedding_bwd_slice(tokens.numel(), dW.size(1), dW.size(0), tokens.data<int64_t>(), dout.data<float>(), vocab_begin,
                       dW.data<float>());
 }
@@ -91,6 +96,7 @@ void add_gathered_rows(const Tensor& index, const Tensor& table, const Tensor& o
   const Device device = common_device("add_gathered_rows", {&index, &table, &out});
   record_op("add_gathered_rows", {&index, &out}, {&out}, double(out.numel()));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   const int64_t* idx = index.data<int64_t>();
   for (int64_t n = 0; n < index.numel(); ++n)
     TESSEL_CHECK(idx[n] >= 0 && idx[n] < table.size(0), "add_gathered_rows: row index {} at {} is outside the table's {} rows",
@@ -106,6 +112,7 @@ void shift_tokens(const Tensor& ids, int64_t by, int64_t fill, const Tensor& out
   const Device device = common_device("shift_tokens", {&ids, &out});
   record_op("shift_tokens", {&ids}, {&out}, 0.0);
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   const int64_t B = ids.size(0), T = ids.size(1);
   const int64_t* in = ids.data<int64_t>();
   int64_t* o = out.data<int64_t>();
@@ -118,6 +125,7 @@ int64_t count_nonnegative(const Tensor& ids) {
   const Device device = common_device("count_nonnegative", {&ids});
   record_op("count_nonnegative", {&ids}, {}, double(ids.numel()));
   if (device == Device::meta) return 0;
+  const DeviceAccessScope on_device;
   const int64_t* p = ids.data<int64_t>();
   int64_t n = 0;
   for (int64_t i = 0; i < ids.numel(); ++i) n += p[i] >= 0;

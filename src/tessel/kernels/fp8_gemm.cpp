@@ -23,7 +23,11 @@ void fp8_gemm(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b
                   2.0 * double(M) * double(N) * double(K), int64_t(a.nbytes() + b.nbytes()) +
                   (accumulate ? int64_t(c.nbytes()) : 0), int64_t(c.nbytes())});
   switch (device) {
-    case Device::cpu: fp8_gemm_emulated(a, trans_a, b, trans_b, c, accumulate, M, N, K); return;
+    case Device::cpu: {
+      const DeviceAccessScope on_device;
+      fp8_gemm_emulated(a, trans_a, b, trans_b, c, accumulate, M, N, K);
+      return;
+    }
     case Device::meta: {
       std::vector<Tensor> held;  // the cpu emulation's scratch, accounted and freed as it would be
       fp8_gemm_emulation_workspace(a, trans_a, b, trans_b, c, accumulate, M, N, K, held);

@@ -44,6 +44,7 @@ float amax(const Tensor& x) {
   const Device device = common_device("amax", {&x});
   record_op("amax", {&x}, {}, double(x.numel()));
   if (device == Device::meta) return 0.0f;
+  const DeviceAccessScope on_device;
   float a = 0;
   with_elements(x, [&](const auto* p) { a = amax(x.numel(), p); });
   return a;
@@ -52,6 +53,7 @@ float amax(const Tensor& x) {
 float read_scalar(const Tensor& x) {
   TESSEL_CHECK(x.numel() == 1 && x.dtype() == DType::f32, "read_scalar: a one-element f32 tensor, got {}", x.str());
   if (x.is_meta()) return 0.0f;
+  const DeviceAccessScope copy_to_host;
   return x.data<float>()[0];
 }
 
@@ -63,6 +65,7 @@ void fp8_quantize(const Tensor& x, float scale, const Fp8Tensor& q) {
   const Device device = common_device(op, {&x, &q.data, &q.scale_inv});
   record_op(op, {&x}, {&q.data, &q.scale_inv}, 2.0 * double(x.numel()));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   with_elements(x, [&](const auto* p) {
     fp8_quantize(x.numel(), p, scale, q.format(), static_cast<uint8_t*>(q.data.raw()));
   });
@@ -77,6 +80,7 @@ void fp8_quantize_row_tiles(const Tensor& x, const Fp8Tensor& q) {
   const Device device = common_device(op, {&x, &q.data, &q.scale_inv});
   record_op(op, {&x}, {&q.data, &q.scale_inv}, quantize_flops(x));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   with_elements(x, [&](const auto* p) {
     fp8_quantize_row_tiles(R, C, p, C, q.format(), true, static_cast<uint8_t*>(q.data.raw()), q.scale_inv.data<float>());
   });
@@ -90,6 +94,7 @@ void fp8_quantize_col_tiles_transposed(const Tensor& x, const Fp8Tensor& q) {
   const Device device = common_device(op, {&x, &q.data, &q.scale_inv});
   record_op(op, {&x}, {&q.data, &q.scale_inv}, quantize_flops(x));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   with_elements(x, [&](const auto* p) {
     fp8_quantize_col_tiles_transposed(R, C, p, C, q.format(), true, static_cast<uint8_t*>(q.data.raw()),
                                       q.scale_inv.data<float>());
@@ -105,6 +110,7 @@ void fp8_quantize_blocks(const Tensor& w, const Fp8Tensor& q) {
   const Device device = common_device(op, {&w, &q.data, &q.scale_inv});
   record_op(op, {&w}, {&q.data, &q.scale_inv}, quantize_flops(w));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   fp8_quantize_blocks(R, C, w.data<float>(), q.format(), true, static_cast<uint8_t*>(q.data.raw()),
                       q.scale_inv.data<float>());
 }
@@ -128,6 +134,7 @@ void norm_forward_fp8(NormKind kind, const Tensor& r_in, const Tensor& delta, co
     op_log().add(std::move(r));
   }
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   const float* d = delta.defined() ? delta.data<float>() : nullptr;
   if (kind == NormKind::rms)
     rmsnorm_fwd_fp8(r_in.size(0), r_in.size(1), r_in.data<float>(), d, r_out.data<float>(), w.data<float>(), eps, y,
@@ -151,6 +158,7 @@ void activation_forward_fp8(bool swiglu, const Tensor& x, int64_t F, const Fp8Ou
     op_log().add(std::move(r));
   }
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   if (swiglu)
     swiglu_fwd_fp8(x.size(0), F, x.data<float>(), out);
   else

@@ -31,10 +31,12 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
     op_log().add(std::move(r));
   }
   switch (device) {
-    case Device::cpu:
+    case Device::cpu: {
+      const DeviceAccessScope on_device;
       gemm(M, N, K, a.dtype(), {a.raw(), a.stride(0), trans_a}, {b.raw(), b.stride(0), trans_b}, c.data<float>(),
            c.stride(0), accumulate, bias.defined() ? bias.data<float>() : nullptr);
       return;
+    }
     case Device::meta: {
       // Nothing computed; the cpu kernel's scratch copies are accounted (and freed) as it would.
       MemoryCategoryScope scratch(MemoryCategory::workspace);

@@ -31,6 +31,7 @@ void copy_head_columns(const Tensor& src, int64_t src_stride, int64_t src_col, c
     op_log().add({op, {src.shape(), dst.shape()}, {src.dtype(), dst.dtype()}, 0.0, moved, moved});
   }
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   copy_head_columns(src.size(0), dtype_size(src.dtype()), src.raw(), src.size(1), src_stride, src_col, dst.raw(),
                     dst.size(1), dst_stride, dst_col, width, heads);
 }
@@ -49,6 +50,7 @@ void sum_head_columns(const Tensor& src, int64_t src_stride, int64_t src_col, co
                   summed * 4 + int64_t(dst.nbytes()), int64_t(dst.nbytes())});
   }
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   sum_head_columns(src.size(0), src.data<float>(), src.size(1), src_stride, src_col, dst.data<float>(), width, heads);
 }
 

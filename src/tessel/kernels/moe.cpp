@@ -34,6 +34,7 @@ void router_forward(const RouterConfig& c, const Tensor& logits, const float* ho
   const Device device = common_device(op, {&logits, &scores, &chosen, &weights});
   record_op(op, {&logits}, {&scores, &chosen, &weights}, ops(logits, 4.0 + double(k)));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   router_forward(c, N, logits.data<float>(), host_bias, scores.data<float>(), chosen.data<int32_t>(),
                  weights.data<float>());
 }
@@ -49,6 +50,7 @@ void router_weights_backward(const RouterConfig& c, const Tensor& scores, const 
   const Device device = common_device(op, {&scores, &chosen, &dweights, &dscores});
   record_op(op, {&scores, &chosen, &dweights}, {&dscores}, ops(dweights, 4.0 * double(k)));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   router_weights_backward(c, N, scores.data<float>(), chosen.data<int32_t>(), dweights.data<float>(),
                           dscores.data<float>());
 }
@@ -62,6 +64,7 @@ void router_scores_backward(const RouterConfig& c, const Tensor& scores, const T
   const Device device = common_device(op, {&scores, &dscores, &dlogits});
   record_op(op, {&scores, &dscores}, {&dlogits}, ops(scores, 4.0));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   router_scores_backward(c, N, scores.data<float>(), dscores.data<float>(), dlogits.data<float>());
 }
 
@@ -76,6 +79,7 @@ void balance_counts(const RouterConfig& c, const Tensor& row_seq, const Tensor& 
   const Device device = common_device(op, {&row_seq, &chosen, &counts});
   record_op(op, {&row_seq, &chosen}, {&counts}, ops(chosen, 1.0));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   balance_counts(c, N, row_seq.data<int64_t>(), chosen.data<int32_t>(), counts.data<float>());
 }
 
@@ -91,6 +95,7 @@ double balance_loss_rows(const RouterConfig& c, const Tensor& row_seq, int64_t T
   const Device device = common_device(op, {&row_seq, &scores, &counts, &dscores});
   record_op(op, {&row_seq, &scores, &counts}, {&dscores}, ops(scores, 6.0));
   if (device == Device::meta) return 0.0;
+  const DeviceAccessScope on_device;
   return balance_loss_rows(c, N, row_seq.data<int64_t>(), T, alpha, scores.data<float>(), counts.data<float>(),
                            grad_scale, dscores.data<float>());
 }
@@ -103,6 +108,7 @@ double router_z_loss(const Tensor& logits, float coeff, float grad_scale, const 
   const Device device = common_device(op, {&logits, &daux});
   record_op(op, {&logits, &daux}, {&daux}, ops(logits, 6.0));
   if (device == Device::meta) return 0.0;
+  const DeviceAccessScope on_device;
   return router_z_loss(logits.size(0), logits.size(1), logits.data<float>(), coeff, grad_scale, daux.data<float>());
 }
 
@@ -115,6 +121,7 @@ void gather_rows(const Tensor& src, const Tensor& index, const Tensor& out) {
   const Device device = common_device(op, {&src, &index, &out});
   record_op(op, {&index}, {&out}, 0.0);  // reads the indexed rows only: as many bytes as it writes
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   const int64_t* idx = index.data<int64_t>();
   for (int64_t p = 0; p < index.numel(); ++p)
     TESSEL_CHECK(idx[p] >= 0 && idx[p] < src.size(0), "{}: index {} at {} outside the {} rows", op, idx[p], p, src.size(0));
@@ -130,6 +137,7 @@ void scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& out)
   const Device device = common_device(op, {&src, &index, &out});
   record_op(op, {&src, &index}, {&src}, double(src.numel()));  // read-modify-write of as many rows
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   const int64_t* idx = index.data<int64_t>();
   for (int64_t p = 0; p < index.numel(); ++p)
     TESSEL_CHECK(idx[p] >= 0 && idx[p] < out.size(0), "{}: index {} at {} outside the {} rows", op, idx[p], p, out.size(0));
@@ -154,6 +162,7 @@ void moe_weighted_sum(const Tensor& outputs, const Tensor& copies, const Tensor&
   const Device device = common_device(op, {&outputs, &copies, &weights, &out});
   record_op(op, {&outputs, &copies, &weights}, {&outputs}, 2.0 * double(outputs.numel()));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   moe_weighted_sum(copies.numel(), out.size(1), weights.size(1), outputs.data<float>(), copies.data<int64_t>(),
                    weights.data<float>(), out.data<float>());
 }
@@ -169,6 +178,7 @@ void moe_weighted_sum_backward(const Tensor& dout, const Tensor& outputs, const 
   const Device device = common_device(op, {&dout, &outputs, &copies, &weights, &dweights, &dcopy});
   record_op(op, {&dout, &outputs, &copies, &weights}, {&dweights, &dcopy}, 3.0 * double(outputs.numel()));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   moe_weighted_sum_backward(copies.numel(), dout.size(1), weights.size(1), dout.data<float>(), outputs.data<float>(),
                             copies.data<int64_t>(), weights.data<float>(), dweights.data<float>(), dcopy.data<float>());
 }

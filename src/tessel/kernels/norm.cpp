@@ -44,6 +44,7 @@ void norm_forward(NormKind kind, const Tensor& r_in, const Tensor& delta, const 
   const double flops = double(N) * double(D) * ((delta.defined() ? 1 : 0) + (layer ? 7 : 4));
   record_op(op, {&r_in, &delta, &w, &b}, {delta.defined() ? &r_out : &delta, &y, &mean, &rstd}, flops);
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   const auto run = [&](auto* out) {
     if (layer)
       layernorm_fwd(N, D, r_in.data<float>(), f32_or_null(delta), r_out.data<float>(), w.data<float>(), b.data<float>(), eps,
@@ -77,6 +78,7 @@ void norm_backward(NormKind kind, const Tensor& x, const Tensor& w, const Tensor
   const double flops = double(N) * double(D) * (layer ? 12 : 9);
   record_op(op, {&x, &w, &mean, &rstd, &dy, &dresid, &dw, &db}, {&dx, &dw, &db}, flops);
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   if (layer)
     layernorm_bwd(N, D, x.data<float>(), w.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<float>(),
                   f32_or_null(dresid), dx.data<float>(), dw.data<float>(), db.data<float>());

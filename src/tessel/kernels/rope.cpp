@@ -12,6 +12,7 @@ void rope(const RopeTable& tab, const Tensor& x, int64_t heads, bool inverse, in
   const Device device = common_device("rope", {&x});
   record_op("rope", {&x}, {&x}, 6.0 * double(x.size(0)) * double(heads) * double(tab.half));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   rope_apply(tab, x.size(0), heads, x.data<float>(), x.stride(0), inverse, pos0);
 }
 

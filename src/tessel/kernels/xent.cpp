@@ -34,6 +34,7 @@ double cross_entropy(const Tensor& logits, const Tensor& targets, float grad_sca
   const Device device = common_device("cross_entropy", {&logits, &targets, &dlogits});
   record_op("cross_entropy", {&logits, &targets}, {&dlogits}, per_logit(logits, dlogits.defined() ? 4.0 : 2.0));
   if (device == Device::meta) return 0.0;
+  const DeviceAccessScope on_device;
   const int64_t N = logits.size(0), V = logits.size(1);
   const float* x = logits.data<float>();
   const int64_t* t = targets.data<int64_t>();
@@ -50,6 +51,7 @@ void xent_local_max_and_target(const Tensor& logits, const Tensor& targets, int6
   const Device device = common_device("xent_local_max_and_target", {&logits, &targets, &row_max, &target_logit});
   record_op("xent_local_max_and_target", {&logits, &targets}, {&row_max, &target_logit}, per_logit(logits, 1.0));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   xent_local_max_and_target(logits.size(0), logits.size(1), logits.data<float>(), targets.data<int64_t>(), vocab_begin,
                             row_max.data<float>(), target_logit.data<float>());
 }
@@ -62,6 +64,7 @@ void xent_local_sum_exp(const Tensor& logits, const Tensor& row_max, const Tenso
   const Device device = common_device("xent_local_sum_exp", {&logits, &row_max, &sum_exp});
   record_op("xent_local_sum_exp", {&logits, &row_max}, {&sum_exp}, per_logit(logits, 2.0));
   if (device == Device::meta) return;
+  const DeviceAccessScope on_device;
   xent_local_sum_exp(logits.size(0), logits.size(1), logits.data<float>(), row_max.data<float>(), sum_exp.data<float>());
 }
 
@@ -80,6 +83,7 @@ double xent_vocab_parallel_finish(const Tensor& logits, const Tensor& targets, i
   record_op(op, {&logits, &targets, &row_max, &sum_exp, &target_logit}, {&dlogits},
             dlogits.defined() ? per_logit(logits, 3.0) : 0.0);
   if (device == Device::meta) return 0.0;
+  const DeviceAccessScope on_device;
   return xent_vocab_parallel_finish(logits.size(0), logits.size(1), logits.data<float>(), targets.data<int64_t>(),
                                     vocab_begin, row_max.data<float>(), sum_exp.data<float>(),
                                     target_logit.data<float>(), grad_scale,

@@ -159,6 +159,7 @@ Tensor cp_local_slice(const Tensor& batch, int rank, int size) {
   shape[1] = 2 * L;
   Tensor out = Tensor::empty(shape, src.dtype(), src.device());
   if (out.is_meta()) return out;
+  const DeviceAccessScope device_op;  // a copy on the device
   const size_t row = src.nbytes() / static_cast<size_t>(B * T);  // bytes per position
   const char* s = static_cast<const char*>(src.raw());
   char* d = static_cast<char*>(out.raw());
@@ -177,6 +178,7 @@ Tensor cp_gather_sequences(const Tensor& local, comm::Communicator& cp) {
     cp.all_gather(nullptr, nullptr, B * Tl, DType::i64);
     return Tensor::empty({B, T}, DType::i64, Device::meta);
   }
+  const DeviceAccessScope copies;  // ids to the host, gathered, and the whole sequences back
   std::vector<int64_t> all(static_cast<size_t>(C * B * Tl));
   cp.all_gather(local.data<int64_t>(), all.data(), B * Tl, DType::i64);
   Tensor out = Tensor::empty({B, T}, DType::i64);
@@ -332,6 +334,7 @@ void ring_attention_forward(const kernels::AttentionShape& local, const Tensor& 
     }
     return;
   }
+  const DeviceAccessScope on_device;
   if (out.dtype() == DType::bf16)
     cp_attention_fwd(local, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
                      out.data<bf16>(), out.size(1), lse.data<float>(), cp);
@@ -365,6 +368,7 @@ void ring_attention_backward(const kernels::AttentionShape& local, const Tensor&
     dkv_transfer.wait();
     return;
   }
+  const DeviceAccessScope on_device;
   if (out.dtype() == DType::bf16)
     cp_attention_bwd(local, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
                      out.data<bf16>(), out.size(1), dout.data<float>(), dout.stride(0), lse.data<float>(),

@@ -45,6 +45,7 @@ Tensor Embedding::position_index(int64_t rows) const {
   const int64_t first = first_row(rows);
   Tensor index = Tensor::empty({rows}, DType::i64, ps_.params_flat().device());
   if (index.is_meta()) return index;
+  const DeviceAccessScope copy_to_device;
   int64_t* p = index.data<int64_t>();
   for (int64_t n = 0; n < rows; ++n) p[n] = position(first + n);
   return index;

@@ -160,6 +160,7 @@ void Fp8State::end_step(const std::vector<comm::Communicator*>& groups,
 }
 
 std::vector<std::pair<std::string, Tensor>> Fp8State::state_tensors() const {
+  const DeviceAccessScope host_copy;  // host state into tensors
   std::vector<std::pair<std::string, Tensor>> out;
   if (r_.kind != Fp8Recipe::Kind::delayed) return out;
   for (size_t i = 0; i < names_.size(); ++i) {
@@ -173,6 +174,7 @@ std::vector<std::pair<std::string, Tensor>> Fp8State::state_tensors() const {
 }
 
 bool Fp8State::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  const DeviceAccessScope host_copy;  // tensors back into host state
   auto find = [&](const std::string& n) -> const Tensor* {
     for (const auto& [k, t] : tensors)
       if (k == n) return &t;

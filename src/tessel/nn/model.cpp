@@ -127,6 +127,7 @@ double Model::moe_take_aux_loss() {
 }
 
 std::vector<std::pair<std::string, Tensor>> Model::state_tensors() const {
+  const DeviceAccessScope host_copy;  // host state (expert biases, FP8 histories) into tensors
   std::vector<std::pair<std::string, Tensor>> out;
   if (fp8_) out = fp8_->state_tensors();
   if (cfg_.moe_router_enable_expert_bias)
@@ -139,6 +140,7 @@ std::vector<std::pair<std::string, Tensor>> Model::state_tensors() const {
 }
 
 std::vector<std::string> Model::load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  const DeviceAccessScope host_copy;  // tensors back into host state
   std::vector<std::string> missing;
   if (fp8_ && cfg_.fp8.kind == Fp8Recipe::Kind::delayed && !fp8_->load_state(tensors))
     missing.push_back("FP8 delayed-scaling state");

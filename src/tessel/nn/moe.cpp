@@ -23,6 +23,7 @@ struct Keys {
 // Host indices copied to `device` as an i64 tensor (nothing to copy on meta).
 Tensor to_device(const std::vector<int64_t>& v, Device device) {
   Tensor t = Tensor::empty({int64_t(v.size())}, DType::i64, device);
+  const DeviceAccessScope copy_to_device;
   if (!t.is_meta()) std::copy(v.begin(), v.end(), t.data<int64_t>());
   return t;
 }
@@ -121,6 +122,7 @@ std::vector<int32_t> Moe::host_routing(const Tensor& chosen, const Tensor& weigh
       for (int64_t c = 0; c < N * k; ++c) routed[size_t(c)] = int32_t(c % E);  // balanced
     }
   } else {
+    const DeviceAccessScope copy_to_host;
     const int32_t* p = chosen.data<int32_t>();  // the routing's one copy to the host
     routed.assign(p, p + N * k);
   }
@@ -130,7 +132,10 @@ std::vector<int32_t> Moe::host_routing(const Tensor& chosen, const Tensor& weigh
   if (capacity_factor_ > 0 && !final) {
     // "probs" dropping needs the gate weights on the host too (meta: none; ties keep token order).
     std::vector<float> w(size_t(N * k), 0.0f);
-    if (drop_by_probs_ && !weights.is_meta()) std::copy_n(weights.data<float>(), N * k, w.data());
+    if (drop_by_probs_ && !weights.is_meta()) {
+      const DeviceAccessScope copy_to_host;
+      std::copy_n(weights.data<float>(), N * k, w.data());
+    }
     drop_over_capacity(N, w.data(), routed);
   }
   if (trace && trace->mode() == MoeRoutingTrace::Mode::record && !chosen.is_meta()) trace->add(routed);

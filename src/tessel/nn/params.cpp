@@ -93,14 +93,18 @@ void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, i
 
 void ParamStore::initialize(uint64_t seed) {
   TESSEL_CHECK(finalized_, "ParamStore::initialize before finalize");
-  for (const auto& s : specs_) {
-    if (params_.is_meta()) break;  // no values to draw (the compute copy's refresh below is still a kernel call)
-    // Rows and columns of this (possibly sharded) tensor inside the global [R, C] (1-D: [1, C]).
-    const bool two_d = s.shape.size() == 2;
-    const int64_t cols = s.shape.empty() ? 1 : s.shape.back();
-    const int64_t row0 = two_d ? s.slice_begin[0] : 0;
-    const int64_t col0 = s.slice_begin.empty() ? 0 : s.slice_begin.back();
-    init_param_slice(s, seed, row0, s.numel / cols, col0, cols, params_data() + s.offset);
+  {
+    // Drawn on the host and written to the device (an upload; a device would draw them in a kernel).
+    const DeviceAccessScope copy_to_device;
+    for (const auto& s : specs_) {
+      if (params_.is_meta()) break;  // no values to draw (the compute copy's refresh below is still a kernel call)
+      // Rows and columns of this (possibly sharded) tensor inside the global [R, C] (1-D: [1, C]).
+      const bool two_d = s.shape.size() == 2;
+      const int64_t cols = s.shape.empty() ? 1 : s.shape.back();
+      const int64_t row0 = two_d ? s.slice_begin[0] : 0;
+      const int64_t col0 = s.slice_begin.empty() ? 0 : s.slice_begin.back();
+      init_param_slice(s, seed, row0, s.numel / cols, col0, cols, params_data() + s.offset);
+    }
   }
   refresh_compute_copy();
 }
@@ -128,6 +132,7 @@ Tensor ParamStore::grad(const std::string& name) const {
 }
 
 void ParamStore::zero_grads() {
+  const DeviceAccessScope device_op;  // a memset on the device
   if (!grads_.is_meta()) std::memset(grads_.raw(), 0, grads_.nbytes());
 }
 

@@ -209,6 +209,7 @@ std::vector<int64_t> Trainer::shard_counts() const {
 }
 
 ckpt::FullMoments Trainer::full_moments() {
+  const DeviceAccessScope host_copy;  // the moments, for a checkpoint's copy to the host
   if (opt_->owns_all()) return {opt_->exp_avg_data(), opt_->exp_avg_sq_data(), opt_->steps_taken()};
   const int64_t total = model_->params().numel();
   gathered_m_.resize(static_cast<size_t>(total));

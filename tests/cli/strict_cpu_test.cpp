@@ -1,0 +1,37 @@
+// `tessel train` end to end in strict cpu mode (TESSEL_DEVICE=cpu-strict): data loading, the steps,
+// evaluation, a checkpoint saved and a resume from it reach device memory only through kernels and
+// explicit copies; any other host access would fail the run, naming the tensor. And a mode that does
+// not exist is refused with the allowed ones.
+#include <gtest/gtest.h>
+
+#include "cli/cli_support.h"
+
+using namespace tessel::testing;
+
+namespace {
+
+const std::string kStrict = "TESSEL_DEVICE=cpu-strict";
+
+TEST(StrictCpuCli, TrainingSavingAndResumingTouchDeviceMemoryOnlyThroughKernels) {
+  TempDir d;
+  const std::string args = "train " + config("synthetic.yaml") +
+                           " --set train.train_iters=3 --set checkpoint.interval=2 --set checkpoint.dir=ckpt"
+                           " --set log.dir=logs --set train.eval_interval=2 --set train.eval_iters=1";
+  auto r = run_tessel(args, d.path(), 300, kStrict);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("strict cpu mode"), std::string::npos) << r.output;
+  r = run_tessel(args + " --set train.train_iters=4", d.path(), 300, kStrict);  // resumes from step 3
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resum"), std::string::npos) << r.output;
+}
+
+TEST(StrictCpuCli, AnUnknownDeviceModeIsRefusedWithTheAllowedOnes) {
+  TempDir d;
+  const auto r = run_tessel("train " + config("synthetic.yaml") + " --set train.train_iters=1", d.path(), 120,
+                            "TESSEL_DEVICE=gpu");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("TESSEL_DEVICE='gpu' is not a device mode (allowed: cpu, cpu-strict)"), std::string::npos)
+      << r.output;
+}
+
+}  // namespace
