@@ -78,23 +78,8 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
     head_end_ = ps_->numel();
   }
   mtp_begin_ = ps_->numel();
-  if (cfg_.mtp_num_layers > 0 && plan_.has_head) {  // on the last pipeline stage, with the head
-    const Norm::Kind rms = Norm::Kind::rms;
-    for (int64_t k = 0; k < cfg_.mtp_num_layers; ++k) {
-      // Named as Hugging Face DeepSeek-V3 names them: the layers after the main model's.
-      const int64_t index = cfg_.num_layers + k;
-      const std::string p = "model.layers." + std::to_string(index);
-      MtpModule m;
-      m.enorm = std::make_unique<Norm>(*ps_, p + ".enorm", cfg_.hidden_size, rms, float(cfg_.norm_epsilon));
-      m.hnorm = std::make_unique<Norm>(*ps_, p + ".hnorm", cfg_.hidden_size, rms, float(cfg_.norm_epsilon));
-      m.eh_proj = std::make_unique<Linear>(*ps_, std::vector<Linear::Part>{{p + ".eh_proj", cfg_.hidden_size}},
-                                           2 * cfg_.hidden_size, false, float(cfg_.init_method_std));
-      m.layer = std::make_unique<TransformerLayer>(*ps_, cfg_, index, rope_, tp_, cp_, ep);
-      m.head_norm = std::make_unique<Norm>(*ps_, p + ".shared_head.norm", cfg_.hidden_size, rms,
-                                           float(cfg_.norm_epsilon));
-      mtp_.push_back(std::move(m));
-    }
-  }
+  if (cfg_.mtp_num_layers > 0 && plan_.has_head)  // on the last pipeline stage, with the head
+    mtp_ = std::make_unique<MultiTokenPrediction>(*ps_, cfg_, rope_, tp_, cp_, ep);
   mtp_end_ = ps_->numel();
   ps_->finalize();
   for (const auto& s : ps_->specs())
@@ -110,8 +95,8 @@ void Model::for_each_moe(Fn&& fn) const {
   for (size_t c = 0; c < plan_.chunks.size(); ++c)
     for (int64_t i = plan_.chunks[c].begin; i < plan_.chunks[c].end; ++i)
       if (Moe* m = layers_[chunk_first_[c] + size_t(i - plan_.chunks[c].begin)]->moe()) fn(i, *m);
-  for (size_t k = 0; k < mtp_.size(); ++k)
-    if (Moe* m = mtp_[k].layer->moe()) fn(cfg_.num_layers + int64_t(k), *m);
+  for (size_t k = 0; mtp_ && k < mtp_->depth(); ++k)
+    if (Moe* m = mtp_->layer(k).moe()) fn(cfg_.num_layers + int64_t(k), *m);
 }
 
 std::vector<double> Model::moe_end_step(const std::vector<comm::Communicator*>& groups) {
@@ -218,70 +203,12 @@ Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens
   Tensor xf;
   const Tensor y = final_norm_->forward(x, Tensor(), xf, saved);
   *loss += head_->forward_loss(y, targets, grad_scale, saved);
-  if (!mtp_.empty() && grad_scale > 0) mtp_forward(x, targets, grad_scale, saved);  // not in evaluation
+  if (mtp_ && grad_scale > 0)  // not in evaluation
+    mtp_->forward(x, targets, grad_scale, batch, mtp_embedding(), *head_, saved);
   return Tensor();
 }
 
-namespace {
-std::string mtp_tag(size_t k) { return ".mtp" + std::to_string(k + 1); }
-
-// Module k (from 1) at position i embeds token i + k = targets[i + k - 1] and predicts token
-// i + k + 1 = targets[i + k]; positions past the window embed token 0 and predict nothing (-1).
-Tensor shifted(const Tensor& targets, int64_t by, int64_t fill) {
-  Tensor out = Tensor::empty(targets.shape(), DType::i64, targets.device());
-  kernels::shift_tokens(targets, by, fill, out);
-  return out;
-}
-}  // namespace
-
-void Model::mtp_forward(Tensor h, const Tensor& targets, float grad_scale, Activations& saved) {
-  const float scale = grad_scale * float(cfg_.mtp_loss_scaling_factor / double(mtp_.size()));
-  const int64_t batch = batch_of(h.size(0));
-  // Module k needs tokens k + 1 and k + 2 ahead of every position: under context parallelism they
-  // may sit on other ranks, so the shifts are taken on the whole sequences, then this rank's rows.
-  const Tensor whole = cp_ ? cp_gather_sequences(targets, *cp_) : targets;
-  auto mine = [&](const Tensor& t) { return cp_ ? cp_local_slice(t, cp_->rank(), cp_->size()) : t; };
-  for (size_t k = 0; k < mtp_.size(); ++k) {
-    const MtpModule& m = mtp_[k];
-    const Tensor emb = mtp_embedding().forward(mine(shifted(whole, int64_t(k), 0)), saved, mtp_tag(k));
-    Tensor re, rh;
-    const Tensor en = m.enorm->forward(emb, Tensor(), re, saved), hn = m.hnorm->forward(h, Tensor(), rh, saved);
-    Tensor cat = Tensor::empty({en.size(0), 2 * cfg_.hidden_size}, en.dtype());
-    cat.slice(1, 0, cfg_.hidden_size).copy_from(en);
-    cat.slice(1, cfg_.hidden_size, 2 * cfg_.hidden_size).copy_from(hn);
-    h = m.layer->forward(m.eh_proj->forward(cat, saved), batch, saved, grad_scale);
-    Tensor rf;
-    const Tensor predict = mine(shifted(whole, int64_t(k) + 1, -1));
-    mtp_loss_sum_ += head_->forward_loss(m.head_norm->forward(h, Tensor(), rf, saved), predict, scale, saved, mtp_tag(k));
-    mtp_tokens_ += kernels::count_nonnegative(predict);
-  }
-}
-
-Tensor Model::mtp_backward(Activations& saved) {
-  Tensor dh_next;  // the gradient module k + 1 sends back into h_k
-  for (size_t k = mtp_.size(); k-- > 0;) {
-    const MtpModule& m = mtp_[k];
-    const Tensor dy = head_->backward_input(saved, mtp_tag(k));
-    head_->backward_weight(saved, mtp_tag(k));
-    Tensor dh = m.head_norm->backward(dy, Tensor(), saved);
-    if (dh_next.defined()) kernels::add(dh, dh_next, dh);
-    const Tensor dz = m.layer->backward_input(dh, saved);
-    m.layer->backward_weight(saved);
-    const Tensor dcat = m.eh_proj->backward_input(dz, saved);
-    m.eh_proj->backward_weight(saved);
-    mtp_embedding().backward(m.enorm->backward(dcat.slice(1, 0, cfg_.hidden_size).clone(), Tensor(), saved), saved,
-                             mtp_tag(k));
-    dh_next = m.hnorm->backward(dcat.slice(1, cfg_.hidden_size, 2 * cfg_.hidden_size).clone(), Tensor(), saved);
-  }
-  return dh_next;
-}
-
-std::pair<double, int64_t> Model::take_mtp_loss() {
-  const std::pair<double, int64_t> r{mtp_loss_sum_, mtp_tokens_};
-  mtp_loss_sum_ = 0;
-  mtp_tokens_ = 0;
-  return r;
-}
+std::pair<double, int64_t> Model::take_mtp_loss() { return mtp_ ? mtp_->take_loss() : std::pair<double, int64_t>{0, 0}; }
 
 void Model::layer_weights(size_t l, Activations& saved, const GradsReady& ready) {
   layers_[l]->backward_weight(saved);
@@ -301,8 +228,8 @@ Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, 
     }
     dx = final_norm_->backward(dy, Tensor(), saved);
     if (weights) report(ready, layers_end_, head_begin_);  // the final norm
-    if (!mtp_.empty()) {  // the modules' weight gradients come with their input gradients, here
-      const Tensor dh = mtp_backward(saved);
+    if (mtp_) {  // the modules' weight gradients come with their input gradients, here
+      const Tensor dh = mtp_->backward(mtp_embedding(), *head_, saved);
       kernels::add(dx, dh, dx);
       if (weights) report(ready, mtp_begin_, mtp_end_);
     }

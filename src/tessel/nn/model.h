@@ -11,6 +11,7 @@
 #include "tessel/nn/fp8.h"
 #include "tessel/nn/kv_cache.h"
 #include "tessel/nn/lm_head.h"
+#include "tessel/nn/mtp.h"
 #include "tessel/nn/norm.h"
 #include "tessel/nn/stage_plan.h"
 #include "tessel/nn/transformer_layer.h"
@@ -104,8 +105,6 @@ class Model {
   void require_whole(const char* what) const;
   // Multi-token prediction after the main model (h: the last layer's output [N, d] f32): adds each
   // module's loss; backward returns the gradient it sends back into h.
-  void mtp_forward(Tensor h, const Tensor& targets, float grad_scale, Activations& saved);
-  Tensor mtp_backward(Activations& saved);
   const Embedding& mtp_embedding() const { return embed_ ? *embed_ : *embed_copy_; }
   int64_t sequence_split() const;          // ranks the activation rows are split over (1: none)
   int64_t batch_of(int64_t rows) const;    // sequences in a micro-batch whose activations have `rows` rows here
@@ -130,15 +129,8 @@ class Model {
   // fn(index, moe) for every MoE layer this rank holds, the MTP modules' (index num_layers + k) included.
   template <class Fn>
   void for_each_moe(Fn&& fn) const;
-  struct MtpModule {  // DeepSeek-V3: h_k = layer(eh_proj([enorm(emb(t_{i+k})), hnorm(h_{k-1})]))
-    std::unique_ptr<Norm> enorm, hnorm, head_norm;
-    std::unique_ptr<Linear> eh_proj;
-    std::unique_ptr<TransformerLayer> layer;
-  };
-  std::vector<MtpModule> mtp_;
+  std::unique_ptr<MultiTokenPrediction> mtp_;  // on the last pipeline stage when model.mtp_num_layers > 0
   int64_t mtp_begin_ = 0, mtp_end_ = 0;
-  double mtp_loss_sum_ = 0;
-  int64_t mtp_tokens_ = 0;
   std::vector<int64_t> layer_begin_;  // flat offset of each held layer's first parameter
   int64_t layers_end_ = 0;             // first offset after the layers (the final norm, if held)
   int64_t head_begin_ = 0, head_end_ = 0;
