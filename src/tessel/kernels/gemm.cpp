@@ -37,15 +37,25 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
            c.stride(0), accumulate, bias.defined() ? bias.data<float>() : nullptr);
       return;
     }
-    case Device::meta: {
-      // Nothing computed; the cpu kernel's scratch copies are accounted (and freed) as it would.
-      MemoryCategoryScope scratch(MemoryCategory::workspace);
-      std::vector<Tensor> held;
-      for (const GemmScratch& w : gemm_cpu_workspace(M, N, K, a.dtype(), trans_a, trans_b))
-        held.push_back(Tensor::empty(w.shape, w.dtype, Device::meta));
+    case Device::meta:  // nothing computed; the cpu kernel's workspace accounted (and freed) as it would be
+      allocate_like_cpu_gemm(gemm_cpu_workspace(M, N, K, a.dtype(), trans_a, a.stride(0), trans_b, b.stride(0),
+                                                c.stride(0), accumulate, bias.defined()),
+                             Device::meta);
       return;
-    }
   }
+}
+
+void allocate_like_cpu_gemm(const GemmWorkspace& w, Device device) {
+  MemoryCategoryScope scratch(MemoryCategory::workspace);
+  std::vector<Tensor> held;  // the copies, for the whole call
+  for (const GemmScratch& c : w.copies) held.push_back(Tensor::empty(c.shape, c.dtype, device));
+  for (size_t bytes : w.scratchpads) gemm_scratchpad_tensor(bytes, device);  // each primitive's, one at a time
+}
+
+Tensor gemm_scratchpad_tensor(size_t bytes, Device device) {
+  if (bytes == 0) return Tensor();
+  MemoryCategoryScope ws(MemoryCategory::workspace);
+  return Tensor::empty({int64_t((bytes + 3) / 4)}, DType::i32, device);
 }
 
 }  // namespace tessel::kernels

@@ -29,16 +29,25 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, bool accumulate,
             const Tensor& bias = Tensor());
 
-// The scratch copies gemm() makes for one call on this cpu (bf16 operands widened to fp32 where
-// there are no bf16 kernels, operands with tokens in K zero-padded to a size class), as the shapes
-// and dtypes it allocates, A's first. The meta device allocates the same, so a dry run accounts the
-// cpu's workspace byte for byte.
+// The workspace gemm() allocates for one call on this cpu: the operand copies it holds for the whole
+// call (bf16 widened to fp32 where there are no bf16 kernels, operands with tokens in K zero-padded
+// to a size class), then, one after the other, each matmul primitive's scratchpad (oneDNN's, given
+// from tessel's allocator). The meta device allocates the same (allocate_like_cpu_gemm), so a dry
+// run accounts the cpu's workspace byte for byte; the scratchpads are asked of oneDNN for the shape.
 struct GemmScratch {
   Shape shape;
   DType dtype;
 };
-std::vector<GemmScratch> gemm_cpu_workspace(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool trans_a,
-                                            bool trans_b);
+struct GemmWorkspace {
+  std::vector<GemmScratch> copies;
+  std::vector<size_t> scratchpads;  // bytes, in call order
+};
+GemmWorkspace gemm_cpu_workspace(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool trans_a, int64_t lda,
+                                 bool trans_b, int64_t ldb, int64_t ldc, bool accumulate, bool bias);
+// Allocates on `device` (and frees) what the cpu gemm would, in its order.
+void allocate_like_cpu_gemm(const GemmWorkspace& w, Device device);
+// A matmul's scratchpad of `bytes` as a workspace tensor (i32 words: bytes rounded up to 4), or none.
+Tensor gemm_scratchpad_tensor(size_t bytes, Device device);
 
 // True where oneDNN has no bf16 matmul kernels (no AVX-512, or ONEDNN_MAX_CPU_ISA below AVX512_CORE):
 // bf16 operands are then widened to fp32 (exact) and multiplied by the fp32 kernels.

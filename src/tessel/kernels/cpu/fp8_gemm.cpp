@@ -32,8 +32,10 @@ void fp8_gemm_emulation_workspace(const Fp8Tensor& a, bool trans_a, const Fp8Ten
   held.push_back(Tensor::empty({a.rows(), a.cols()}, DType::bf16, d));
   held.push_back(Tensor::empty({b.rows(), b.cols()}, DType::bf16, d));
   if (a.scaling == Fp8Scaling::tensor && accumulate) held.push_back(Tensor::empty(c.shape(), DType::f32, d));
-  for (const GemmScratch& w : gemm_cpu_workspace(M, N, K, DType::bf16, trans_a, trans_b))
-    held.push_back(Tensor::empty(w.shape, w.dtype, d));
+  // The decoded operands are dense: leading dimensions their stored widths; c's row stride as given.
+  allocate_like_cpu_gemm(gemm_cpu_workspace(M, N, K, DType::bf16, trans_a, a.cols(), trans_b, b.cols(), c.stride(0),
+                                            a.scaling != Fp8Scaling::tensor && accumulate, false),
+                         d);
 }
 
 void fp8_gemm_emulated(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b, const Tensor& c,

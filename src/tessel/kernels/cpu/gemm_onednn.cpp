@@ -54,12 +54,14 @@ using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int
 struct Entry {
   dnnl::matmul prim;
   uint64_t last_use;
+  memory::desc scratchpad;  // user-provided scratchpad (accounted workspace), empty when none is needed
 };
 
 struct Context {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<Key, Entry> cache;
+  std::map<Key, size_t> scratch_sizes;  // scratchpads of shapes asked for but not run (dry runs)
   uint64_t uses = 0;
   std::mutex mu;
 };
@@ -85,51 +87,89 @@ void evict_least_recently_used(Context& cx) {
   cx.cache.erase(oldest);
 }
 
+Key key_of(int64_t M, int64_t N, int64_t K, DType ab_dtype, int64_t lda, bool ta, int64_t ldb, bool tb, int64_t ldc,
+           bool accumulate, bool bias) {
+  // The thread count is part of the key: a primitive partitions its work for the threads it was made for.
+  return std::make_tuple(M, N, K, lda, ldb, ldc, int(ta), int(tb), int(ab_dtype), int(accumulate), int(bias),
+                         omp_get_max_threads());
+}
+
+// The memory descriptors of one matmul: op(A) [M, K] stored [M, K] (strides {lda, 1}) or [K, M]
+// (strides {1, lda}); B likewise; C [M, N] f32 at ldc; bias [1, N].
+struct Descs {
+  memory::desc a, b, c, bias;
+  Descs(int64_t M, int64_t N, int64_t K, memory::data_type dt, int64_t lda, bool ta, int64_t ldb, bool tb, int64_t ldc)
+      : a({M, K}, dt, ta ? memory::dims{1, lda} : memory::dims{lda, 1}),
+        b({K, N}, dt, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1}),
+        c({M, N}, memory::data_type::f32, memory::dims{ldc, 1}),
+        bias({1, N}, memory::data_type::f32, memory::dims{N, 1}) {}
+};
+
+dnnl::matmul::primitive_desc make_primitive_desc(const Context& cx, const Descs& d, int64_t M, int64_t N, int64_t K,
+                                                 DType ab_dtype, bool accumulate, bool bias) {
+  dnnl::primitive_attr attr;
+  // oneDNN's scratch comes from tessel's allocator (workspace), not from oneDNN's own buffers,
+  // so it is accounted, and a dry run accounts it too (gemm_cpu_workspace).
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (accumulate) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  auto desc = bias ? dnnl::matmul::desc(d.a, d.b, d.bias, d.c) : dnnl::matmul::desc(d.a, d.b, d.c);
+  try {
+    return dnnl::matmul::primitive_desc(desc, attr, cx.engine);
+  } catch (const dnnl::error& e) {
+    // bf16 without bf16 kernels never gets here (gemm widens it); name the problem instead of
+    // oneDNN's "could not create a primitive descriptor".
+    TESSEL_FAIL("oneDNN has no {} matmul [{}x{}x{}] for this CPU's instruction set ({}): {}", dtype_name(ab_dtype), M,
+                N, K, gemm_cpu_isa(), e.what());
+  }
+}
+
+// Bytes of user scratchpad one matmul needs (from its cached primitive, else from a primitive
+// descriptor, whose sizes are cached too: a dry run asks for shapes it never runs).
+size_t scratchpad_bytes(int64_t M, int64_t N, int64_t K, DType ab_dtype, int64_t lda, bool ta, int64_t ldb, bool tb,
+                        int64_t ldc, bool accumulate, bool bias) {
+  Context& cx = ctx();
+  const Key key = key_of(M, N, K, ab_dtype, lda, ta, ldb, tb, ldc, accumulate, bias);
+  std::lock_guard<std::mutex> lock(cx.mu);
+  if (auto it = cx.cache.find(key); it != cx.cache.end()) return it->second.scratchpad.get_size();
+  if (auto it = cx.scratch_sizes.find(key); it != cx.scratch_sizes.end()) return it->second;
+  const Descs d(M, N, K, to_dnnl(ab_dtype), lda, ta, ldb, tb, ldc);
+  const size_t bytes = make_primitive_desc(cx, d, M, N, K, ab_dtype, accumulate, bias).scratchpad_desc().get_size();
+  if (cx.scratch_sizes.size() >= kMaxPrimitives) cx.scratch_sizes.clear();
+  cx.scratch_sizes.emplace(key, bytes);
+  return bytes;
+}
+
 // One oneDNN matmul of an exact shape, its primitive cached.
 void run_primitive(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOperand b, float* c,
                    int64_t ldc, bool accumulate, const float* bias) {
   Context& cx = ctx();
-  // The thread count is part of the key: a primitive partitions its work for the threads it was made for.
-  const Key key = std::make_tuple(M, N, K, a.ld, b.ld, ldc, int(a.trans), int(b.trans), int(ab_dtype), int(accumulate),
-                                  int(bias != nullptr), omp_get_max_threads());
-  const memory::data_type dt = to_dnnl(ab_dtype);
-  // op(A) is [M, K]: stored [M, K] (strides {lda, 1}) or [K, M] (strides {1, lda}).
-  const memory::desc a_md({M, K}, dt, a.trans ? memory::dims{1, a.ld} : memory::dims{a.ld, 1});
-  const memory::desc b_md({K, N}, dt, b.trans ? memory::dims{1, b.ld} : memory::dims{b.ld, 1});
-  const memory::desc c_md({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
-  const memory::desc bias_md({1, N}, memory::data_type::f32, memory::dims{N, 1});
+  const Key key = key_of(M, N, K, ab_dtype, a.ld, a.trans, b.ld, b.trans, ldc, accumulate, bias != nullptr);
+  const Descs d(M, N, K, to_dnnl(ab_dtype), a.ld, a.trans, b.ld, b.trans, ldc);
   dnnl::matmul prim;
+  memory::desc scratch_md;
   {
     std::lock_guard<std::mutex> lock(cx.mu);
     auto it = cx.cache.find(key);
     if (it == cx.cache.end()) {
-      dnnl::primitive_attr attr;
-      if (accumulate) {
-        dnnl::post_ops po;
-        po.append_sum(1.0f);
-        attr.set_post_ops(po);
-      }
-      auto desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
-      dnnl::matmul::primitive_desc pd;
-      try {
-        pd = dnnl::matmul::primitive_desc(desc, attr, cx.engine);
-      } catch (const dnnl::error& e) {
-        // bf16 without bf16 kernels never gets here (gemm widens it); name the problem instead of
-        // oneDNN's "could not create a primitive descriptor".
-        TESSEL_FAIL("oneDNN has no {} matmul [{}x{}x{}] for this CPU's instruction set ({}): {}",
-                    dtype_name(ab_dtype), M, N, K, gemm_cpu_isa(), e.what());
-      }
+      const auto pd = make_primitive_desc(cx, d, M, N, K, ab_dtype, accumulate, bias != nullptr);
       if (cx.cache.size() >= kMaxPrimitives) evict_least_recently_used(cx);
-      it = cx.cache.emplace(key, Entry{dnnl::matmul(pd), 0}).first;
+      it = cx.cache.emplace(key, Entry{dnnl::matmul(pd), 0, pd.scratchpad_desc()}).first;
     }
     it->second.last_use = ++cx.uses;
     prim = it->second.prim;  // a handle: stays valid if another thread evicts the entry
+    scratch_md = it->second.scratchpad;
   }
-  memory am(a_md, cx.engine, const_cast<void*>(a.data));
-  memory bm(b_md, cx.engine, const_cast<void*>(b.data));
-  memory cm(c_md, cx.engine, c);
+  const Tensor scratch = gemm_scratchpad_tensor(scratch_md.get_size(), Device::cpu);
+  memory am(d.a, cx.engine, const_cast<void*>(a.data));
+  memory bm(d.b, cx.engine, const_cast<void*>(b.data));
+  memory cm(d.c, cx.engine, c);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_md, cx.engine, const_cast<float*>(bias)));
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(d.bias, cx.engine, const_cast<float*>(bias)));
+  if (scratch.defined()) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cx.engine, scratch.raw()));
   prim.execute(cx.stream, args);
   cx.stream.wait();
 }
@@ -179,19 +219,72 @@ GemmOperand widen_bf16(const GemmOperand& x, int64_t rows, int64_t cols, int64_t
 
 bool gemm_widens_bf16() { return !bf16_matmul_available(); }
 
-std::vector<GemmScratch> gemm_cpu_workspace(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool trans_a,
-                                            bool trans_b) {
-  // The copies gemm() below makes, in its order (keep the two in step).
-  if (M == 0 || N == 0 || K == 0) return {};
-  const bool tokens_in_k = trans_a && !trans_b;
-  const int64_t Kc = tokens_in_k ? size_class_ceil(K, kExactDims) : K;
+namespace {
+
+// What gemm() does for one call: the operand copies it makes (bf16 widened to fp32 where there are
+// no bf16 kernels; with tokens in K, zero-padded to a size class Kc), and the matmul primitives it
+// runs on the operands after them, each on rows [row, row + M) of op(A) with contraction K.
+struct PrimitiveCall {
+  int64_t row, M, K;
+};
+struct GemmPlan {
+  bool widen = false, pad = false;
+  int64_t Kc = 0;
+  DType dt = DType::f32;     // the primitives' operand dtype
+  int64_t lda = 0, ldb = 0;  // leading dimensions after the copies
+  std::vector<GemmScratch> copies;
+  std::vector<PrimitiveCall> calls;
+};
+
+GemmPlan plan_gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool ta, int64_t lda, bool tb, int64_t ldb) {
+  GemmPlan p;
+  const bool tokens_in_k = ta && !tb;
+  p.Kc = tokens_in_k ? size_class_ceil(K, kExactDims) : K;
+  p.dt = ab_dtype;
+  p.lda = lda;
+  p.ldb = ldb;
   if (ab_dtype == DType::bf16 && !bf16_matmul_available()) {
-    const int64_t a_rows = trans_a ? K : M, b_rows = trans_b ? N : K;
-    return {{{tokens_in_k ? Kc : a_rows, trans_a ? M : K}, DType::f32},
-            {{tokens_in_k ? Kc : b_rows, trans_b ? K : N}, DType::f32}};
+    // Both widened copies are dense; with tokens in K they are stored with K as their rows, and the
+    // one copy carries the zero padding to Kc as well.
+    const int64_t a_rows = ta ? K : M, b_rows = tb ? N : K, a_cols = ta ? M : K, b_cols = tb ? K : N;
+    p.widen = true;
+    p.dt = DType::f32;
+    p.copies = {{{tokens_in_k ? p.Kc : a_rows, a_cols}, DType::f32}, {{tokens_in_k ? p.Kc : b_rows, b_cols}, DType::f32}};
+    p.lda = a_cols;
+    p.ldb = b_cols;
+  } else if (p.Kc != K) {
+    p.pad = true;
+    p.copies = {{{p.Kc, M}, ab_dtype}, {{p.Kc, N}, ab_dtype}};
+    p.lda = M;
+    p.ldb = N;
   }
-  if (Kc != K) return {{{Kc, M}, ab_dtype}, {{Kc, N}, ab_dtype}};
-  return {};
+  if (ta) {
+    p.calls.push_back({0, M, p.Kc});
+    return p;
+  }
+  // Rows in size classes: one primitive per class, so the cache stays bounded whatever M is.
+  for (int64_t row = 0; row < M;) {
+    const int64_t left = M - row;
+    int64_t rows = size_class_floor(left, kExactDims);
+    while (left - rows == 1) rows = size_class_floor(rows - 1, kExactDims);  // never leave a lone row
+    p.calls.push_back({row, rows, K});
+    row += rows;
+  }
+  return p;
+}
+
+}  // namespace
+
+GemmWorkspace gemm_cpu_workspace(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool trans_a, int64_t lda,
+                                 bool trans_b, int64_t ldb, int64_t ldc, bool accumulate, bool bias) {
+  if (M == 0 || N == 0 || K == 0) return {};
+  to_dnnl(ab_dtype);
+  const GemmPlan p = plan_gemm(M, N, K, ab_dtype, trans_a, lda, trans_b, ldb);
+  GemmWorkspace w{p.copies, {}};
+  for (const PrimitiveCall& call : p.calls)
+    w.scratchpads.push_back(
+        scratchpad_bytes(call.M, N, call.K, p.dt, p.lda, trans_a, p.ldb, trans_b, ldc, accumulate, bias));
+  return w;
 }
 
 void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOperand b, float* c, int64_t ldc,
@@ -203,33 +296,20 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
     return;
   }
   to_dnnl(ab_dtype);  // an unsupported dtype fails before any copy
-  const bool tokens_in_k = a.trans && !b.trans;
-  const int64_t Kc = tokens_in_k ? size_class_ceil(K, kExactDims) : K;
+  const GemmPlan p = plan_gemm(M, N, K, ab_dtype, a.trans, a.ld, b.trans, b.ld);
   MemoryCategoryScope scratch(MemoryCategory::workspace);
   Tensor a_copy, b_copy;  // widened and/or K-padded operands, held until the GEMM has run
-  if (ab_dtype == DType::bf16 && !bf16_matmul_available()) {
-    // bf16 operands widened to fp32 where oneDNN has no bf16 kernels. With tokens in K both are
-    // stored with K as their rows, and the one copy carries the zero padding to Kc as well.
-    const int64_t a_stored_rows = a.trans ? K : M, b_stored_rows = b.trans ? N : K;
-    a = widen_bf16(a, a_stored_rows, a.trans ? M : K, tokens_in_k ? Kc : a_stored_rows, a_copy);
-    b = widen_bf16(b, b_stored_rows, b.trans ? K : N, tokens_in_k ? Kc : b_stored_rows, b_copy);
-    ab_dtype = DType::f32;
-  } else if (Kc != K) {
-    a = pad_inner(a, M, K, Kc, ab_dtype, a_copy);
-    b = pad_inner(b, N, K, Kc, ab_dtype, b_copy);
+  if (p.widen) {
+    a = widen_bf16(a, a.trans ? K : M, p.copies[0].shape[1], p.copies[0].shape[0], a_copy);
+    b = widen_bf16(b, b.trans ? N : K, p.copies[1].shape[1], p.copies[1].shape[0], b_copy);
+  } else if (p.pad) {
+    a = pad_inner(a, M, K, p.Kc, ab_dtype, a_copy);
+    b = pad_inner(b, N, K, p.Kc, ab_dtype, b_copy);
   }
-  if (a.trans) {
-    run_primitive(M, N, Kc, ab_dtype, a, b, c, ldc, accumulate, bias);
-    return;
-  }
-  const size_t es = dtype_size(ab_dtype);
-  for (int64_t row = 0; row < M;) {
-    const int64_t left = M - row;
-    int64_t rows = size_class_floor(left, kExactDims);
-    while (left - rows == 1) rows = size_class_floor(rows - 1, kExactDims);  // never leave a lone row
-    const auto* a_rows = static_cast<const char*>(a.data) + size_t(row * a.ld) * es;
-    run_primitive(rows, N, K, ab_dtype, {a_rows, a.ld, false}, b, c + row * ldc, ldc, accumulate, bias);
-    row += rows;
+  const size_t es = dtype_size(p.dt);
+  for (const PrimitiveCall& call : p.calls) {
+    const auto* a_rows = static_cast<const char*>(a.data) + size_t(call.row * a.ld) * es;  // untransposed A only
+    run_primitive(call.M, N, call.K, p.dt, {a_rows, a.ld, a.trans}, b, c + call.row * ldc, ldc, accumulate, bias);
   }
 }
 
