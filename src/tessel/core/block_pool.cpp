@@ -7,10 +7,16 @@
 
 namespace tessel {
 
-BlockPool::BlockPool(size_t min_cap_bytes) : min_cap_(min_cap_bytes) { st_.cap_bytes = min_cap_bytes; }
+BlockPool::Backing BlockPool::heap() {
+  return {[](size_t bytes) { return std::aligned_alloc(64, bytes); }, [](void* p, size_t) { std::free(p); }};
+}
+
+BlockPool::BlockPool(size_t min_cap_bytes, Backing backing) : min_cap_(min_cap_bytes), backing_(backing) {
+  st_.cap_bytes = min_cap_bytes;
+}
 
 BlockPool::~BlockPool() {
-  for (const Block& b : lru_) std::free(b.ptr);
+  for (const Block& b : lru_) backing_.put(b.ptr, b.bytes);
 }
 
 size_t BlockPool::block_size(size_t nbytes) {
@@ -39,7 +45,7 @@ void* BlockPool::get(size_t nbytes) {
     }
     ++st_.allocated;
   }
-  void* p = std::aligned_alloc(64, size);
+  void* p = backing_.get(size);
   if (!p) {
     std::lock_guard<std::mutex> lock(mu_);
     st_.live_bytes -= size;
@@ -64,7 +70,7 @@ void BlockPool::trim() {
     auto& same = by_size_[oldest.bytes];
     same.pop_front();  // the oldest block of a size is the first of its list
     lru_.pop_front();
-    std::free(oldest.ptr);
+    backing_.put(oldest.ptr, oldest.bytes);
     st_.cached_bytes -= oldest.bytes;
     --st_.cached_blocks;
     ++st_.released;

@@ -30,7 +30,14 @@ struct BlockPoolStats {
 
 class BlockPool {
  public:
-  explicit BlockPool(size_t min_cap_bytes);
+  // Where blocks come from and go back to: the C heap unless told (strict mode's device arena).
+  struct Backing {
+    void* (*get)(size_t bytes);          // 64-byte aligned, nullptr when out of memory
+    void (*put)(void* p, size_t bytes);  // bytes as given to get
+  };
+  static Backing heap();
+
+  explicit BlockPool(size_t min_cap_bytes, Backing backing = heap());
   ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -50,6 +57,7 @@ class BlockPool {
 
   mutable std::mutex mu_;
   size_t min_cap_;
+  Backing backing_;
   Lru lru_;
   std::unordered_map<size_t, std::list<Lru::iterator>> by_size_;  // newest last
   BlockPoolStats st_;

@@ -4,6 +4,8 @@
 #include <cstdlib>
 
 #include "tessel/core/check.h"
+#include "tessel/core/device_arena.h"
+#include "tessel/core/device_queue.h"
 
 namespace tessel {
 
@@ -30,10 +32,26 @@ bool strict_cpu() {
   }
   return s == 1;
 }
-void set_strict_cpu(bool on) { g_strict.store(on ? 1 : 0, std::memory_order_relaxed); }
+void set_strict_cpu(bool on) {
+  if (!on && strict_cpu()) synchronize_cpu();  // what was launched on the queue finishes there
+  g_strict.store(on ? 1 : 0, std::memory_order_relaxed);
+  if (on || DeviceArena::exists()) DeviceArena::instance().set_enforcing(on);
+}
 bool in_device_access() { return t_access_depth > 0; }
-DeviceAccessScope::DeviceAccessScope() { ++t_access_depth; }
-DeviceAccessScope::~DeviceAccessScope() { --t_access_depth; }
+
+DeviceAccessScope::DeviceAccessScope() {
+  // The outermost scope of a host thread is an explicit copy: what the queue was asked to compute
+  // before it must be there (a synchronisation), and device memory must be reachable.
+  if (t_access_depth == 0 && strict_cpu() && !on_cpu_queue()) {
+    synchronize_cpu();
+    access_ = new DeviceMemoryAccess;
+  }
+  ++t_access_depth;
+}
+DeviceAccessScope::~DeviceAccessScope() {
+  --t_access_depth;
+  delete access_;
+}
 
 std::string_view device_name(Device d) {
   switch (d) {

@@ -41,18 +41,27 @@ class DefaultDeviceScope {
 // host <-> device copies (a loss read back, routing copied to the host, token ids uploaded, a
 // checkpoint written) open. Any other access, a host loop over device data above `kernels`, is
 // refused, naming the tensor: the cpu behaves like a device whose memory the host cannot reach.
-// Memory wrapped with Tensor::from_blob is host memory and stays reachable. Not modelled (yet):
-// asynchronous execution on a queue thread, and page protection of device memory.
+// Memory wrapped with Tensor::from_blob is host memory and stays reachable. Strict mode also makes
+// the cpu asynchronous, as a GPU is: kernels run on a queue thread in launch order
+// (core/device_queue.h), and device memory is kept PROT_NONE while no kernel, explicit copy or
+// collective uses it (core/device_arena.h).
 bool strict_cpu();  // from TESSEL_DEVICE on first use (cpu or cpu-strict; anything else is an error)
 void set_strict_cpu(bool on);
 bool in_device_access();  // this thread is inside a DeviceAccessScope
 
+class DeviceMemoryAccess;
+// Opened outside the queue (core/device_queue.h) and outermost, it synchronises with the queue
+// first (the kernels launched before it have run) and keeps device memory reachable while it lives
+// (core/device_arena.h): an explicit copy. Throws the error of a failed kernel, as a synchronisation does.
 class DeviceAccessScope {
  public:
   DeviceAccessScope();
   ~DeviceAccessScope();
   DeviceAccessScope(const DeviceAccessScope&) = delete;
   DeviceAccessScope& operator=(const DeviceAccessScope&) = delete;
+
+ private:
+  DeviceMemoryAccess* access_ = nullptr;
 };
 
 }  // namespace tessel

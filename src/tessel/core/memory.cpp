@@ -1,9 +1,12 @@
 #include "tessel/core/memory.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "tessel/core/block_pool.h"
 #include "tessel/core/check.h"
+#include "tessel/core/device_arena.h"
+#include "tessel/core/device_queue.h"
 
 namespace tessel {
 
@@ -85,7 +88,9 @@ void Allocator::reset_peak() {
 namespace {
 
 // Host memory from the process-wide tensor pool (block_pool.h), which keeps at least 64 MiB of
-// freed blocks and otherwise as much as the process ever had in use at once.
+// freed blocks and otherwise as much as the process ever had in use at once. In strict mode
+// (core/device.h) from a second pool over the protected device arena (device_arena.h), whose
+// blocks go back in queue order (device_queue.h): a kernel launched before the free may still use them.
 class CpuAllocator final : public Allocator {
  public:
   Device device() const override { return Device::cpu; }
@@ -93,15 +98,36 @@ class CpuAllocator final : public Allocator {
 
  protected:
   void* raw_allocate(size_t nbytes) override {
-    void* p = pool_.get(nbytes);
+    void* p = strict_cpu() ? strict_pool().get(nbytes) : pool_.get(nbytes);
     TESSEL_CHECK(p != nullptr, "out of memory allocating {} bytes on the cpu device", nbytes);
     return p;
   }
-  void raw_deallocate(void* p, size_t nbytes) noexcept override { pool_.put(p, nbytes); }
-  int64_t cached_bytes() const override { return int64_t(pool_.stats().cached_bytes); }
+  void raw_deallocate(void* p, size_t nbytes) noexcept override {
+    if (!strict_pool_ || !DeviceArena::instance().contains(p)) {
+      pool_.put(p, nbytes);
+      return;
+    }
+    BlockPool* pool = strict_pool_;
+    release_in_queue_order([pool, p, nbytes] { pool->put(p, nbytes); });
+  }
+  int64_t cached_bytes() const override {
+    const BlockPool* strict = strict_pool_;
+    return int64_t(pool_.stats().cached_bytes) + (strict ? int64_t(strict->stats().cached_bytes) : 0);
+  }
 
  private:
+  BlockPool& strict_pool() {
+    std::call_once(strict_once_, [this] {
+      const BlockPool::Backing arena{[](size_t bytes) { return DeviceArena::instance().allocate(bytes); },
+                                     [](void* p, size_t bytes) { DeviceArena::instance().release(p, bytes); }};
+      strict_pool_ = new BlockPool(size_t(64) << 20, arena);  // never destroyed, as the allocator
+    });
+    return *strict_pool_;
+  }
+
   BlockPool pool_{size_t(64) << 20};
+  std::once_flag strict_once_;
+  std::atomic<BlockPool*> strict_pool_{nullptr};
 };
 
 // Accounts and allocates nothing.

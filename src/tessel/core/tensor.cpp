@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tessel/core/device_queue.h"
+
 namespace tessel {
 
 std::string shape_str(const Shape& s) {
@@ -52,8 +54,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype) { return zeros(shape, dtyp
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  const DeviceAccessScope device_op;  // a memset on the device
-  if (device != Device::meta) std::memset(t.raw(), 0, t.nbytes());
+  if (device != Device::meta) launch_on_cpu([z = t.borrow()] { std::memset(z.raw(), 0, z.nbytes()); });  // a memset
   return t;
 }
 
@@ -67,6 +68,15 @@ void Tensor::refuse_host_access() const {
   TESSEL_FAIL("{} was read or written by host code outside a kernel (strict cpu mode, TESSEL_DEVICE=cpu-strict): "
               "device memory is reached through a kernel's dispatch point or an explicit copy",
               str());
+}
+
+Tensor Tensor::borrow() const {
+  if (!storage_ || !storage_->owned) return *this;
+  Tensor t = *this;
+  t.storage_ = std::make_shared<Storage>(storage_->ptr, storage_->bytes);
+  t.storage_->device = storage_->device;
+  t.storage_->category = storage_->category;
+  return t;
 }
 
 Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype) {
@@ -186,7 +196,16 @@ void Tensor::copy_from(const Tensor& src) {
   TESSEL_CHECK(src.device() == device(), "copy_from: {} into {} (copies stay on one device)",
                src.is_meta() ? src.str() : src.str() + " on cpu", is_meta() ? str() : str() + " on cpu");
   if (is_meta()) return;
-  const DeviceAccessScope device_op;  // a copy on the device
+  if (!cpu_launches_queued() || is_host_memory() || src.is_host_memory()) {
+    // Host memory of someone else's: copied before the call returns, as a GPU copies pageable memory.
+    const DeviceAccessScope host_copy;
+    copy_elements_from(src);
+    return;
+  }
+  launch_on_cpu([dst = borrow(), src = src.borrow()]() mutable { dst.copy_elements_from(src); });  // a device copy
+}
+
+void Tensor::copy_elements_from(const Tensor& src) {
   if (src.dtype_ == dtype_ && is_contiguous() && src.is_contiguous()) {
     std::memmove(raw(), src.raw(), nbytes());
     return;
@@ -212,8 +231,15 @@ Tensor Tensor::to(DType t) const {
 
 void Tensor::fill(double v) {
   if (is_meta()) return;
-  const DeviceAccessScope device_op;  // a fill on the device
-  for_each_element(*this, [&](void* p, int64_t) { store_from_double(p, dtype_, v); });
+  const auto fill_elements = [v](const Tensor& t) {
+    for_each_element(t, [&](void* p, int64_t) { store_from_double(p, t.dtype_, v); });
+  };
+  if (!cpu_launches_queued() || is_host_memory()) {
+    const DeviceAccessScope on_device;
+    fill_elements(*this);
+    return;
+  }
+  launch_on_cpu([t = borrow(), fill_elements] { fill_elements(t); });  // a fill on the device
 }
 
 double Tensor::item() const {

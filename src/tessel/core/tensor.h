@@ -50,6 +50,8 @@ class Tensor {
   bool defined() const { return storage_ != nullptr; }
   Device device() const { return storage_ ? storage_->device : Device::cpu; }
   bool is_meta() const { return device() == Device::meta; }
+  // Memory owned by someone else (from_blob, borrow): host memory, reachable from host code.
+  bool is_host_memory() const { return storage_ && !storage_->owned; }
   MemoryCategory memory_category() const { return storage_ ? storage_->category : MemoryCategory::activations; }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
@@ -79,6 +81,10 @@ class Tensor {
   }
 
   // Views (no copy).
+  // The same view without ownership of the memory: what a kernel launched on the cpu queue
+  // (core/device_queue.h) captures, so that freeing stays where the host frees (and its accounting
+  // with it); the memory itself goes back to the pool in queue order, after the kernel.
+  Tensor borrow() const;
   Tensor reshape(const Shape& shape) const;                  // contiguous tensors only; one -1 allowed
   Tensor slice(int64_t d, int64_t begin, int64_t end) const;  // [begin, end) along dimension d
   Tensor transpose(int64_t d0, int64_t d1) const;
@@ -93,6 +99,7 @@ class Tensor {
   std::string str() const;  // "f32[2, 3]", "f32[2, 3] on meta"
 
  private:
+  void copy_elements_from(const Tensor& src);  // copy_from's work, on the device
   [[noreturn]] void refuse_meta_access() const;
   [[noreturn]] void refuse_host_access() const;
 
