@@ -25,6 +25,24 @@ TEST(StrictCpuCli, TrainingSavingAndResumingTouchDeviceMemoryOnlyThroughKernels)
   EXPECT_NE(r.output.find("resum"), std::string::npos) << r.output;
 }
 
+// The asynchronous queue changes when kernels run, never what they compute: every synchronisation
+// is where it must be, or a loss would differ (or the run stop).
+TEST(StrictCpuCli, TheQueuedRunTrainsToTheSameLossesBitForBit) {
+  TempDir plain, strict;
+  const std::string args = "train " + config("synthetic.yaml") +
+                           " --set train.train_iters=4 --set log.dir=run --set train.eval_interval=2 --set train.eval_iters=1";
+  auto r = run_tessel(args, plain.path(), 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_tessel(args, strict.path(), 300, kStrict);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* key : {"loss", "grad_norm", "eval_loss"}) {
+    const auto want = metric_values(plain.path() + "/run/metrics.jsonl", key);
+    const auto got = metric_values(strict.path() + "/run/metrics.jsonl", key);
+    ASSERT_FALSE(want.empty()) << key;
+    EXPECT_EQ(got, want) << key;
+  }
+}
+
 TEST(StrictCpuCli, AnUnknownDeviceModeIsRefusedWithTheAllowedOnes) {
   TempDir d;
   const auto r = run_tessel("train " + config("synthetic.yaml") + " --set train.train_iters=1", d.path(), 120,

@@ -4,6 +4,7 @@
 
 #include "tessel/comm/communicator.h"
 #include "tessel/core/check.h"
+#include "tessel/core/device.h"
 
 namespace tessel::comm {
 namespace {
@@ -60,7 +61,9 @@ class LocalCommunicator : public Communicator {
 
  private:
   static void copy(const void* in, void* out, int64_t count, DType t) {
-    if (in != out) std::memmove(out, in, size_t(count) * dtype_size(t));
+    if (in == out) return;
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
+    std::memmove(out, in, size_t(count) * dtype_size(t));
   }
   [[noreturn]] static void no_peer(int peer) {
     TESSEL_FAIL("point-to-point with rank {} on the one-rank local communicator (launch with mpirun for more ranks)",

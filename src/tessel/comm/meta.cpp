@@ -13,6 +13,7 @@
 
 #include "tessel/comm/communicator.h"
 #include "tessel/core/check.h"
+#include "tessel/core/device.h"
 #include "tessel/core/tensor.h"
 
 namespace tessel::comm {
@@ -79,6 +80,7 @@ class MetaCommunicator : public Communicator {
 
   void all_reduce(void* buf, int64_t n, DType t, ReduceOp op) override { all_reduce_async(buf, n, t, op)->wait(); }
   void all_gather(const void* in, void* out, int64_t n, DType t) override {
+    const DeviceAccessScope buffers;  // host code filling device buffers: after the kernels before
     count("all_gather", n, t);
     if (out) repeat(in, bytes(n, t), out, even_offsets(size_, bytes(n, t)));
   }
@@ -86,12 +88,14 @@ class MetaCommunicator : public Communicator {
     reduce_scatter_async(in, out, n, t, op)->wait();
   }
   void all_to_all(const void* in, void* out, int64_t n, DType t) override {
+    const DeviceAccessScope buffers;  // host code filling device buffers: after the kernels before
     count("all_to_all", n * size_, t);
     if (out) repeat(static_cast<const char*>(in) + size_t(rank_) * bytes(n, t), bytes(n, t), out,
                     even_offsets(size_, bytes(n, t)));
   }
   void all_to_all_v(const void* in, const std::vector<int64_t>& send_counts, void* out,
                     const std::vector<int64_t>& recv_counts, DType t) override {
+    const DeviceAccessScope buffers;  // host code filling device buffers: after the kernels before
     check_counts(send_counts, "all_to_all_v send");
     check_counts(recv_counts, "all_to_all_v receive");
     count("all_to_all", sum(send_counts), t);
@@ -110,6 +114,7 @@ class MetaCommunicator : public Communicator {
     }
   }
   void reduce_scatter_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t, ReduceOp op) override {
+    const DeviceAccessScope buffers;  // host code filling device buffers: after the kernels before
     check_reducible_v(t, "reduce_scatter_v");
     check_counts(counts, "reduce_scatter_v");
     count("reduce_scatter", sum(counts), t);
@@ -120,6 +125,7 @@ class MetaCommunicator : public Communicator {
     if (op == ReduceOp::sum) scale(out, counts[size_t(rank_)], t, size_);
   }
   void all_gather_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
+    const DeviceAccessScope buffers;  // host code filling device buffers: after the kernels before
     check_counts(counts, "all_gather_v");
     count("all_gather", counts[size_t(rank_)], t);
     if (!out) return;  // other ranks' blocks (other shards) are not known: only this rank's is placed
@@ -139,6 +145,7 @@ class MetaCommunicator : public Communicator {
   void barrier() override {}
 
   std::unique_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t, ReduceOp op) override {
+    const DeviceAccessScope buffers;  // host code filling device buffers: after the kernels before
     check_reducible(t, "all_reduce");
     count("all_reduce", n, t);
     if (buf && op == ReduceOp::sum) scale(buf, n, t, size_);  // max and min of equal values: the value
@@ -149,6 +156,7 @@ class MetaCommunicator : public Communicator {
     return std::make_unique<DoneWork>();
   }
   std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, int64_t n, DType t, ReduceOp op) override {
+    const DeviceAccessScope buffers;  // host code filling device buffers: after the kernels before
     check_reducible(t, "reduce_scatter");
     count("reduce_scatter", n * size_, t);
     if (out) {

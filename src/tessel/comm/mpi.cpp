@@ -5,10 +5,12 @@
 #include <climits>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "tessel/comm/communicator.h"
 #include "tessel/core/check.h"
+#include "tessel/core/device_arena.h"
 #include "tessel/core/tensor.h"
 #include "tessel/kernels/cast.h"
 
@@ -52,7 +54,10 @@ MPI_Op mpi_op(ReduceOp op) {
 // A request plus what to do after it completes (e.g. round an fp32 staging buffer back to bf16).
 class MpiWork : public Work {
  public:
-  MpiWork(MPI_Request r, std::function<void()> finish) : req_(r), finish_(std::move(finish)) {}
+  // Device memory stays reachable while the transfer is in flight (core/device_arena.h): MPI moves
+  // it in the background, and the peer may read it directly (shared-memory single copy).
+  MpiWork(MPI_Request r, std::function<void()> finish)
+      : req_(r), finish_(std::move(finish)), in_flight_(std::make_unique<DeviceMemoryAccess>()) {}
   ~MpiWork() override {
     if (!done_) {
       try {
@@ -77,10 +82,12 @@ class MpiWork : public Work {
  private:
   void complete() {
     done_ = true;
+    in_flight_.reset();
     if (finish_) finish_();
   }
   MPI_Request req_;
   std::function<void()> finish_;
+  std::unique_ptr<DeviceMemoryAccess> in_flight_;
   bool done_ = false;
 };
 
@@ -122,6 +129,7 @@ class MpiCommunicator : public Communicator {
     reduce_scatter_async(in, out, count, t, op)->wait();
   }
   void all_to_all(const void* in, void* out, int64_t count, DType t) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("all_to_all", count * size_, t);
     check_mpi(MPI_Alltoall(in, as_int(count, "all_to_all"), move_type(t), out, as_int(count, "all_to_all"),
                            move_type(t), comm_),
@@ -129,6 +137,7 @@ class MpiCommunicator : public Communicator {
   }
   void all_to_all_v(const void* in, const std::vector<int64_t>& sc, void* out, const std::vector<int64_t>& rc,
                     DType t) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     TESSEL_CHECK(int(sc.size()) == size_ && int(rc.size()) == size_, "all_to_all_v: {} / {} counts for {} ranks",
                  sc.size(), rc.size(), size_);
     int64_t sent = 0;
@@ -150,6 +159,7 @@ class MpiCommunicator : public Communicator {
   }
   void reduce_scatter_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t,
                         ReduceOp op) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_reducible_v(t, "reduce_scatter_v");
     std::vector<int> c = int_counts(counts, "reduce_scatter_v");
     int64_t total = 0;
@@ -158,6 +168,7 @@ class MpiCommunicator : public Communicator {
     check_mpi(MPI_Reduce_scatter(in, out, c.data(), move_type(t), mpi_op(op), comm_), "reduce_scatter_v");
   }
   void all_gather_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     std::vector<int> c = int_counts(counts, "all_gather_v"), displ(c.size());
     count_op("all_gather", counts[size_t(rank_)], t);
     int64_t off = 0;
@@ -172,19 +183,23 @@ class MpiCommunicator : public Communicator {
               "all_gather_v");
   }
   void broadcast(void* buf, int64_t count, DType t, int root) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("broadcast", count, t);
     check_mpi(MPI_Bcast(buf, as_int(count, "broadcast"), move_type(t), root, comm_), "broadcast");
   }
   void send(const void* buf, int64_t count, DType t, int dst, int tag) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("send", count, t);
     check_mpi(MPI_Send(buf, as_int(count, "send"), move_type(t), dst, tag, comm_), "send");
   }
   void recv(void* buf, int64_t count, DType t, int src, int tag) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_mpi(MPI_Recv(buf, as_int(count, "recv"), move_type(t), src, tag, comm_, MPI_STATUS_IGNORE), "recv");
   }
   void barrier() override { check_mpi(MPI_Barrier(comm_), "barrier"); }
 
   std::unique_ptr<Work> all_reduce_async(void* buf, int64_t count, DType t, ReduceOp op) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_reducible(t, "all_reduce");
     count_op("all_reduce", count, t);
     MPI_Request req;
@@ -202,6 +217,7 @@ class MpiCommunicator : public Communicator {
     return std::make_unique<MpiWork>(req, nullptr);
   }
   std::unique_ptr<Work> all_gather_async(const void* in, void* out, int64_t count, DType t) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("all_gather", count, t);
     MPI_Request req;
     check_mpi(MPI_Iallgather(in, as_int(count, "all_gather"), move_type(t), out, as_int(count, "all_gather"),
@@ -211,6 +227,7 @@ class MpiCommunicator : public Communicator {
   }
   std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, int64_t count, DType t,
                                              ReduceOp op) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_reducible(t, "reduce_scatter");
     count_op("reduce_scatter", count * size_, t);
     MPI_Request req;
@@ -230,12 +247,14 @@ class MpiCommunicator : public Communicator {
     return std::make_unique<MpiWork>(req, nullptr);
   }
   std::unique_ptr<Work> send_async(const void* buf, int64_t count, DType t, int dst, int tag) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("send", count, t);
     MPI_Request req;
     check_mpi(MPI_Isend(buf, as_int(count, "send"), move_type(t), dst, tag, comm_, &req), "send");
     return std::make_unique<MpiWork>(req, nullptr);
   }
   std::unique_ptr<Work> recv_async(void* buf, int64_t count, DType t, int src, int tag) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     MPI_Request req;
     check_mpi(MPI_Irecv(buf, as_int(count, "recv"), move_type(t), src, tag, comm_, &req), "recv");
     return std::make_unique<MpiWork>(req, nullptr);

@@ -1,6 +1,7 @@
 // The activation family's dispatch point: device-neutral checks and the op record, then the device's kernel.
 #include "tessel/kernels/act.h"
 
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel::kernels {
@@ -33,17 +34,20 @@ void activation_forward(Activation kind, const Tensor& in, const Tensor& out) {
   // SwiGLU: sigmoid (about 4), two multiplies; GeLU (tanh form): about 8 per element.
   record_op(op, {&in}, {&out}, double(N) * double(F) * (kind == Activation::swiglu ? 6 : 8));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  const auto run = [&](auto* o) {
-    if (kind == Activation::swiglu)
-      swiglu_fwd(N, F, in.data<float>(), o);
-    else
-      gelu_fwd(N * F, in.data<float>(), o);
-  };
-  if (out.dtype() == DType::bf16)
-    run(out.data<bf16>());
-  else
-    run(out.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& in, const Tensor& out) {
+      const auto run = [&](auto* o) {
+        if (kind == Activation::swiglu)
+          swiglu_fwd(N, F, in.data<float>(), o);
+        else
+          gelu_fwd(N * F, in.data<float>(), o);
+      };
+      if (out.dtype() == DType::bf16)
+        run(out.data<bf16>());
+      else
+        run(out.data<float>());
+      },
+      in, out);
 }
 
 void activation_backward(Activation kind, const Tensor& in, const Tensor& dout, const Tensor& din) {
@@ -56,17 +60,20 @@ void activation_backward(Activation kind, const Tensor& in, const Tensor& dout, 
   const Device device = common_device(op, {&in, &dout, &din});
   record_op(op, {&in, &dout}, {&din}, double(N) * double(F) * (kind == Activation::swiglu ? 10 : 12));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  const auto run = [&](auto* g) {
-    if (kind == Activation::swiglu)
-      swiglu_bwd(N, F, in.data<float>(), dout.data<float>(), g);
-    else
-      gelu_bwd(N * F, in.data<float>(), dout.data<float>(), g);
-  };
-  if (din.dtype() == DType::bf16)
-    run(din.data<bf16>());
-  else
-    run(din.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& in, const Tensor& dout, const Tensor& din) {
+      const auto run = [&](auto* g) {
+        if (kind == Activation::swiglu)
+          swiglu_bwd(N, F, in.data<float>(), dout.data<float>(), g);
+        else
+          gelu_bwd(N * F, in.data<float>(), dout.data<float>(), g);
+      };
+      if (din.dtype() == DType::bf16)
+        run(din.data<bf16>());
+      else
+        run(din.data<float>());
+      },
+      in, dout, din);
 }
 
 }  // namespace tessel::kernels

@@ -1,6 +1,7 @@
 // The optimizer family's dispatch points: device-neutral checks and the op record, then the device's kernel.
 #include "tessel/kernels/adamw.h"
 
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel::kernels {
@@ -24,9 +25,12 @@ void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tenso
   // About a dozen arithmetic operations per element (decay, two moments, bias corrections, sqrt, divide).
   record_op("adamw_update", {&p, &g, &m, &v}, {&p, &m, &v, &compute_copy}, 12.0 * double(n));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  adamw_update(n, p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), h, grad_scale,
-               compute_copy.defined() ? compute_copy.data<bf16>() : nullptr);
+  launch_cpu_kernel(
+      [=](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& compute_copy) {
+      adamw_update(n, p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), h, grad_scale,
+                   compute_copy.defined() ? compute_copy.data<bf16>() : nullptr);
+      },
+      p, g, m, v, compute_copy);
 }
 
 double sum_squares(const Tensor& x) {

@@ -1,6 +1,7 @@
 // The attention family's dispatch point: device-neutral checks and the op record, then the device's kernel.
 #include "tessel/kernels/attention.h"
 
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel::kernels {
@@ -39,13 +40,16 @@ void attention_forward(const AttentionShape& s, const Tensor& q, const Tensor& k
   const Device device = common_device("attention_fwd", {&q, &k, &v, &out, &lse});
   record_op("attention_fwd", {&q, &k, &v}, {&out, &lse}, attention_forward_flops(s));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  if (out.dtype() == DType::bf16)
-    attention_fwd(s, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
-                  out.data<bf16>(), out.stride(0), lse.data<float>());
-  else
-    attention_fwd(s, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
-                  out.data<float>(), out.stride(0), lse.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
+      if (out.dtype() == DType::bf16)
+        attention_fwd(s, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
+                      out.data<bf16>(), out.stride(0), lse.data<float>());
+      else
+        attention_fwd(s, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0),
+                      out.data<float>(), out.stride(0), lse.data<float>());
+      },
+      q, k, v, out, lse);
 }
 
 void attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -60,16 +64,19 @@ void attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& 
   // The probabilities are recomputed (one more QK^T), then dV, dP, dQ, dK: 2.5 forwards.
   record_op(op, {&q, &k, &v, &out, &dout, &lse}, {&dq, &dk, &dv}, 2.5 * attention_forward_flops(s));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  const auto run = [&](const auto* o) {
-    attention_bwd(s, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0), o,
-                  out.stride(0), dout.data<float>(), dout.stride(0), lse.data<float>(), dq.data<float>(), dq.stride(0),
-                  dk.data<float>(), dk.stride(0), dv.data<float>(), dv.stride(0));
-  };
-  if (out.dtype() == DType::bf16)
-    run(out.data<bf16>());
-  else
-    run(out.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+      const auto run = [&](const auto* o) {
+        attention_bwd(s, q.data<float>(), q.stride(0), k.data<float>(), k.stride(0), v.data<float>(), v.stride(0), o,
+                      out.stride(0), dout.data<float>(), dout.stride(0), lse.data<float>(), dq.data<float>(), dq.stride(0),
+                      dk.data<float>(), dk.stride(0), dv.data<float>(), dv.stride(0));
+      };
+      if (out.dtype() == DType::bf16)
+        run(out.data<bf16>());
+      else
+        run(out.data<float>());
+      },
+      q, k, v, out, dout, lse, dq, dk, dv);
 }
 
 }  // namespace tessel::kernels

@@ -2,6 +2,7 @@
 // op record, then the device's kernel.
 #include "tessel/kernels/cast.h"
 
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel::kernels {
@@ -26,11 +27,14 @@ void cast(const Tensor& src, const Tensor& dst) {
   const Device device = common_device("cast", {&src, &dst});
   record_op("cast", {&src}, {&dst}, 0.0);
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  if (down)
-    cast_f32_to_bf16(src.numel(), src.data<float>(), dst.data<bf16>());
-  else
-    cast_bf16_to_f32(src.numel(), src.data<bf16>(), dst.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& src, const Tensor& dst) {
+      if (down)
+        cast_f32_to_bf16(src.numel(), src.data<float>(), dst.data<bf16>());
+      else
+        cast_bf16_to_f32(src.numel(), src.data<bf16>(), dst.data<float>());
+      },
+      src, dst);
 }
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -40,8 +44,11 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   const Device device = common_device("add", {&a, &b, &out});
   record_op("add", {&a, &b}, {&out}, double(a.numel()));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  add(a.numel(), a.data<float>(), b.data<float>(), out.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& a, const Tensor& b, const Tensor& out) {
+      add(a.numel(), a.data<float>(), b.data<float>(), out.data<float>());
+      },
+      a, b, out);
 }
 
 void add_row_vector(const Tensor& y, const Tensor& v) {
@@ -52,8 +59,11 @@ void add_row_vector(const Tensor& y, const Tensor& v) {
   const Device device = common_device("add_row_vector", {&y, &v});
   record_op("add_row_vector", {&y, &v}, {&y}, double(y.numel()));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  add_row_vector(y.size(0), y.size(1), v.data<float>(), y.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& y, const Tensor& v) {
+      add_row_vector(y.size(0), y.size(1), v.data<float>(), y.data<float>());
+      },
+      y, v);
 }
 
 void column_sum_accumulate(const Tensor& x, const Tensor& out) {
@@ -63,11 +73,14 @@ void column_sum_accumulate(const Tensor& x, const Tensor& out) {
   const Device device = common_device("column_sum_accumulate", {&x, &out});
   record_op("column_sum_accumulate", {&x, &out}, {&out}, double(x.numel()));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  if (x.dtype() == DType::f32)
-    column_sum_accumulate(x.size(0), x.size(1), x.data<float>(), out.data<float>());
-  else
-    column_sum_accumulate(x.size(0), x.size(1), x.data<bf16>(), out.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& x, const Tensor& out) {
+      if (x.dtype() == DType::f32)
+        column_sum_accumulate(x.size(0), x.size(1), x.data<float>(), out.data<float>());
+      else
+        column_sum_accumulate(x.size(0), x.size(1), x.data<bf16>(), out.data<float>());
+      },
+      x, out);
 }
 
 }  // namespace tessel::kernels

@@ -1,6 +1,7 @@
 // The embedding family's dispatch point: device-neutral checks and the op record, then the device's kernel.
 #include "tessel/kernels/embedding.h"
 
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel::kernels {
@@ -34,9 +35,12 @@ void embedding_forward(const Tensor& tokens, const Tensor& W, const Tensor& pos,
     op_log().add(std::move(r));
   }
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  embedding_fwd(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(),
-                pos.defined() ? pos.data<float>() : nullptr, T, out.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& tokens, const Tensor& W, const Tensor& pos, const Tensor& out) {
+      embedding_fwd(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(),
+                    pos.defined() ? pos.data<float>() : nullptr, T, out.data<float>());
+      },
+      tokens, W, pos, out);
 }
 
 void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dW, const Tensor& dpos, int64_t T) {
@@ -50,9 +54,12 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& 
     op_log().add(std::move(r));
   }
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  embedding_bwd(tokens.numel(), dW.size(1), tokens.data<int64_t>(), dout.data<float>(), dW.data<float>(),
-                dpos.defined() ? dpos.data<float>() : nullptr, T);
+  launch_cpu_kernel(
+      [=](const Tensor& tokens, const Tensor& dout, const Tensor& dW, const Tensor& dpos) {
+      embedding_bwd(tokens.numel(), dW.size(1), tokens.data<int64_t>(), dout.data<float>(), dW.data<float>(),
+                    dpos.defined() ? dpos.data<float>() : nullptr, T);
+      },
+      tokens, dout, dW, dpos);
 }
 
 void check_ids(const Tensor& ids, int64_t limit, bool allow_negative, const char* what, const char* op) {
@@ -71,9 +78,12 @@ void embedding_forward_slice(const Tensor& tokens, const Tensor& W, int64_t voca
   const Device device = common_device("embedding_fwd_slice", {&tokens, &W, &out});
   record_op("embedding_fwd_slice", {&tokens}, {&out}, 0.0);  // one row read (or zeroed) per token
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  embedding_fwd_slice(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(), vocab_begin,
-                      out.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& tokens, const Tensor& W, const Tensor& out) {
+      embedding_fwd_slice(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(), vocab_begin,
+                          out.data<float>());
+      },
+      tokens, W, out);
 }
 
 void embedding_backward_slice(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin, const Tensor& dW) {
@@ -86,9 +96,12 @@ void embedding_backward_slice(const Tensor& tokens, const Tensor& dout, int64_t 
                   int64_t(tokens.nbytes() + dout.nbytes()) + rows, rows});
   }
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  embedding_bwd_slice(tokens.numel(), dW.size(1), dW.size(0), tokens.data<int64_t>(), dout.data<float>(), vocab_begin,
-                      dW.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& tokens, const Tensor& dout, const Tensor& dW) {
+      embedding_bwd_slice(tokens.numel(), dW.size(1), dW.size(0), tokens.data<int64_t>(), dout.data<float>(), vocab_begin,
+                          dW.data<float>());
+      },
+      tokens, dout, dW);
 }
 
 void add_gathered_rows(const Tensor& index, const Tensor& table, const Tensor& out) {
@@ -96,12 +109,15 @@ void add_gathered_rows(const Tensor& index, const Tensor& table, const Tensor& o
   const Device device = common_device("add_gathered_rows", {&index, &table, &out});
   record_op("add_gathered_rows", {&index, &out}, {&out}, double(out.numel()));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  const int64_t* idx = index.data<int64_t>();
-  for (int64_t n = 0; n < index.numel(); ++n)
-    TESSEL_CHECK(idx[n] >= 0 && idx[n] < table.size(0), "add_gathered_rows: row index {} at {} is outside the table's {} rows",
-                 idx[n], n, table.size(0));
-  add_gathered_rows(out.size(0), out.size(1), index.data<int64_t>(), table.data<float>(), out.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& index, const Tensor& table, const Tensor& out) {
+      const int64_t* idx = index.data<int64_t>();
+      for (int64_t n = 0; n < index.numel(); ++n)
+        TESSEL_CHECK(idx[n] >= 0 && idx[n] < table.size(0), "add_gathered_rows: row index {} at {} is outside the table's {} rows",
+                     idx[n], n, table.size(0));
+      add_gathered_rows(out.size(0), out.size(1), index.data<int64_t>(), table.data<float>(), out.data<float>());
+      },
+      index, table, out);
 }
 
 void shift_tokens(const Tensor& ids, int64_t by, int64_t fill, const Tensor& out) {
@@ -112,12 +128,15 @@ void shift_tokens(const Tensor& ids, int64_t by, int64_t fill, const Tensor& out
   const Device device = common_device("shift_tokens", {&ids, &out});
   record_op("shift_tokens", {&ids}, {&out}, 0.0);
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  const int64_t B = ids.size(0), T = ids.size(1);
-  const int64_t* in = ids.data<int64_t>();
-  int64_t* o = out.data<int64_t>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < T; ++i) o[b * T + i] = i + by < T ? in[b * T + i + by] : fill;
+  launch_cpu_kernel(
+      [=](const Tensor& ids, const Tensor& out) {
+      const int64_t B = ids.size(0), T = ids.size(1);
+      const int64_t* in = ids.data<int64_t>();
+      int64_t* o = out.data<int64_t>();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < T; ++i) o[b * T + i] = i + by < T ? in[b * T + i + by] : fill;
+      },
+      ids, out);
 }
 
 int64_t count_nonnegative(const Tensor& ids) {

@@ -1,7 +1,9 @@
 // The FP8 GEMM's dispatch point: device-neutral checks and the op record, then the device's kernel.
 #include "tessel/kernels/fp8_gemm.h"
 
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
+#include "tessel/kernels/workspace.h"
 
 namespace tessel::kernels {
 
@@ -22,18 +24,17 @@ void fp8_gemm(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b
     op_log().add({"fp8_gemm", {a.data.shape(), b.data.shape(), c.shape()}, {a.format(), b.format(), c.dtype()},
                   2.0 * double(M) * double(N) * double(K), int64_t(a.nbytes() + b.nbytes()) +
                   (accumulate ? int64_t(c.nbytes()) : 0), int64_t(c.nbytes())});
-  switch (device) {
-    case Device::cpu: {
-      const DeviceAccessScope on_device;
-      fp8_gemm_emulated(a, trans_a, b, trans_b, c, accumulate, M, N, K);
-      return;
-    }
-    case Device::meta: {
-      std::vector<Tensor> held;  // the cpu emulation's scratch, accounted and freed as it would be
-      fp8_gemm_emulation_workspace(a, trans_a, b, trans_b, c, accumulate, M, N, K, held);
-      return;
-    }
-  }
+  // The cpu emulation's scratch, allocated here on every device (kernels/workspace.h).
+  const std::vector<Tensor> workspace = fp8_gemm_emulation_workspace(a, trans_a, b, trans_b, c, accumulate, M, N, K);
+  if (device == Device::meta) return;
+  const Fp8Scaling sa = a.scaling, sb = b.scaling;
+  launch_cpu_kernel(
+      [ws = borrow_all(workspace), sa, sb, trans_a, trans_b, accumulate, M, N, K](
+          const Tensor& a_data, const Tensor& a_scale, const Tensor& b_data, const Tensor& b_scale, const Tensor& c) {
+        const WorkspaceSupplyScope supply(ws);
+        fp8_gemm_emulated({a_data, a_scale, sa}, trans_a, {b_data, b_scale, sb}, trans_b, c, accumulate, M, N, K);
+      },
+      a.data, a.scale_inv, b.data, b.scale_inv, c);
 }
 
 }  // namespace tessel::kernels

@@ -39,9 +39,9 @@ void fp8_gemm(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b
 // GEMM's own: gemm_cpu_workspace), which the meta device allocates alike.
 void fp8_gemm_emulated(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b, const Tensor& c,
                        bool accumulate, int64_t M, int64_t N, int64_t K);
-void fp8_gemm_emulation_workspace(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b,
-                                  const Tensor& c, bool accumulate, int64_t M, int64_t N, int64_t K,
-                                  std::vector<Tensor>& held);
+// Allocated on c's device, in the order fp8_gemm_emulated asks kernel_workspace() for it.
+std::vector<Tensor> fp8_gemm_emulation_workspace(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b,
+                                                 const Tensor& c, bool accumulate, int64_t M, int64_t N, int64_t K);
 
 // The bf16 tensor an Fp8Tensor stands for (tiles and blocks with their scales; per-tensor data
 // decoded without its scale, which fp8_gemm applies to the output).

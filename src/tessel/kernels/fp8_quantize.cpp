@@ -3,6 +3,7 @@
 #include "tessel/kernels/fp8_quantize.h"
 
 #include "tessel/kernels/fp8.h"
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel::kernels {
@@ -65,11 +66,14 @@ void fp8_quantize(const Tensor& x, float scale, const Fp8Tensor& q) {
   const Device device = common_device(op, {&x, &q.data, &q.scale_inv});
   record_op(op, {&x}, {&q.data, &q.scale_inv}, 2.0 * double(x.numel()));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  with_elements(x, [&](const auto* p) {
-    fp8_quantize(x.numel(), p, scale, q.format(), static_cast<uint8_t*>(q.data.raw()));
-  });
-  q.scale_inv.data<float>()[0] = 1.0f / scale;
+  launch_cpu_kernel(
+      [scale](const Tensor& x, const Tensor& codes, const Tensor& scale_inv) {
+        with_elements(x, [&](const auto* p) {
+          fp8_quantize(x.numel(), p, scale, codes.dtype(), static_cast<uint8_t*>(codes.raw()));
+        });
+        scale_inv.data<float>()[0] = 1.0f / scale;
+      },
+      x, q.data, q.scale_inv);
 }
 
 void fp8_quantize_row_tiles(const Tensor& x, const Fp8Tensor& q) {
@@ -80,10 +84,14 @@ void fp8_quantize_row_tiles(const Tensor& x, const Fp8Tensor& q) {
   const Device device = common_device(op, {&x, &q.data, &q.scale_inv});
   record_op(op, {&x}, {&q.data, &q.scale_inv}, quantize_flops(x));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  with_elements(x, [&](const auto* p) {
-    fp8_quantize_row_tiles(R, C, p, C, q.format(), true, static_cast<uint8_t*>(q.data.raw()), q.scale_inv.data<float>());
-  });
+  launch_cpu_kernel(
+      [R, C](const Tensor& x, const Tensor& codes, const Tensor& scale_inv) {
+        with_elements(x, [&](const auto* p) {
+          fp8_quantize_row_tiles(R, C, p, C, codes.dtype(), true, static_cast<uint8_t*>(codes.raw()),
+                                 scale_inv.data<float>());
+        });
+      },
+      x, q.data, q.scale_inv);
 }
 
 void fp8_quantize_col_tiles_transposed(const Tensor& x, const Fp8Tensor& q) {
@@ -94,11 +102,14 @@ void fp8_quantize_col_tiles_transposed(const Tensor& x, const Fp8Tensor& q) {
   const Device device = common_device(op, {&x, &q.data, &q.scale_inv});
   record_op(op, {&x}, {&q.data, &q.scale_inv}, quantize_flops(x));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  with_elements(x, [&](const auto* p) {
-    fp8_quantize_col_tiles_transposed(R, C, p, C, q.format(), true, static_cast<uint8_t*>(q.data.raw()),
-                                      q.scale_inv.data<float>());
-  });
+  launch_cpu_kernel(
+      [R, C](const Tensor& x, const Tensor& codes, const Tensor& scale_inv) {
+        with_elements(x, [&](const auto* p) {
+          fp8_quantize_col_tiles_transposed(R, C, p, C, codes.dtype(), true, static_cast<uint8_t*>(codes.raw()),
+                                            scale_inv.data<float>());
+        });
+      },
+      x, q.data, q.scale_inv);
 }
 
 void fp8_quantize_blocks(const Tensor& w, const Fp8Tensor& q) {
@@ -110,9 +121,12 @@ void fp8_quantize_blocks(const Tensor& w, const Fp8Tensor& q) {
   const Device device = common_device(op, {&w, &q.data, &q.scale_inv});
   record_op(op, {&w}, {&q.data, &q.scale_inv}, quantize_flops(w));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  fp8_quantize_blocks(R, C, w.data<float>(), q.format(), true, static_cast<uint8_t*>(q.data.raw()),
-                      q.scale_inv.data<float>());
+  launch_cpu_kernel(
+      [R, C](const Tensor& w, const Tensor& codes, const Tensor& scale_inv) {
+        fp8_quantize_blocks(R, C, w.data<float>(), codes.dtype(), true, static_cast<uint8_t*>(codes.raw()),
+                            scale_inv.data<float>());
+      },
+      w, q.data, q.scale_inv);
 }
 
 void norm_forward_fp8(NormKind kind, const Tensor& r_in, const Tensor& delta, const Tensor& r_out, const Tensor& w,

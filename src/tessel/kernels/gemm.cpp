@@ -1,7 +1,11 @@
 // The GEMM dispatch point: device-neutral checks and the op record, then the device's kernel.
 #include "tessel/kernels/gemm.h"
 
+#include <algorithm>
+
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
+#include "tessel/kernels/workspace.h"
 
 namespace tessel::kernels {
 
@@ -30,32 +34,33 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
     }
     op_log().add(std::move(r));
   }
-  switch (device) {
-    case Device::cpu: {
-      const DeviceAccessScope on_device;
-      gemm(M, N, K, a.dtype(), {a.raw(), a.stride(0), trans_a}, {b.raw(), b.stride(0), trans_b}, c.data<float>(),
-           c.stride(0), accumulate, bias.defined() ? bias.data<float>() : nullptr);
-      return;
-    }
-    case Device::meta:  // nothing computed; the cpu kernel's workspace accounted (and freed) as it would be
-      allocate_like_cpu_gemm(gemm_cpu_workspace(M, N, K, a.dtype(), trans_a, a.stride(0), trans_b, b.stride(0),
-                                                c.stride(0), accumulate, bias.defined()),
-                             Device::meta);
-      return;
-  }
+  // The cpu kernel's workspace, allocated here, in its order, and freed when the call returns (on meta
+  // that is all there is; on the cpu the memory goes back to the pool after the kernel has run).
+  const std::vector<Tensor> workspace = allocate_like_cpu_gemm(
+      gemm_cpu_workspace(M, N, K, a.dtype(), trans_a, a.stride(0), trans_b, b.stride(0), c.stride(0), accumulate,
+                         bias.defined()),
+      device);
+  if (device == Device::meta) return;
+  launch_cpu_kernel(
+      [ws = borrow_all(workspace), M, N, K, trans_a, trans_b, accumulate](const Tensor& a, const Tensor& b, const Tensor& c,
+                                                                          const Tensor& bias) {
+        const WorkspaceSupplyScope supply(ws);
+        gemm(M, N, K, a.dtype(), {a.raw(), a.stride(0), trans_a}, {b.raw(), b.stride(0), trans_b}, c.data<float>(),
+             c.stride(0), accumulate, bias.defined() ? bias.data<float>() : nullptr);
+      },
+      a, b, c, bias);
 }
 
-void allocate_like_cpu_gemm(const GemmWorkspace& w, Device device) {
+std::vector<Tensor> allocate_like_cpu_gemm(const GemmWorkspace& w, Device device) {
   MemoryCategoryScope scratch(MemoryCategory::workspace);
-  std::vector<Tensor> held;  // the copies, for the whole call
+  std::vector<Tensor> held;
   for (const GemmScratch& c : w.copies) held.push_back(Tensor::empty(c.shape, c.dtype, device));
-  for (size_t bytes : w.scratchpads) gemm_scratchpad_tensor(bytes, device);  // each primitive's, one at a time
+  size_t scratch_bytes = 0;  // one scratchpad for all the primitives, as gemm() runs them
+  for (size_t bytes : w.scratchpads) scratch_bytes = std::max(scratch_bytes, bytes);
+  if (scratch_bytes) held.push_back(Tensor::empty(gemm_scratchpad_shape(scratch_bytes), DType::i32, device));
+  return held;
 }
 
-Tensor gemm_scratchpad_tensor(size_t bytes, Device device) {
-  if (bytes == 0) return Tensor();
-  MemoryCategoryScope ws(MemoryCategory::workspace);
-  return Tensor::empty({int64_t((bytes + 3) / 4)}, DType::i32, device);
-}
+Shape gemm_scratchpad_shape(size_t bytes) { return {int64_t((bytes + 3) / 4)}; }
 
 }  // namespace tessel::kernels

@@ -31,23 +31,24 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
 
 // The workspace gemm() allocates for one call on this cpu: the operand copies it holds for the whole
 // call (bf16 widened to fp32 where there are no bf16 kernels, operands with tokens in K zero-padded
-// to a size class), then, one after the other, each matmul primitive's scratchpad (oneDNN's, given
-// from tessel's allocator). The meta device allocates the same (allocate_like_cpu_gemm), so a dry
-// run accounts the cpu's workspace byte for byte; the scratchpads are asked of oneDNN for the shape.
+// to a size class), then one scratchpad that each matmul primitive uses in turn, the largest they
+// need (oneDNN's, given from tessel's allocator). The dispatch point allocates it
+// (allocate_like_cpu_gemm) on every device, so a dry run accounts the cpu's workspace byte for byte;
+// the scratchpads are asked of oneDNN for the shape.
 struct GemmScratch {
   Shape shape;
   DType dtype;
 };
 struct GemmWorkspace {
   std::vector<GemmScratch> copies;
-  std::vector<size_t> scratchpads;  // bytes, in call order
+  std::vector<size_t> scratchpads;  // bytes each primitive needs, in call order
 };
 GemmWorkspace gemm_cpu_workspace(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool trans_a, int64_t lda,
                                  bool trans_b, int64_t ldb, int64_t ldc, bool accumulate, bool bias);
-// Allocates on `device` (and frees) what the cpu gemm would, in its order.
-void allocate_like_cpu_gemm(const GemmWorkspace& w, Device device);
-// A matmul's scratchpad of `bytes` as a workspace tensor (i32 words: bytes rounded up to 4), or none.
-Tensor gemm_scratchpad_tensor(size_t bytes, Device device);
+// Allocates on `device` what the cpu gemm asks kernel_workspace() for (kernels/workspace.h), in its order.
+std::vector<Tensor> allocate_like_cpu_gemm(const GemmWorkspace& w, Device device);
+// The scratchpad of `bytes` as a workspace tensor: i32 words, bytes rounded up to 4.
+Shape gemm_scratchpad_shape(size_t bytes);
 
 // True where oneDNN has no bf16 matmul kernels (no AVX-512, or ONEDNN_MAX_CPU_ISA below AVX512_CORE):
 // bf16 operands are then widened to fp32 (exact) and multiplied by the fp32 kernels.

@@ -2,6 +2,7 @@
 // device's kernel.
 #include "tessel/kernels/heads.h"
 
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel::kernels {
@@ -31,9 +32,12 @@ void copy_head_columns(const Tensor& src, int64_t src_stride, int64_t src_col, c
     op_log().add({op, {src.shape(), dst.shape()}, {src.dtype(), dst.dtype()}, 0.0, moved, moved});
   }
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  copy_head_columns(src.size(0), dtype_size(src.dtype()), src.raw(), src.size(1), src_stride, src_col, dst.raw(),
-                    dst.size(1), dst_stride, dst_col, width, heads);
+  launch_cpu_kernel(
+      [=](const Tensor& src, const Tensor& dst) {
+      copy_head_columns(src.size(0), dtype_size(src.dtype()), src.raw(), src.size(1), src_stride, src_col, dst.raw(),
+                        dst.size(1), dst_stride, dst_col, width, heads);
+      },
+      src, dst);
 }
 
 void sum_head_columns(const Tensor& src, int64_t src_stride, int64_t src_col, const Tensor& dst, int64_t width,
@@ -50,8 +54,11 @@ void sum_head_columns(const Tensor& src, int64_t src_stride, int64_t src_col, co
                   summed * 4 + int64_t(dst.nbytes()), int64_t(dst.nbytes())});
   }
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  sum_head_columns(src.size(0), src.data<float>(), src.size(1), src_stride, src_col, dst.data<float>(), width, heads);
+  launch_cpu_kernel(
+      [=](const Tensor& src, const Tensor& dst) {
+      sum_head_columns(src.size(0), src.data<float>(), src.size(1), src_stride, src_col, dst.data<float>(), width, heads);
+      },
+      src, dst);
 }
 
 }  // namespace tessel::kernels

@@ -1,6 +1,9 @@
 // The MoE family's dispatch points: device-neutral checks and the op record, then the device's kernel.
 #include "tessel/kernels/moe.h"
 
+#include <vector>
+
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel::kernels {
@@ -34,9 +37,15 @@ void router_forward(const RouterConfig& c, const Tensor& logits, const float* ho
   const Device device = common_device(op, {&logits, &scores, &chosen, &weights});
   record_op(op, {&logits}, {&scores, &chosen, &weights}, ops(logits, 4.0 + double(k)));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  router_forward(c, N, logits.data<float>(), host_bias, scores.data<float>(), chosen.data<int32_t>(),
-                 weights.data<float>());
+  // The bias is copied at launch: the host may change it (the balancing update) before the kernel runs.
+  std::vector<float> bias = host_bias ? std::vector<float>(host_bias, host_bias + c.experts) : std::vector<float>();
+  launch_cpu_kernel(
+      [c, N, bias = std::move(bias)](const Tensor& logits, const Tensor& scores, const Tensor& chosen,
+                                     const Tensor& weights) {
+        router_forward(c, N, logits.data<float>(), bias.empty() ? nullptr : bias.data(), scores.data<float>(),
+                       chosen.data<int32_t>(), weights.data<float>());
+      },
+      logits, scores, chosen, weights);
 }
 
 void router_weights_backward(const RouterConfig& c, const Tensor& scores, const Tensor& chosen, const Tensor& dweights,
@@ -50,9 +59,12 @@ void router_weights_backward(const RouterConfig& c, const Tensor& scores, const 
   const Device device = common_device(op, {&scores, &chosen, &dweights, &dscores});
   record_op(op, {&scores, &chosen, &dweights}, {&dscores}, ops(dweights, 4.0 * double(k)));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  router_weights_backward(c, N, scores.data<float>(), chosen.data<int32_t>(), dweights.data<float>(),
-                          dscores.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& scores, const Tensor& chosen, const Tensor& dweights, const Tensor& dscores) {
+      router_weights_backward(c, N, scores.data<float>(), chosen.data<int32_t>(), dweights.data<float>(),
+                              dscores.data<float>());
+      },
+      scores, chosen, dweights, dscores);
 }
 
 void router_scores_backward(const RouterConfig& c, const Tensor& scores, const Tensor& dscores, const Tensor& dlogits) {
@@ -64,8 +76,11 @@ void router_scores_backward(const RouterConfig& c, const Tensor& scores, const T
   const Device device = common_device(op, {&scores, &dscores, &dlogits});
   record_op(op, {&scores, &dscores}, {&dlogits}, ops(scores, 4.0));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  router_scores_backward(c, N, scores.data<float>(), dscores.data<float>(), dlogits.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& scores, const Tensor& dscores, const Tensor& dlogits) {
+      router_scores_backward(c, N, scores.data<float>(), dscores.data<float>(), dlogits.data<float>());
+      },
+      scores, dscores, dlogits);
 }
 
 void balance_counts(const RouterConfig& c, const Tensor& row_seq, const Tensor& chosen, const Tensor& counts) {
@@ -79,8 +94,11 @@ void balance_counts(const RouterConfig& c, const Tensor& row_seq, const Tensor& 
   const Device device = common_device(op, {&row_seq, &chosen, &counts});
   record_op(op, {&row_seq, &chosen}, {&counts}, ops(chosen, 1.0));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  balance_counts(c, N, row_seq.data<int64_t>(), chosen.data<int32_t>(), counts.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& row_seq, const Tensor& chosen, const Tensor& counts) {
+      balance_counts(c, N, row_seq.data<int64_t>(), chosen.data<int32_t>(), counts.data<float>());
+      },
+      row_seq, chosen, counts);
 }
 
 double balance_loss_rows(const RouterConfig& c, const Tensor& row_seq, int64_t T, float alpha, const Tensor& scores,
@@ -121,11 +139,14 @@ void gather_rows(const Tensor& src, const Tensor& index, const Tensor& out) {
   const Device device = common_device(op, {&src, &index, &out});
   record_op(op, {&index}, {&out}, 0.0);  // reads the indexed rows only: as many bytes as it writes
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  const int64_t* idx = index.data<int64_t>();
-  for (int64_t p = 0; p < index.numel(); ++p)
-    TESSEL_CHECK(idx[p] >= 0 && idx[p] < src.size(0), "{}: index {} at {} outside the {} rows", op, idx[p], p, src.size(0));
-  gather_rows(index.numel(), size_t(src.size(1)) * dtype_size(src.dtype()), src.raw(), idx, out.raw());
+  launch_cpu_kernel(
+      [=](const Tensor& src, const Tensor& index, const Tensor& out) {
+      const int64_t* idx = index.data<int64_t>();
+      for (int64_t p = 0; p < index.numel(); ++p)
+        TESSEL_CHECK(idx[p] >= 0 && idx[p] < src.size(0), "{}: index {} at {} outside the {} rows", op, idx[p], p, src.size(0));
+      gather_rows(index.numel(), size_t(src.size(1)) * dtype_size(src.dtype()), src.raw(), idx, out.raw());
+      },
+      src, index, out);
 }
 
 void scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& out) {
@@ -137,11 +158,14 @@ void scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& out)
   const Device device = common_device(op, {&src, &index, &out});
   record_op(op, {&src, &index}, {&src}, double(src.numel()));  // read-modify-write of as many rows
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  const int64_t* idx = index.data<int64_t>();
-  for (int64_t p = 0; p < index.numel(); ++p)
-    TESSEL_CHECK(idx[p] >= 0 && idx[p] < out.size(0), "{}: index {} at {} outside the {} rows", op, idx[p], p, out.size(0));
-  scatter_add_rows(index.numel(), out.size(1), src.data<float>(), idx, out.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& src, const Tensor& index, const Tensor& out) {
+      const int64_t* idx = index.data<int64_t>();
+      for (int64_t p = 0; p < index.numel(); ++p)
+        TESSEL_CHECK(idx[p] >= 0 && idx[p] < out.size(0), "{}: index {} at {} outside the {} rows", op, idx[p], p, out.size(0));
+      scatter_add_rows(index.numel(), out.size(1), src.data<float>(), idx, out.data<float>());
+      },
+      src, index, out);
 }
 
 namespace {
@@ -162,9 +186,12 @@ void moe_weighted_sum(const Tensor& outputs, const Tensor& copies, const Tensor&
   const Device device = common_device(op, {&outputs, &copies, &weights, &out});
   record_op(op, {&outputs, &copies, &weights}, {&outputs}, 2.0 * double(outputs.numel()));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  moe_weighted_sum(copies.numel(), out.size(1), weights.size(1), outputs.data<float>(), copies.data<int64_t>(),
-                   weights.data<float>(), out.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& outputs, const Tensor& copies, const Tensor& weights, const Tensor& out) {
+      moe_weighted_sum(copies.numel(), out.size(1), weights.size(1), outputs.data<float>(), copies.data<int64_t>(),
+                       weights.data<float>(), out.data<float>());
+      },
+      outputs, copies, weights, out);
 }
 
 void moe_weighted_sum_backward(const Tensor& dout, const Tensor& outputs, const Tensor& copies, const Tensor& weights,
@@ -178,9 +205,12 @@ void moe_weighted_sum_backward(const Tensor& dout, const Tensor& outputs, const 
   const Device device = common_device(op, {&dout, &outputs, &copies, &weights, &dweights, &dcopy});
   record_op(op, {&dout, &outputs, &copies, &weights}, {&dweights, &dcopy}, 3.0 * double(outputs.numel()));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  moe_weighted_sum_backward(copies.numel(), dout.size(1), weights.size(1), dout.data<float>(), outputs.data<float>(),
-                            copies.data<int64_t>(), weights.data<float>(), dweights.data<float>(), dcopy.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& dout, const Tensor& outputs, const Tensor& copies, const Tensor& weights, const Tensor& dweights, const Tensor& dcopy) {
+      moe_weighted_sum_backward(copies.numel(), dout.size(1), weights.size(1), dout.data<float>(), outputs.data<float>(),
+                                copies.data<int64_t>(), weights.data<float>(), dweights.data<float>(), dcopy.data<float>());
+      },
+      dout, outputs, copies, weights, dweights, dcopy);
 }
 
 }  // namespace tessel::kernels

@@ -1,6 +1,7 @@
 // The norm family's dispatch point: device-neutral checks and the op record, then the device's kernel.
 #include "tessel/kernels/norm.h"
 
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel::kernels {
@@ -44,19 +45,22 @@ void norm_forward(NormKind kind, const Tensor& r_in, const Tensor& delta, const 
   const double flops = double(N) * double(D) * ((delta.defined() ? 1 : 0) + (layer ? 7 : 4));
   record_op(op, {&r_in, &delta, &w, &b}, {delta.defined() ? &r_out : &delta, &y, &mean, &rstd}, flops);
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  const auto run = [&](auto* out) {
-    if (layer)
-      layernorm_fwd(N, D, r_in.data<float>(), f32_or_null(delta), r_out.data<float>(), w.data<float>(), b.data<float>(), eps,
-                    out, mean.data<float>(), rstd.data<float>());
-    else
-      rmsnorm_fwd(N, D, r_in.data<float>(), f32_or_null(delta), r_out.data<float>(), w.data<float>(), eps, out,
-                  rstd.data<float>());
-  };
-  if (y.dtype() == DType::bf16)
-    run(y.data<bf16>());
-  else
-    run(y.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& r_in, const Tensor& delta, const Tensor& r_out, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+      const auto run = [&](auto* out) {
+        if (layer)
+          layernorm_fwd(N, D, r_in.data<float>(), f32_or_null(delta), r_out.data<float>(), w.data<float>(), b.data<float>(), eps,
+                        out, mean.data<float>(), rstd.data<float>());
+        else
+          rmsnorm_fwd(N, D, r_in.data<float>(), f32_or_null(delta), r_out.data<float>(), w.data<float>(), eps, out,
+                      rstd.data<float>());
+      };
+      if (y.dtype() == DType::bf16)
+        run(y.data<bf16>());
+      else
+        run(y.data<float>());
+      },
+      r_in, delta, r_out, w, b, y, mean, rstd);
 }
 
 void norm_backward(NormKind kind, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
@@ -78,13 +82,16 @@ void norm_backward(NormKind kind, const Tensor& x, const Tensor& w, const Tensor
   const double flops = double(N) * double(D) * (layer ? 12 : 9);
   record_op(op, {&x, &w, &mean, &rstd, &dy, &dresid, &dw, &db}, {&dx, &dw, &db}, flops);
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  if (layer)
-    layernorm_bwd(N, D, x.data<float>(), w.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<float>(),
-                  f32_or_null(dresid), dx.data<float>(), dw.data<float>(), db.data<float>());
-  else
-    rmsnorm_bwd(N, D, x.data<float>(), w.data<float>(), rstd.data<float>(), dy.data<float>(), f32_or_null(dresid),
-                dx.data<float>(), dw.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dy, const Tensor& dresid, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+      if (layer)
+        layernorm_bwd(N, D, x.data<float>(), w.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<float>(),
+                      f32_or_null(dresid), dx.data<float>(), dw.data<float>(), db.data<float>());
+      else
+        rmsnorm_bwd(N, D, x.data<float>(), w.data<float>(), rstd.data<float>(), dy.data<float>(), f32_or_null(dresid),
+                    dx.data<float>(), dw.data<float>());
+      },
+      x, w, mean, rstd, dy, dresid, dx, dw, db);
 }
 
 }  // namespace tessel::kernels

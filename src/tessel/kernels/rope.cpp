@@ -1,6 +1,7 @@
 // The RoPE family's dispatch point: device-neutral checks and the op record, then the device's kernel.
 #include "tessel/kernels/rope.h"
 
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel::kernels {
@@ -12,8 +13,12 @@ void rope(const RopeTable& tab, const Tensor& x, int64_t heads, bool inverse, in
   const Device device = common_device("rope", {&x});
   record_op("rope", {&x}, {&x}, 6.0 * double(x.size(0)) * double(heads) * double(tab.half));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  rope_apply(tab, x.size(0), heads, x.data<float>(), x.stride(0), inverse, pos0);
+  // The table is the model's, built once and never changed while kernels that read it are queued.
+  launch_cpu_kernel(
+      [table = &tab, heads, inverse, pos0](const Tensor& x) {
+        rope_apply(*table, x.size(0), heads, x.data<float>(), x.stride(0), inverse, pos0);
+      },
+      x);
 }
 
 }  // namespace tessel::kernels

@@ -2,6 +2,7 @@
 // device's kernel. The loss leaves the device as one explicit host copy per call.
 #include "tessel/kernels/xent.h"
 
+#include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
 namespace tessel::kernels {
@@ -51,9 +52,12 @@ void xent_local_max_and_target(const Tensor& logits, const Tensor& targets, int6
   const Device device = common_device("xent_local_max_and_target", {&logits, &targets, &row_max, &target_logit});
   record_op("xent_local_max_and_target", {&logits, &targets}, {&row_max, &target_logit}, per_logit(logits, 1.0));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  xent_local_max_and_target(logits.size(0), logits.size(1), logits.data<float>(), targets.data<int64_t>(), vocab_begin,
-                            row_max.data<float>(), target_logit.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& logits, const Tensor& targets, const Tensor& row_max, const Tensor& target_logit) {
+      xent_local_max_and_target(logits.size(0), logits.size(1), logits.data<float>(), targets.data<int64_t>(), vocab_begin,
+                                row_max.data<float>(), target_logit.data<float>());
+      },
+      logits, targets, row_max, target_logit);
 }
 
 void xent_local_sum_exp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp) {
@@ -64,8 +68,11 @@ void xent_local_sum_exp(const Tensor& logits, const Tensor& row_max, const Tenso
   const Device device = common_device("xent_local_sum_exp", {&logits, &row_max, &sum_exp});
   record_op("xent_local_sum_exp", {&logits, &row_max}, {&sum_exp}, per_logit(logits, 2.0));
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  xent_local_sum_exp(logits.size(0), logits.size(1), logits.data<float>(), row_max.data<float>(), sum_exp.data<float>());
+  launch_cpu_kernel(
+      [=](const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp) {
+      xent_local_sum_exp(logits.size(0), logits.size(1), logits.data<float>(), row_max.data<float>(), sum_exp.data<float>());
+      },
+      logits, row_max, sum_exp);
 }
 
 double xent_vocab_parallel_finish(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,

@@ -37,6 +37,7 @@
 #include "tessel/core/check.h"
 #include "tessel/core/size_class.h"
 #include "tessel/kernels/gemm.h"
+#include "tessel/kernels/workspace.h"
 
 namespace tessel::kernels {
 namespace {
@@ -144,8 +145,9 @@ size_t scratchpad_bytes(int64_t M, int64_t N, int64_t K, DType ab_dtype, int64_t
 }
 
 // One oneDNN matmul of an exact shape, its primitive cached.
+// `scratch`: the user scratchpad, at least as large as the primitive's (scratchpad_bytes).
 void run_primitive(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOperand b, float* c,
-                   int64_t ldc, bool accumulate, const float* bias) {
+                   int64_t ldc, bool accumulate, const float* bias, const Tensor& scratch) {
   Context& cx = ctx();
   const Key key = key_of(M, N, K, ab_dtype, a.ld, a.trans, b.ld, b.trans, ldc, accumulate, bias != nullptr);
   const Descs d(M, N, K, to_dnnl(ab_dtype), a.ld, a.trans, b.ld, b.trans, ldc);
@@ -163,13 +165,15 @@ void run_primitive(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand 
     prim = it->second.prim;  // a handle: stays valid if another thread evicts the entry
     scratch_md = it->second.scratchpad;
   }
-  const Tensor scratch = gemm_scratchpad_tensor(scratch_md.get_size(), Device::cpu);
+  TESSEL_CHECK(scratch_md.get_size() == 0 || (scratch.defined() && scratch.nbytes() >= scratch_md.get_size()),
+               "gemm: the matmul needs {} bytes of scratchpad, given {}", scratch_md.get_size(),
+               scratch.defined() ? scratch.nbytes() : 0);
   memory am(d.a, cx.engine, const_cast<void*>(a.data));
   memory bm(d.b, cx.engine, const_cast<void*>(b.data));
   memory cm(d.c, cx.engine, c);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(d.bias, cx.engine, const_cast<float*>(bias)));
-  if (scratch.defined()) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cx.engine, scratch.raw()));
+  if (scratch_md.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cx.engine, scratch.raw()));
   prim.execute(cx.stream, args);
   cx.stream.wait();
 }
@@ -177,7 +181,7 @@ void run_primitive(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand 
 // op(X) with its inner dimension K zero-padded to Kc, for X stored with K as its rows (A transposed,
 // B not); `outer` is its other dimension (M or N).
 GemmOperand pad_inner(const GemmOperand& x, int64_t outer, int64_t K, int64_t Kc, DType dt, Tensor& keep) {
-  keep = Tensor::empty({Kc, outer}, dt, Device::cpu);
+  keep = kernel_workspace({Kc, outer}, dt);
   const size_t es = dtype_size(dt), row_bytes = size_t(outer) * es;
   auto* dst = static_cast<char*>(keep.raw());
   for (int64_t r = 0; r < K; ++r)
@@ -205,7 +209,7 @@ bool bf16_matmul_available() {
 // A stored bf16 matrix (rows x cols at leading dimension x.ld) widened into a dense fp32 copy of
 // rows_out >= rows rows, the rows past `rows` zero (the K padding of pad_inner, in the same copy).
 GemmOperand widen_bf16(const GemmOperand& x, int64_t rows, int64_t cols, int64_t rows_out, Tensor& keep) {
-  keep = Tensor::empty({rows_out, cols}, DType::f32, Device::cpu);
+  keep = kernel_workspace({rows_out, cols}, DType::f32);
   const auto* src = static_cast<const bf16*>(x.data);
   float* dst = keep.data<float>();
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
@@ -296,8 +300,8 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
     return;
   }
   to_dnnl(ab_dtype);  // an unsupported dtype fails before any copy
+  const DeviceAccessScope on_device;  // a kernel: its workspace is device memory (inside a dispatch point: nothing to do)
   const GemmPlan p = plan_gemm(M, N, K, ab_dtype, a.trans, a.ld, b.trans, b.ld);
-  MemoryCategoryScope scratch(MemoryCategory::workspace);
   Tensor a_copy, b_copy;  // widened and/or K-padded operands, held until the GEMM has run
   if (p.widen) {
     a = widen_bf16(a, a.trans ? K : M, p.copies[0].shape[1], p.copies[0].shape[0], a_copy);
@@ -306,10 +310,16 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
     a = pad_inner(a, M, K, p.Kc, ab_dtype, a_copy);
     b = pad_inner(b, N, K, p.Kc, ab_dtype, b_copy);
   }
+  size_t scratch_bytes = 0;  // one scratchpad, the largest call's, serves them all in turn
+  for (const PrimitiveCall& call : p.calls)
+    scratch_bytes = std::max(scratch_bytes, scratchpad_bytes(call.M, N, call.K, p.dt, p.lda, a.trans, p.ldb, b.trans, ldc,
+                                                             accumulate, bias != nullptr));
+  const Tensor scratch = scratch_bytes ? kernel_workspace(gemm_scratchpad_shape(scratch_bytes), DType::i32) : Tensor();
   const size_t es = dtype_size(p.dt);
   for (const PrimitiveCall& call : p.calls) {
     const auto* a_rows = static_cast<const char*>(a.data) + size_t(call.row * a.ld) * es;  // untransposed A only
-    run_primitive(call.M, N, call.K, p.dt, {a_rows, a.ld, a.trans}, b, c + call.row * ldc, ldc, accumulate, bias);
+    run_primitive(call.M, N, call.K, p.dt, {a_rows, a.ld, a.trans}, b, c + call.row * ldc, ldc, accumulate, bias,
+                  scratch);
   }
 }
 
