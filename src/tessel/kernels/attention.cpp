@@ -1,6 +1,8 @@
 // The attention family's dispatch point: device-neutral checks and the op record, then the device's kernel.
 #include "tessel/kernels/attention.h"
 
+#include <algorithm>
+
 #include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
@@ -77,6 +79,57 @@ void attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& 
         run(out.data<float>());
       },
       q, k, v, out, dout, lse, dq, dk, dv);
+}
+
+void kv_cache_append(const Tensor& k, const Tensor& v, int64_t pos0, const Tensor& k_cache, const Tensor& v_cache) {
+  const char* op = "kv_cache_append";
+  const int64_t n = k.dim() == 2 ? k.size(0) : 0, width = k_cache.dim() == 2 ? k_cache.size(1) : 0;
+  check_heads(op, k, n, width, false, "k");
+  check_heads(op, v, n, width, false, "v");
+  TESSEL_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && v_cache.shape() == k_cache.shape() &&
+                   k_cache.dtype() == DType::f32 && v_cache.dtype() == DType::f32,
+               "{}: the caches must be contiguous f32 of one shape, got {} and {}", op, k_cache.str(), v_cache.str());
+  TESSEL_CHECK(pos0 >= 0 && pos0 + n <= k_cache.size(0), "{}: the KV cache holds {} positions, {} needed", op,
+               k_cache.size(0), pos0 + n);
+  const Device device = common_device(op, {&k, &v, &k_cache, &v_cache});
+  record_op(op, {&k, &v}, {&k_cache, &v_cache}, 0.0);
+  if (device == Device::meta) return;
+  launch_cpu_kernel(
+      [n, width, pos0](const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache) {
+        for (int64_t i = 0; i < n; ++i) {
+          std::copy_n(k.data<float>() + i * k.stride(0), width, k_cache.data<float>() + (pos0 + i) * width);
+          std::copy_n(v.data<float>() + i * v.stride(0), width, v_cache.data<float>() + (pos0 + i) * width);
+        }
+      },
+      k, v, k_cache, v_cache);
+}
+
+void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t pos0, int64_t heads,
+                      int64_t groups, float scale, const Tensor& out) {
+  const char* op = "attention_decode";
+  TESSEL_CHECK(groups > 0 && heads % groups == 0 && k_cache.dim() == 2 && k_cache.size(1) % groups == 0,
+               "{}: {} query heads over {} key/value groups of a cache {}", op, heads, groups, k_cache.str());
+  const int64_t n = q.dim() == 2 ? q.size(0) : 0, Dh = k_cache.size(1) / groups;
+  check_heads(op, q, n, heads * Dh, false, "q");
+  check_heads(op, out, n, heads * Dh, false, "out");
+  TESSEL_CHECK(out.is_contiguous() && k_cache.is_contiguous() && v_cache.shape() == k_cache.shape() &&
+                   v_cache.is_contiguous() && k_cache.dtype() == DType::f32 && v_cache.dtype() == DType::f32,
+               "{}: contiguous f32 caches of one shape and a contiguous output, got {}, {} and {}", op, k_cache.str(),
+               v_cache.str(), out.str());
+  TESSEL_CHECK(pos0 >= 0 && pos0 + n <= k_cache.size(0), "{}: the KV cache holds {} positions, {} needed", op,
+               k_cache.size(0), pos0 + n);
+  const Device device = common_device(op, {&q, &k_cache, &v_cache, &out});
+  // Row i attends to pos0 + i + 1 cached positions: QK^T and PV, 2 x 2 FLOPs per head, position, dim.
+  const double positions = double(n) * double(pos0) + double(n) * double(n + 1) / 2;
+  record_op(op, {&q, &k_cache, &v_cache}, {&out}, 4.0 * double(heads) * double(Dh) * positions);
+  if (device == Device::meta) return;
+  launch_cpu_kernel(
+      [n, heads, groups, Dh, pos0, scale](const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                          const Tensor& out) {
+        attention_decode_rows(n, heads, groups, Dh, pos0, scale, q.data<float>(), q.stride(0), k_cache.data<float>(),
+                              v_cache.data<float>(), out.data<float>());
+      },
+      q, k_cache, v_cache, out);
 }
 
 }  // namespace tessel::kernels

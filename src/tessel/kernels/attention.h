@@ -27,7 +27,20 @@ void attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& 
 // Multiply-adds of one forward: QK^T and PV over the (causal: lower) triangle.
 double attention_forward_flops(const AttentionShape& s);
 
+// Incremental decoding of one sequence against its KV cache (nn::KVCache): n new rows at positions
+// pos0 .. pos0 + n - 1. kv_cache_append copies their keys and values, the column slices k and v
+// [n, G*Dh] (of the fused qkv), into rows pos0.. of k_cache and v_cache [T, G*Dh] f32.
+// attention_decode: out [n, H*Dh] f32 = softmax(q k^T * scale) v for each new row over the cache's
+// rows 0 .. its own position (causal), q [n, H*Dh] with strided rows. Exact softmax, one row at a
+// time (a decode step has few rows; the training kernels' tiles would be empty).
+void kv_cache_append(const Tensor& k, const Tensor& v, int64_t pos0, const Tensor& k_cache, const Tensor& v_cache);
+void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t pos0, int64_t heads,
+                      int64_t groups, float scale, const Tensor& out);
+
 // The cpu kernels (kernels/cpu/attention.cpp) on raw arrays.
+
+void attention_decode_rows(int64_t n, int64_t H, int64_t G, int64_t Dh, int64_t pos0, float scale, const float* q,
+                           int64_t ldq, const float* k_cache, const float* v_cache, float* out);
 
 template <class To>
 void attention_fwd(const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk, const float* v,

@@ -1,6 +1,8 @@
 // The RoPE family's dispatch point: device-neutral checks and the op record, then the device's kernel.
 #include "tessel/kernels/rope.h"
 
+#include <memory>
+
 #include "tessel/kernels/launch.h"
 #include "tessel/kernels/op_log.h"
 
@@ -13,9 +15,12 @@ void rope(const RopeTable& tab, const Tensor& x, int64_t heads, bool inverse, in
   const Device device = common_device("rope", {&x});
   record_op("rope", {&x}, {&x}, 6.0 * double(x.size(0)) * double(heads) * double(tab.half));
   if (device == Device::meta) return;
-  // The table is the model's, built once and never changed while kernels that read it are queued.
+  // A queued kernel may outlive the caller's table (a model destroyed with kernels in flight): it
+  // gets its own copy then. Run at once it reads the caller's.
+  const auto owned = cpu_launches_queued() ? std::make_shared<const RopeTable>(tab) : nullptr;
   launch_cpu_kernel(
-      [table = &tab, heads, inverse, pos0](const Tensor& x) {
+      [owned, table = owned ? owned.get() : &tab, heads, inverse, pos0](const Tensor& x) {
+        (void)owned;  // held for its lifetime
         rope_apply(*table, x.size(0), heads, x.data<float>(), x.stride(0), inverse, pos0);
       },
       x);

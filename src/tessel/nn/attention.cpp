@@ -130,39 +130,13 @@ Tensor SelfAttention::forward_decode(const Tensor& y, int64_t pos0, Tensor& k_ca
   Activations scratch;
   const int64_t n = y.size(0), kv = G_ * Dh_;
   TESSEL_CHECK(pos0 + n <= k_cache.size(0), "KV cache holds {} positions, {} needed", k_cache.size(0), pos0 + n);
-  Tensor qkv = qkv_.forward(y, scratch);
-  const int64_t ld = qkv.size(1);
-  float* q = qkv.data<float>();
-  if (rope_) kernels::rope_apply(*rope_, n, H_ + G_, q, ld, false, pos0);
-  for (int64_t i = 0; i < n; ++i) {
-    std::copy_n(q + i * ld + H_ * Dh_, kv, k_cache.data<float>() + (pos0 + i) * kv);
-    std::copy_n(q + i * ld + H_ * Dh_ + kv, kv, v_cache.data<float>() + (pos0 + i) * kv);
-  }
+  Tensor qkv = qkv_.forward(y, scratch);  // [n, (H + 2G) Dh]: q heads, then k, then v
+  if (rope_) kernels::rope(*rope_, qkv.slice(1, 0, (H_ + G_) * Dh_), H_ + G_, false, pos0);
+  kernels::kv_cache_append(qkv.slice(1, H_ * Dh_, H_ * Dh_ + kv), qkv.slice(1, H_ * Dh_ + kv, H_ * Dh_ + 2 * kv), pos0,
+                           k_cache, v_cache);
   Tensor out = Tensor::empty({n, H_ * Dh_}, DType::f32);
-  const float scale = float(1.0 / std::sqrt(double(Dh_)));
-  const float* K = k_cache.data<float>();
-  const float* V = v_cache.data<float>();
-  const int64_t rep = H_ / G_;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t h = 0; h < H_; ++h) {
-      const int64_t len = pos0 + i + 1, g = h / rep;
-      const float* qi = q + i * ld + h * Dh_;
-      std::vector<float> p(static_cast<size_t>(len));
-      float mx = -1e30f;
-      for (int64_t j = 0; j < len; ++j) {
-        float dot = 0;
-        for (int64_t d = 0; d < Dh_; ++d) dot += qi[d] * K[j * kv + g * Dh_ + d];
-        p[size_t(j)] = dot * scale;
-        mx = std::max(mx, p[size_t(j)]);
-      }
-      float sum = 0;
-      for (auto& x : p) sum += (x = std::exp(x - mx));
-      float* oi = out.data<float>() + i * H_ * Dh_ + h * Dh_;
-      std::fill_n(oi, Dh_, 0.0f);
-      for (int64_t j = 0; j < len; ++j)
-        for (int64_t d = 0; d < Dh_; ++d) oi[d] += p[size_t(j)] / sum * V[j * kv + g * Dh_ + d];
-    }
+  kernels::attention_decode(qkv.slice(1, 0, H_ * Dh_), k_cache, v_cache, pos0, H_, G_,
+                            float(1.0 / std::sqrt(double(Dh_))), out);
   const Tensor oc = out.dtype() == ps_.compute_dtype() ? out : out.to(ps_.compute_dtype());
   return o_.forward(oc, scratch);
 }
