@@ -103,7 +103,10 @@ class CpuQueue {
   std::exception_ptr error_;
 };
 
-bool queued() { return strict_cpu() && !t_on_queue; }
+// Inside a DeviceAccessScope the host thread has synchronised and holds device memory: a kernel it
+// launches there runs at once, so the code in the scope reads its result (a checkpoint save that
+// converts a tensor, then writes it).
+bool queued() { return strict_cpu() && !t_on_queue && !in_device_access(); }
 
 }  // namespace
 
@@ -124,7 +127,7 @@ void release_in_queue_order(std::function<void()> release) {
 }
 
 void synchronize_cpu() {
-  if (queued()) CpuQueue::instance().synchronize();
+  if (strict_cpu() && !t_on_queue) CpuQueue::instance().synchronize();
 }
 
 bool on_cpu_queue() { return t_on_queue; }

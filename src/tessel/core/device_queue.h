@@ -3,8 +3,8 @@
 // on one thread, in launch order, as on a GPU stream, while the launching thread goes on. Host code
 // sees a kernel's results only after a synchronisation, which every explicit copy makes (a
 // DeviceAccessScope opened outside the queue synchronises first), so a missing synchronisation reads
-// stale memory instead of luckily finding the result there. Outside strict mode a launch runs at once,
-// on the calling thread.
+// stale memory instead of luckily finding the result there. Outside strict mode, and inside a
+// DeviceAccessScope (which has synchronised), a launch runs at once, on the calling thread.
 //
 // Errors are reported as a GPU reports them: a kernel that throws marks the queue failed; the
 // kernels launched after it are skipped, and the next synchronisation rethrows the first error.
