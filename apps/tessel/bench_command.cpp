@@ -294,7 +294,8 @@ int run_bench(const BenchOptions& o) {
       world.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       for (int64_t b = 0; b < local; b += bucket)
-        grad_group.all_reduce(ps.grads_data() + b, std::min(bucket, local - b), DType::f32, comm::ReduceOp::sum);
+        grad_group.all_reduce(static_cast<float*>(ps.grads_flat().device_ptr()) + b, std::min(bucket, local - b),
+                              DType::f32, comm::ReduceOp::sum);
       if (r > 0) reps.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(reps.begin(), reps.end());

@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "model_loading.h"
+#include "tessel/core/device.h"
 #include "tessel/data/tokenizer.h"
 #include "tessel/infer/sampler.h"
 
@@ -32,18 +33,28 @@ int run_generate(const GenerateOptions& o) {
                "leaving room for at least one new token)", ids.size(), T);
   nn::KVCache cache = lm.model->make_kv_cache();
   Tensor prompt = Tensor::empty({int64_t(ids.size())}, DType::i64);
-  std::copy(ids.begin(), ids.end(), prompt.data<int64_t>());
+  {
+    const DeviceAccessScope upload;  // the prompt's ids to the device
+    std::copy(ids.begin(), ids.end(), prompt.data<int64_t>());
+  }
   Tensor logits = lm.model->decode(prompt, cache);
   std::vector<int64_t> out;
   const int64_t budget = std::min<int64_t>(o.max_new_tokens, T - int64_t(ids.size()));
   for (int64_t step = 0; step < budget; ++step) {
     // Only the tokenizer's ids: a padded model's extra rows are no tokens (the decoder refuses them).
-    const int64_t next = infer::sample_token(logits.data<float>(), tok.vocab_size(), o.sampling, step);
+    int64_t next = 0;
+    {
+      const DeviceAccessScope copy_to_host;  // the step's logits, sampled on the host
+      next = infer::sample_token(logits.data<float>(), tok.vocab_size(), o.sampling, step);
+    }
     if (next == tok.eos_id()) break;
     out.push_back(next);
     if (step + 1 == budget) break;
     Tensor t = Tensor::empty({1}, DType::i64);
-    t.data<int64_t>()[0] = next;
+    {
+      const DeviceAccessScope upload;  // the sampled id to the device
+      t.data<int64_t>()[0] = next;
+    }
     logits = lm.model->decode(t, cache);
   }
   std::printf("%s%s\n", o.prompt.c_str(), tok.decode(out).empty() ? "" : (" " + tok.decode(out)).c_str());

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "model_loading.h"
+#include "tessel/core/device.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
 
@@ -45,9 +46,13 @@ int run_import(const ImportOptions& o) {
   for (const auto& w : ckpt::copy_into(imp, model))
     std::fprintf(stderr, "warning: import-hf: '%s': %s\n", o.hf.c_str(), w.c_str());
   optim::AdamW opt(ps, {});
-  const std::string where = ckpt::save_checkpoint(
-      o.out, ps, ckpt::FullMoments{opt.exp_avg_data(), opt.exp_avg_sq_data(), opt.steps_taken()},
-      {0, 0, uint64_t(cfg.train.seed)}, cfg.to_yaml(), 1, nullptr, true, nullptr, model.state_tensors());
+  std::string where;
+  {
+    const DeviceAccessScope host_copy;  // the fresh moments, read on the host by the save
+    where = ckpt::save_checkpoint(o.out, ps, ckpt::FullMoments{opt.exp_avg_data(), opt.exp_avg_sq_data(), opt.steps_taken()},
+                                  {0, 0, uint64_t(cfg.train.seed)}, cfg.to_yaml(), 1, nullptr, true, nullptr,
+                                  model.state_tensors());
+  }
   std::printf("imported %s (%s, %.2fM parameters) into %s\n", o.hf.c_str(), cfg.model.arch.c_str(),
               double(ps.numel()) / 1e6, where.c_str());
   return 0;

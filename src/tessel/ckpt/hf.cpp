@@ -76,6 +76,9 @@ HfImport import_hf(const std::string& dir) {
   r.model_type = cfg.model_type;
   r.source = tensors.source;
   r.warnings = std::move(cfg.warnings);
+  // The renames, transposes and row interleaving work on the file's tensors on the host, before
+  // copy_into moves them to the device.
+  const DeviceAccessScope host_side;
   if (r.model_type == "gpt2")
     hf::import_gpt2_tensors(tensors, r);
   else if (r.model_type == "deepseek_v3")
