@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "support/host_access.h"
 #include "cli/cli_support.h"
 #include "tessel/ckpt/hf.h"
 #include "tessel/nn/model.h"
@@ -76,7 +77,10 @@ TEST(GenerateCli, ATokenizerOfAnotherVocabularyIsRefused) {
 TEST(GenerateCli, NanLogitsStopNamingTheStep) {
   TempDir d;
   train_tokenizer(d);
-  make_checkpoint(d, "nan", 300, [](nn::ParamStore& ps) { ps.param("model.norm.weight").data<float>()[0] = NAN; });
+  make_checkpoint(d, "nan", 300, [](nn::ParamStore& ps) {
+    const HostAccess host;
+    ps.param("model.norm.weight").data<float>()[0] = NAN;
+  });
   for (const std::string temperature : {"0", "1"}) {
     const auto r = run_tessel("generate --ckpt nan --tokenizer tok.model --prompt 'alpha beta' --temperature " +
                                   temperature, d.path());

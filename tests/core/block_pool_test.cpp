@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "support/host_access.h"
 #include "tessel/core/block_pool.h"
 #include "tessel/core/tensor.h"
 
@@ -25,6 +26,7 @@ TEST(BlockPool, SizeClasses) {
 }
 
 TEST(BlockPool, TensorsOfNearbySizesShareABlock) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   // 100,000 and 104,000 bytes fall in one class: the second tensor gets the first one's block back.
   // (An exact-size pool kept the first block and allocated a new one.)
   void* first = nullptr;

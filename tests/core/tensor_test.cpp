@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "support/host_access.h"
 #include "tessel/core/tensor.h"
 
 namespace tessel {
@@ -56,6 +57,7 @@ double at(const Tensor& t, int64_t i, int64_t j) {
 }
 
 TEST(Tensor, EmptyAndZeros) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   for (DType t : {DType::f32, DType::bf16, DType::f16, DType::e4m3, DType::e5m2, DType::i32, DType::i64}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     Tensor z = Tensor::zeros({3, 5, 7}, t);
@@ -81,6 +83,7 @@ TEST(Tensor, EmptyAndZeros) {
 }
 
 TEST(Tensor, StorageIs64ByteAligned) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   for (int64_t n : {1, 3, 17, 63, 64, 65, 1000}) {
     for (DType t : {DType::f32, DType::bf16, DType::e4m3, DType::i64}) {
       Tensor a = Tensor::empty({n}, t);
@@ -90,6 +93,7 @@ TEST(Tensor, StorageIs64ByteAligned) {
 }
 
 TEST(Tensor, ReshapeInfersOneDimension) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Tensor t = iota2d(4, 6);
   Tensor r = t.reshape({2, -1, 3});
   EXPECT_EQ(r.shape(), (Shape{2, 4, 3}));
@@ -106,6 +110,7 @@ TEST(Tensor, ReshapeInfersOneDimension) {
 }
 
 TEST(Tensor, SliceStridesAndValues) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Tensor t = iota2d(5, 7);
   Tensor rows = t.slice(0, 1, 4);  // rows 1..3
   EXPECT_EQ(rows.shape(), (Shape{3, 7}));
@@ -129,6 +134,7 @@ TEST(Tensor, SliceStridesAndValues) {
 }
 
 TEST(Tensor, TransposeStridesAndValues) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Tensor t = iota2d(3, 4);
   Tensor tt = t.transpose(0, 1);
   EXPECT_EQ(tt.shape(), (Shape{4, 3}));
@@ -146,6 +152,7 @@ TEST(Tensor, TransposeStridesAndValues) {
 }
 
 TEST(Tensor, CopyFromStridedAcrossDtypes) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   // Source: the transpose of a column slice (strides neither row- nor column-contiguous).
   Tensor base = iota2d(6, 9);
   Tensor src = base.slice(1, 2, 7).transpose(0, 1);  // [5, 6], (i, j) = 100 j + (2 + i)
@@ -190,6 +197,7 @@ TEST(Tensor, CopyFromStridedAcrossDtypes) {
 }
 
 TEST(Tensor, ToAndCloneAreIndependentCopies) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Tensor t = iota2d(3, 4);
   Tensor c = t.clone();
   EXPECT_NE(c.raw(), t.raw());
@@ -212,6 +220,7 @@ TEST(Tensor, ToAndCloneAreIndependentCopies) {
 }
 
 TEST(Tensor, FillItemAndTypedAccess) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Tensor t = Tensor::empty({2, 3}, DType::f16);
   t.fill(1.5);
   for (int64_t i = 0; i < 2; ++i)

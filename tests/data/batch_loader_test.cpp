@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 
+#include "support/host_access.h"
 #include "tessel/core/check.h"
 #include "tessel/data/gpt_dataset.h"
 
@@ -42,6 +43,7 @@ void expect_batch(const Batch& b, int64_t first, int64_t batch, int64_t T) {
 }
 
 TEST(BatchLoader, SequentialAndOutOfOrderRequestsGiveTheSourcesSamples) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const int64_t T = 6;
   auto src = std::make_shared<CountingSource>(T, 1 << 20);
   BatchLoader loader(src, T);
@@ -67,6 +69,7 @@ TEST(BatchLoader, PrefetchRunsAheadOfTheRequest) {
 // consumed future in place: the destructor or the next get() waited on it, std::future_error
 // escaped and std::terminate ended the process without the error's message.)
 TEST(BatchLoader, AFailedPrefetchReachesTheCallerAsItsError) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const int64_t T = 4;
   auto src = std::make_shared<CountingSource>(T, 10);
   try {
@@ -80,6 +83,7 @@ TEST(BatchLoader, AFailedPrefetchReachesTheCallerAsItsError) {
 }
 
 TEST(BatchLoader, TheLoaderWorksOnAfterAFailedBatch) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const int64_t T = 4;
   auto src = std::make_shared<CountingSource>(T, 10);
   BatchLoader loader(src, T);
@@ -90,6 +94,7 @@ TEST(BatchLoader, TheLoaderWorksOnAfterAFailedBatch) {
 }
 
 TEST(BatchLoader, AFailedPrefetchNobodyAsksForIsDropped) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const int64_t T = 4;
   auto src = std::make_shared<CountingSource>(T, 10);
   BatchLoader loader(src, T);

@@ -3,6 +3,7 @@
 // both ends of the vocabulary-parallel model (the run's data setup: run_data_test.cpp).
 #include <gtest/gtest.h>
 
+#include "support/host_access.h"
 #include "support/scratch_dir.h"
 #include "data/idx_bytes.h"
 #include "support/error_of.h"
@@ -83,6 +84,7 @@ TEST(TokenIds, EverySampleOfASplitIsChecked) {
 }
 
 TEST(TokenIds, VocabParallelCrossEntropyRefusesTargetsPastTheVocabulary) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   // One rank holding the whole vocabulary: ids past it used to count as a zero logit.
   auto tp = comm::make_local_communicator();
   const int64_t V = 8;
@@ -98,6 +100,7 @@ TEST(TokenIds, VocabParallelCrossEntropyRefusesTargetsPastTheVocabulary) {
 }
 
 TEST(TokenIds, VocabParallelEmbeddingRefusesIdsPastTheVocabulary) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   auto tp = comm::make_local_communicator();
   Tensor weight = Tensor::zeros({8, 4}, DType::f32), tokens = Tensor::empty({2}, DType::i64), out;
   tokens.data<int64_t>()[0] = 3;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "support/host_access.h"
 #include "support/error_of.h"
 #include "tessel/kernels/act.h"
 #include "tessel/kernels/cast.h"
@@ -47,6 +48,7 @@ TEST(KernelDispatch, MetaMatmulChecksShapesRecordsTheCallAndComputesNothing) {
 }
 
 TEST(KernelDispatch, CpuRecordsTheSameCallItComputes) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   LogOn log;
   Tensor a = Tensor::zeros({2, 3}, DType::f32), b = Tensor::zeros({3, 4}, DType::f32);
   Tensor c = Tensor::zeros({2, 4}, DType::f32);
@@ -77,6 +79,7 @@ TEST(KernelDispatch, TheLogIsOffUnlessTurnedOn) {
 }
 
 TEST(KernelDispatch, NormTensorFormComputesTheRawKernelOnCpuAndRecordsOnMeta) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const int64_t N = 3, D = 8;
   Tensor x = Tensor::empty({N, D}, DType::f32), w = Tensor::empty({D}, DType::f32);
   for (int64_t i = 0; i < N * D; ++i) x.data<float>()[i] = float(i % 7) - 3.0f;
@@ -109,6 +112,7 @@ TEST(KernelDispatch, NormTensorFormComputesTheRawKernelOnCpuAndRecordsOnMeta) {
 }
 
 TEST(KernelDispatch, ActivationTensorFormChecksTheSwigluHalvesAndRecords) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   LogOn log;
   const Tensor gu = Tensor::empty({4, 6}, DType::f32, Device::meta), out = Tensor::empty({4, 3}, DType::bf16, Device::meta);
   kernels::activation_forward(kernels::Activation::swiglu, gu, out);
@@ -129,6 +133,7 @@ TEST(KernelDispatch, ActivationTensorFormChecksTheSwigluHalvesAndRecords) {
 }
 
 TEST(KernelDispatch, EmbeddingTensorFormLooksRowsUpOnCpuAndRecordsOnMeta) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Tensor tok = Tensor::empty({3}, DType::i64), W = Tensor::empty({5, 2}, DType::f32), out = Tensor::empty({3, 2}, DType::f32);
   for (int64_t i = 0; i < 10; ++i) W.data<float>()[i] = float(i);
   tok.data<int64_t>()[0] = 4;
@@ -151,6 +156,7 @@ TEST(KernelDispatch, EmbeddingTensorFormLooksRowsUpOnCpuAndRecordsOnMeta) {
 }
 
 TEST(KernelDispatch, CastAddAndBiasHelpersComputeOnCpuAndCheckShapes) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Tensor y = Tensor::zeros({2, 3}, DType::f32), v = Tensor::empty({3}, DType::f32), acc = Tensor::zeros({3}, DType::f32);
   for (int64_t j = 0; j < 3; ++j) v.data<float>()[j] = float(j + 1);
   kernels::add_row_vector(y, v);  // every row = 1 2 3

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "support/host_access.h"
 #include "reference.h"
 #include "tessel/core/tensor.h"
 #include "tessel/kernels/gemm.h"
@@ -19,6 +20,7 @@ namespace {
 bool below_avx512(const std::string& isa) { return isa == "sse41" || isa == "avx" || isa == "avx2" || isa == "avx2_vnni"; }
 
 TEST(GemmIsa, Bf16WidensExactlyWhereOneDnnHasNoBf16Kernels) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const std::string isa = kernels::gemm_cpu_isa();
   ASSERT_EQ(kernels::gemm_widens_bf16(), below_avx512(isa)) << isa;
   const int64_t M = 37, N = 21, K = 70, pad = 3;  // stored with leading dimension cols + pad

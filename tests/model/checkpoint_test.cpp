@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/host_access.h"
 #include "support/error_of.h"
 #include "support/scratch_dir.h"
 
@@ -38,11 +39,15 @@ struct Scratch : tessel::testing::ScratchDir {
 
 // Moves the model and optimizer state one (deterministic) update away.
 void perturb(nn::Model& m, optim::AdamW& opt, float g) {
-  for (int64_t i = 0; i < m.params().numel(); ++i) m.params().grads_data()[i] = g * float((i % 7) - 3);
+  {
+    const tessel::testing::HostAccess host;  // gradients written from the host: an upload
+    for (int64_t i = 0; i < m.params().numel(); ++i) m.params().grads_data()[i] = g * float((i % 7) - 3);
+  }
   opt.step(1e-2);
 }
 
 std::vector<float> snapshot(const nn::Model& m) {
+  const tessel::testing::HostAccess host;
   return {m.params().params_data(), m.params().params_data() + m.params().numel()};
 }
 
@@ -69,6 +74,7 @@ TEST(Checkpoint, RoundTripRestoresParamsMomentsAndState) {
 }
 
 TEST(Checkpoint, DamagedLatestIsNamedAndThePreviousOneUsed) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   for (const bool truncate : {true, false}) {
     Scratch s;
     nn::Model a(cfg());
@@ -100,6 +106,7 @@ TEST(Checkpoint, DamagedLatestIsNamedAndThePreviousOneUsed) {
 }
 
 TEST(Checkpoint, AnotherModelShapeIsRefusedAndNothingIsLoaded) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Scratch s;
   nn::Model a(cfg(32));
   a.params().initialize(1);
@@ -141,8 +148,11 @@ std::string load_after_editing_step2(const std::function<void(json&)>& edit) {
   a.params().initialize(1);
   optim::AdamW oa(a.params(), {});
   ckpt::save_checkpoint(s.dir, a.params(), oa, {1, 8, 1}, "", 3);
-  const std::vector<float> at_step1(a.params().params_data(), a.params().params_data() + a.params().numel());
-  for (int64_t i = 0; i < a.params().numel(); ++i) a.params().grads_data()[i] = 0.5f;
+  const std::vector<float> at_step1 = snapshot(a);
+  {
+    const tessel::testing::HostAccess host;
+    for (int64_t i = 0; i < a.params().numel(); ++i) a.params().grads_data()[i] = 0.5f;
+  }
   oa.step(1e-2);
   ckpt::save_checkpoint(s.dir, a.params(), oa, {2, 16, 1}, "", 3);
   const fs::path md_path = fs::path(s.dir) / "step_00000002" / "metadata.json";
@@ -159,7 +169,7 @@ std::string load_after_editing_step2(const std::function<void(json&)>& edit) {
     EXPECT_EQ(st->step, 1);
     EXPECT_EQ(st->consumed_samples, 8);
   }
-  EXPECT_EQ(std::vector<float>(b.params().params_data(), b.params().params_data() + b.params().numel()), at_step1);
+  EXPECT_EQ(snapshot(b), at_step1);
   EXPECT_NE(warning.find("skipping damaged checkpoint step_00000002"), std::string::npos) << warning;
   return warning;
 }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "support/host_access.h"
 #include "tessel/infer/sampler.h"
 #include "tessel/nn/model.h"
 
@@ -26,7 +27,10 @@ TEST_P(Decode, KvCacheMatchesFullForward) {
   nn::Model model(c);
   model.params().initialize(5);
   Tensor tokens = Tensor::empty({1, c.seq_length}, DType::i64);
-  for (int64_t t = 0; t < c.seq_length; ++t) tokens.data<int64_t>()[t] = (t * 11 + 3) % c.vocab_size;
+  {
+    const tessel::testing::HostAccess host;
+    for (int64_t t = 0; t < c.seq_length; ++t) tokens.data<int64_t>()[t] = (t * 11 + 3) % c.vocab_size;
+  }
   const Tensor full = model.logits(tokens);  // [T, V]
   nn::KVCache cache = model.make_kv_cache();
   int64_t pos = 0;
@@ -35,6 +39,7 @@ TEST_P(Decode, KvCacheMatchesFullForward) {
     const Tensor last = model.decode(piece, cache);
     pos += chunk;
     double err = 0, scale = 0;
+    const tessel::testing::HostAccess host;
     for (int64_t v = 0; v < c.vocab_size; ++v) {
       const double want = full.data<float>()[(pos - 1) * c.vocab_size + v];
       err = std::max(err, std::fabs(last.data<float>()[v] - want));

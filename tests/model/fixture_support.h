@@ -9,10 +9,12 @@
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/core/tensor.h"
 #include "tessel/nn/model.h"
+#include "support/host_access.h"
 
 namespace tessel::fixture {
 
 inline double max_abs(const Tensor& t) {
+  const testing::HostAccess host;
   double m = 0;
   const float* p = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, double(std::fabs(p[i])));
@@ -22,6 +24,7 @@ inline double max_abs(const Tensor& t) {
 // max |a - b| / max |b|: the error relative to the tensor's scale.
 inline double rel_err(const Tensor& got, const Tensor& want) {
   EXPECT_EQ(got.numel(), want.numel());
+  const testing::HostAccess host;
   double e = 0;
   const float* a = got.data<float>();
   const float* b = want.data<float>();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/fixture_support.h"
+#include "support/host_access.h"
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/nn/model.h"
 
@@ -121,11 +122,11 @@ TEST_P(TorchMoeFixture, LossesGradientsAndRouting) {
   // first, then the MTP modules'; tessel reports (moe_take_aux_loss) their sum.
   const Tensor& aux_ref = f.get("aux_loss");
   double aux_total_ref = 0;
-  for (int64_t j = 0; j < aux_ref.numel(); ++j) aux_total_ref += aux_ref.data<float>()[j];
+  for (int64_t j = 0; j < aux_ref.numel(); ++j) aux_total_ref += tessel::testing::host_at<float>(aux_ref, j);
   double mtp_sum_ref = 0;
   int64_t mtp_count_ref = 0;
   for (int64_t k = 1; k <= D; ++k) {
-    mtp_sum_ref += double(f.get("mtp_loss").data<float>()[k - 1]) * double(B * (T - k));
+    mtp_sum_ref += double(tessel::testing::host_at<float>(f.get("mtp_loss"), k - 1)) * double(B * (T - k));
     mtp_count_ref += B * (T - k);
   }
 
@@ -178,8 +179,8 @@ TEST_P(TorchMoeFixture, LossesGradientsAndRouting) {
       const Tensor& load = f.get("expert_load.model.layers." + std::to_string(l) + ".mlp");
       int64_t total = 0, mx = 0;
       for (int64_t e = 0; e < load.numel(); ++e) {
-        total += load.data<int64_t>()[e];
-        mx = std::max(mx, load.data<int64_t>()[e]);
+        total += tessel::testing::host_at<int64_t>(load, e);
+        mx = std::max(mx, tessel::testing::host_at<int64_t>(load, e));
       }
       EXPECT_NEAR(ratio[size_t(l)], double(mx) * double(load.numel()) / double(total), 1e-12) << "layer " << l;
     }
@@ -193,7 +194,7 @@ TEST_P(TorchMoeFixture, LossesGradientsAndRouting) {
       const auto it = std::find_if(want_after.begin(), want_after.end(), [&](const auto& p) { return p.first == name; });
       ASSERT_NE(it, want_after.end()) << name;
       for (int64_t e = 0; e < t.numel(); ++e)
-        bias_err = std::max(bias_err, double(std::fabs(t.data<float>()[e] - it->second.data<float>()[e])));
+        bias_err = std::max(bias_err, double(std::fabs(tessel::testing::host_at<float>(t, e) - tessel::testing::host_at<float>(it->second, e))));
     }
     EXPECT_LT(bias_err, 1e-7);
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "support/host_access.h"
 #include "mpi/mpi_world.h"
 #include "tessel/core/rng.h"
 #include "tessel/kernels/attention.h"
@@ -148,6 +149,7 @@ TEST(ContextParallel, PositionsCoverTheSequenceOnceInBalancedChunks) {
 }
 
 TEST(ContextParallel, LocalSliceTakesThisRanksRows) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const int C = world().size(), r = world().rank();
   const int64_t B = 3, T = 4 * C;
   Tensor tokens = Tensor::empty({B, T}, DType::i64);

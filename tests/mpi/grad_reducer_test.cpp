@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "support/host_access.h"
 #include "mpi/mpi_world.h"
 #include "tessel/core/rng.h"
 #include "tessel/nn/params.h"
@@ -95,6 +96,7 @@ double squares(const float* g, int64_t n) {
 // gradients of it); the norm AdamW returns, on every rank, is that of the whole gradient, the same
 // double on every rank, and clipping scales every shard by the same factor.
 TEST(MpiGradReducer, ShardedOptimizerNormIsTheWholeGradientsNorm) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   auto& w = world();
   const int W = w.size();
   nn::ParamStore ps(DType::f32);
@@ -124,6 +126,7 @@ TEST(MpiGradReducer, ShardedOptimizerNormIsTheWholeGradientsNorm) {
 // Tensor parallelism: a parameter replicated on every rank counts once (rank 0's), the shards of a
 // split one add up.
 TEST(MpiGradReducer, TensorParallelNormCountsReplicatedParametersOnce) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   auto& w = world();
   const int W = w.size();
   nn::ParamStore ps(DType::f32);

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <vector>
 
+#include "support/host_access.h"
 #include "tessel/core/rng.h"
 #include "tessel/nn/attention.h"
 #include "tessel/nn/embedding.h"
@@ -221,6 +222,7 @@ void check_module(nn::ParamStore& ps, const Module& m, const nn::ModelConfig& cf
 }
 
 TEST(FiniteDifference, LinearWithFusedPartsAndBias) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   nn::ParamStore ps(DType::f32);
   nn::Linear lin(ps, {{"a", 5}, {"b", 3}}, 6, true, 0.1f);
   ps.finalize();
@@ -233,6 +235,7 @@ TEST(FiniteDifference, LinearWithFusedPartsAndBias) {
 class NormFd : public ::testing::TestWithParam<nn::Norm::Kind> {};
 
 TEST_P(NormFd, FusedResidualAdd) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   nn::ParamStore ps(DType::f32);
   nn::Norm norm(ps, "n", 10, GetParam(), 1e-5f);
   ps.finalize();
@@ -270,6 +273,7 @@ INSTANTIATE_TEST_SUITE_P(Kinds, NormFd, ::testing::Values(nn::Norm::Kind::rms, n
 class ArchFd : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ArchFd, SelfAttention) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const auto cfg = small_config(GetParam());
   nn::ParamStore ps(DType::f32);
   auto rope = cfg.is_llama() ? std::make_shared<kernels::RopeTable>(cfg.seq_length, cfg.head_dim(), cfg.rotary_base)
@@ -284,6 +288,7 @@ TEST_P(ArchFd, SelfAttention) {
 }
 
 TEST_P(ArchFd, Mlp) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const auto cfg = small_config(GetParam());
   nn::ParamStore ps(DType::f32);
   nn::Mlp mlp(ps, "mlp", cfg, cfg.num_layers);
@@ -294,6 +299,7 @@ TEST_P(ArchFd, Mlp) {
 // the router (its gradient through the normalised gate weights). Finite differences hold the
 // selection as long as no step of h crosses a top-k boundary; the data here keeps clear margins.
 TEST(FiniteDifference, MixtureOfExperts) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   for (const char* score : {"softmax", "sigmoid"}) {
     nn::ModelConfig cfg = small_config("llama");
     cfg.num_experts = 4;
@@ -311,6 +317,7 @@ TEST(FiniteDifference, MixtureOfExperts) {
 // Multi-head latent attention, with and without the low-rank query: latent norms, the shared RoPE
 // key, the padded values.
 TEST(FiniteDifference, MultiLatentAttention) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   for (const int64_t q_lora : {0, 12}) {
     nn::ModelConfig cfg = small_config("llama");
     cfg.arch = "deepseek_v3";
@@ -330,6 +337,7 @@ TEST(FiniteDifference, MultiLatentAttention) {
 // nothing, and the gradients stay those of the function computed (dropping by position keeps the
 // choice independent of small steps). A capacity that no expert reaches changes nothing.
 TEST(FiniteDifference, MixtureOfExpertsWithCapacity) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   nn::ModelConfig cfg = small_config("llama");
   cfg.num_experts = 4;
   cfg.moe_router_topk = 2;
@@ -357,6 +365,7 @@ TEST(FiniteDifference, MixtureOfExpertsWithCapacity) {
 }
 
 TEST_P(ArchFd, TransformerLayer) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const auto cfg = small_config(GetParam());
   nn::ParamStore ps(DType::f32);
   auto rope = cfg.is_llama() ? std::make_shared<kernels::RopeTable>(cfg.seq_length, cfg.head_dim(), cfg.rotary_base)
@@ -371,6 +380,7 @@ TEST_P(ArchFd, TransformerLayer) {
 }
 
 TEST_P(ArchFd, EmbeddingPositionsAndTiedHead) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   // The whole model's loss: exercises embedding (and positions), every layer, final norm, the
   // fused head + cross-entropy, with tied embeddings, and recompute.
   auto cfg = small_config(GetParam());
@@ -390,6 +400,7 @@ TEST_P(ArchFd, EmbeddingPositionsAndTiedHead) {
 // modules sharing the embedding and the head. The scalar is
 // the whole objective, the main loss plus mtp_loss_scaling_factor / D x the modules' losses.
 TEST(FiniteDifference, DeepSeekV3ModelWithMultiTokenPrediction) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   auto cfg = small_config("llama");
   cfg.arch = "deepseek_v3";
   cfg.num_layers = 2;

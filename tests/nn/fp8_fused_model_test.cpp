@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "support/host_access.h"
 #include "tessel/core/rng.h"
 #include "tessel/nn/model.h"
 #include "tessel/optim/adamw.h"
@@ -49,6 +50,7 @@ Tensor tokens(int64_t B, int64_t T, int64_t V, int64_t a, int64_t b) {
 class Fp8FusedModel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Fp8FusedModel, FusedCastsTrainLikeQuantisingInTheLinear) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const Case& c = GetParam();
   nn::Model fused(config(c, true)), plain(config(c, false));
   ASSERT_EQ(fused.params().numel(), plain.params().numel());

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "support/host_access.h"
 #include "tessel/core/rng.h"
 #include "tessel/kernels/fp8.h"
 #include "tessel/nn/fp8.h"
@@ -98,6 +99,7 @@ struct Case {
 class Fp8LinearTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Fp8LinearTest, GemmsComputeWhatFp8TensorCoresComputeAndStayNearFp32) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const nn::Fp8Recipe recipe = nn::Fp8Recipe::parse(GetParam().recipe, GetParam().format, 4, "max", 0, false);
   nn::Fp8State state(recipe);
   nn::ParamStore ps(DType::f32), ref_ps(DType::f32);
@@ -174,6 +176,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, Fp8LinearTest,
                          [](const auto& info) { return std::string(info.param.recipe) + "_" + info.param.format; });
 
 TEST(Fp8State, DelayedHistoryWindowAndMostRecent) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   for (const char* algo : {"max", "most_recent"}) {
     nn::Fp8State st(nn::Fp8Recipe::parse("delayed", "hybrid", 3, algo, 1, false));
     const int slot = st.add("t.x", DType::e4m3);

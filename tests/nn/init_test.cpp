@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "support/host_access.h"
 #include "tessel/nn/model.h"
 
 using namespace tessel;
@@ -24,6 +25,7 @@ nn::ModelConfig cfg(const std::string& arch) {
 }
 
 TEST(Init, ShardsDrawTheUnshardedValues) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   nn::Model model(cfg("llama"));
   model.params().initialize(42);
   for (const auto& spec : model.params().specs()) {
@@ -46,6 +48,7 @@ TEST(Init, ShardsDrawTheUnshardedValues) {
 }
 
 TEST(Init, SameSeedSameModelAcrossComputeDtypes) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   auto c = cfg("gpt2");
   nn::Model a(c);
   c.compute = DType::bf16;
@@ -60,6 +63,7 @@ TEST(Init, SameSeedSameModelAcrossComputeDtypes) {
 }
 
 TEST(Init, DistributionsFollowTheConfig) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   const auto c = cfg("gpt2");
   nn::Model model(c);
   model.params().initialize(3);
@@ -101,6 +105,7 @@ TEST(Init, FusedQkvIsTheConcatenationOfItsParts) {
 }
 
 TEST(Init, Bf16ComputeCopyIsTheRoundedMaster) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   auto c = cfg("llama");
   c.compute = DType::bf16;
   nn::Model model(c);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "support/host_access.h"
 #include "kernels/reference.h"
 #include "tessel/core/rng.h"
 #include "tessel/nn/params.h"
@@ -58,6 +59,7 @@ void expect_params(const nn::ParamStore& ps, const Reference& r, const std::stri
 }
 
 TEST(OptimAdamW, DecayOnlyWhereRegisteredAndBiasCorrectionCountsSteps) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Store st;
   optim::AdamWConfig cfg;
   cfg.weight_decay = 0.5;  // large, so a decay applied to the wrong parameter shows at O(1)
@@ -77,6 +79,7 @@ TEST(OptimAdamW, DecayOnlyWhereRegisteredAndBiasCorrectionCountsSteps) {
 // A restored optimizer (set_steps_taken, moments loaded) continues with the bias correction of the
 // step count it was saved at (t = 4 here), not of step 1, and matches the run that never stopped.
 TEST(OptimAdamW, RestoredStepCountDrivesTheBiasCorrection) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Store a, b;
   optim::AdamWConfig cfg;
   cfg.clip_grad = 0;
@@ -108,6 +111,7 @@ TEST(OptimAdamW, RestoredStepCountDrivesTheBiasCorrection) {
 // their values. Adam is nearly invariant to the gradient's scale, so the scale is checked where it
 // is not: the first moment m = (1 - b1) g_used, and the update with a large eps.
 TEST(OptimAdamW, GlobalNormAndClippingAgainstFloat64) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   for (const double clip : {0.0, 1.0, 1e3}) {
     SCOPED_TRACE(clip);
     Store st;
@@ -138,6 +142,7 @@ TEST(OptimAdamW, GlobalNormAndClippingAgainstFloat64) {
 // A tied copy (the embedding on the last pipeline stage) and a key/value replica other than number 0
 // are not counted in the norm: their gradients are another parameter's.
 TEST(OptimAdamW, NormSkipsTiedCopiesAndReplicas) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Store st;
   st.set_grads(50, 1.0f);
   const auto& specs = st.ps.specs();
@@ -153,6 +158,7 @@ TEST(OptimAdamW, NormSkipsTiedCopiesAndReplicas) {
 // moves, each part with its own parameter's decay flag; the norm (with no shard group) is that of
 // the owned gradients.
 TEST(OptimAdamW, ShardUpdatesOnlyItsOwnedRange) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Store st;
   const int64_t begin = 7, end = 18;  // w is [0, 12), b [12, 16), norm [16, 21)
   optim::AdamWConfig cfg;
@@ -176,6 +182,7 @@ TEST(OptimAdamW, ShardUpdatesOnlyItsOwnedRange) {
 // Under bf16 compute the update also rewrites the bf16 copy the GEMMs read: it equals the rounded
 // fp32 master weights, and the store's version moves on (cached FP8 weights are remade).
 TEST(OptimAdamW, Bf16ComputeCopyFollowsTheMasterWeights) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Store st(DType::bf16);
   optim::AdamW opt(st.ps, {});
   st.set_grads(70, 1.0f);
