@@ -1,8 +1,9 @@
-// tessel dry-run CONFIG --world N [--set k=v ...] [--steps S] [--memory-gib M]: builds the layout of
+// tessel dry-run CONFIG --world N [--set k=v ...] [--steps S] [--memory-gib M] [--expert-skew F]: builds the layout of
 // N ranks on the meta device, sets the real Trainer up for each distinct role (pipeline stage) and
 // runs its training step there: per role, the model-state memory by category, the step's peak by
 // category and where it occurs, FLOPs per op family and bytes per collective per group; exact and
-// allocation-free (MoE routing balanced). The last line printed is JSON.
+// allocation-free (MoE routing balanced, or with expert 0 taking F times its share). The last line
+// printed is JSON.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ struct DryRunOptions {
   int world = 1;
   int steps = 1;
   double memory_gib = 0;  // 0: no limit
+  double expert_skew = 1;  // 1: balanced routing
 };
 
 double gib(int64_t bytes) { return double(bytes) / double(int64_t(1) << 30); }
@@ -60,8 +62,12 @@ void print_step(const train::StepMeasurement& st) {
 
 int run_dry_run(const DryRunOptions& o) {
   const train::Config cfg = train::Config::load(o.config, o.sets);
-  const train::DryRunResult r = train::dry_run(cfg, o.world, o.steps);
+  const train::DryRunResult r = train::dry_run(cfg, o.world, o.steps, o.expert_skew);
   std::printf("tessel dry-run: %s on %d ranks (meta device): %s\n", o.config.c_str(), r.world, r.layout.c_str());
+  if (cfg.model.num_experts > 0)
+    std::printf("MoE routing: %s\n", r.expert_skew > 1 ? fmt::format("skewed, expert 0 of every block takes {:g} x its "
+                                                                     "share of the token copies", r.expert_skew).c_str()
+                                                       : "balanced (every expert its share of the token copies)");
   std::printf("parameters: %.3fB total, %.3fB active per token\n", double(r.parameters_total) / 1e9,
               double(r.parameters_active_per_token) / 1e9);
   nlohmann::json roles = nlohmann::json::array();
@@ -126,6 +132,7 @@ int run_dry_run(const DryRunOptions& o) {
                      {"parameters_total", r.parameters_total},
                      {"parameters_active_per_token", r.parameters_active_per_token},
                      {"fits", too_big.empty()},
+                     {"expert_skew", r.expert_skew},
                      {"seconds", r.seconds}};
   if (!not_run.empty()) out["step"] = not_run;
   std::printf("%s\n", out.dump().c_str());
@@ -146,6 +153,11 @@ Action add_dry_run_command(CLI::App& app) {
   cmd->add_option("--memory-gib", o->memory_gib,
                   "memory per rank: a role whose step peak (or model state, when the step is not run) exceeds it fails "
                   "(exit 1)")
+      ->check(finite_non_negative());
+  cmd->add_option("--expert-skew", o->expert_skew,
+                  "MoE routing on meta: expert 0 of every block takes F times its share of the token copies (1: "
+                  "balanced; at most num_experts / topk); under expert parallelism its rank is reported as a role "
+                  "of its own")
       ->check(finite_non_negative());
   return [o] { return run_dry_run(*o); };
 }

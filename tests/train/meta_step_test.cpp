@@ -12,6 +12,7 @@
 #include "support/tiny_configs.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/data/batch.h"
+#include "tessel/nn/moe.h"
 #include "tessel/train/dry_run.h"
 #include "tessel/train/trainer.h"
 
@@ -212,6 +213,67 @@ TEST(MetaStep, BalancedRoutingGivesEveryExpertItsShare) {
   const DryRunResult r = dry_run(cfg, 2, 1);  // dp 2
   ASSERT_TRUE(r.roles.at(0).step_ran);
   EXPECT_GT(r.roles.at(0).step.peak_bytes, r.roles.at(0).model_state_bytes);
+}
+
+// The expert-parallel rank that holds expert 0 sees the skew: with expert 0 taking S times its share
+// and the other experts the rest evenly, its experts' FLOPs are (S + (E/ep - 1) x (E - S) / (E - 1))
+// / (E/ep) times the balanced ones, and the other ranks' (E - S) / (E - 1) times.
+TEST(MetaStep, SkewedRoutingLoadsTheRankOfExpertZero) {
+  const Config cfg = Config::from_yaml_text(testing::kTinyMixtralYaml,
+                                            {"parallel.expert_model_parallel_size=4", "train.global_batch_size=8"});
+  const double S = 3, E = double(cfg.model.num_experts), per_rank = E / 4;
+  const DryRunResult balanced = dry_run(cfg, 4, 1);
+  const DryRunResult skewed = dry_run(cfg, 4, 1, S);
+  ASSERT_EQ(balanced.roles.size(), 1u);
+  ASSERT_EQ(skewed.roles.size(), 2u);
+  EXPECT_EQ(skewed.roles[0].ranks, std::vector<int>({0}));
+  EXPECT_EQ(skewed.roles[1].ranks, std::vector<int>({1, 2, 3}));
+  EXPECT_EQ(skewed.roles[0].role, "pipeline stage 0 of 1, expert-parallel rank 0 (hot expert)");
+  const auto swiglu = [](const DryRunRole& r) { return r.step.ops.at("swiglu_fwd").flops; };
+  const double hot = swiglu(skewed.roles[0]) / swiglu(balanced.roles[0]);
+  const double cold = swiglu(skewed.roles[1]) / swiglu(balanced.roles[0]);
+  // Within the rounding of 64 copies per MoE call (one copy more or less per expert).
+  EXPECT_NEAR(hot, (S + (per_rank - 1) * (E - S) / (E - 1)) / per_rank, 0.06);
+  EXPECT_NEAR(cold, (E - S) / (E - 1), 0.06);
+  // Exactly what the meta routing gives the ranks' experts (rank 1: experts 2 and 3).
+  const int64_t copies = cfg.model.seq_length * cfg.train.micro_batch_size, k = cfg.model.moe_router_topk;
+  const std::vector<int32_t> routed = nn::meta_routing(copies, k, int64_t(E), S);
+  const auto share = [&](int first, int last) {
+    int64_t n = 0;
+    for (int32_t e : routed) n += e >= first && e <= last;
+    return double(n) / (double(copies * k) * per_rank / E);
+  };
+  EXPECT_NEAR(hot, share(0, 1), 1e-12);
+  EXPECT_NEAR(cold, share(2, 3), 1e-12);
+  const auto a2a = [](const DryRunRole& r) { return r.step.comm_by_group.at("ep").at("all_to_all").bytes; };
+  EXPECT_GT(a2a(skewed.roles[0]), a2a(balanced.roles[0]));
+  EXPECT_LT(a2a(skewed.roles[1]), a2a(balanced.roles[0]));
+  EXPECT_GT(skewed.roles[0].step.peak_bytes, skewed.roles[1].step.peak_bytes);
+}
+
+TEST(MetaStep, MetaRoutingPutsTheSkewOnExpertZeroAndKeepsEveryTokensExpertsDistinct) {
+  const int64_t N = 64, k = 2, E = 8;
+  EXPECT_EQ(nn::meta_routing(N, k, E, 1.0)[13], 13 % E);  // balanced: copy c to expert c mod E
+  const std::vector<int32_t> r = nn::meta_routing(N, k, E, 2.5);
+  std::vector<int64_t> count(size_t(E), 0);
+  for (int64_t t = 0; t < N; ++t) {
+    EXPECT_NE(r[size_t(t * k)], r[size_t(t * k + 1)]) << "token " << t;
+    for (int64_t j = 0; j < k; ++j) ++count[size_t(r[size_t(t * k + j)])];
+  }
+  EXPECT_EQ(count[0], 40);  // 2.5 x 64 x 2 / 8
+  for (int64_t e = 1; e < E; ++e) EXPECT_NEAR(double(count[size_t(e)]), (128.0 - 40.0) / 7.0, 1.0) << "expert " << e;
+}
+
+TEST(MetaStep, ASkewThatCannotExistIsRefusedWithTheLimit) {
+  const Config moe = Config::from_yaml_text(testing::kTinyMixtralYaml, {});
+  EXPECT_EQ(testing::error_of([&] { dry_run(moe, 1, 0, 5.0); }),
+            "--expert-skew 5: at most 4 = model.num_experts 8 / model.moe_router_topk 2 (expert 0 takes at most one "
+            "copy of each token)");
+  EXPECT_EQ(testing::error_of([&] { dry_run(moe, 1, 0, 0.5); }),
+            "expert skew must be a number >= 1 (1: balanced routing), got 0.5");
+  const Config dense = Config::from_yaml_text(testing::kTinyLlamaYaml, {});
+  EXPECT_EQ(testing::error_of([&] { dry_run(dense, 1, 0, 2.0); }),
+            "--expert-skew 2: the model has no experts (model.num_experts 0)");
 }
 
 }  // namespace

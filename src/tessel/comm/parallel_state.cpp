@@ -50,7 +50,7 @@ ParallelState::ParallelState(Communicator& world, ParallelSizes s) : world_(worl
   // same experts across those blocks.
   ep_ = by([&](const RankCoords& m) {
     const int dpcp_index = m.cp + s.cp * m.dp;  // position in the DP x CP product
-    return CK{(m.tp + s.tp * m.pp) * ((dp * s.cp) / s.ep) + dpcp_index / s.ep, dpcp_index % s.ep};
+    return CK{(m.tp + s.tp * m.pp) * ((dp * s.cp) / s.ep) + dpcp_index / s.ep, ep_rank_of(m, s)};
   });
   ep_dp_ = by([&](const RankCoords& m) {
     const int dpcp_index = m.cp + s.cp * m.dp;

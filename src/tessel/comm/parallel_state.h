@@ -50,6 +50,8 @@ class ParallelState {
   // The decomposition, for any world rank (tests, logs).
   static RankCoords coords_of(int rank, const ParallelSizes& s, int dp);
   static int rank_of(const RankCoords& c, const ParallelSizes& s, int dp);
+  // A rank's position in its expert-parallel group: which block of the experts it holds.
+  static int ep_rank_of(const RankCoords& c, const ParallelSizes& s) { return (c.cp + s.cp * c.dp) % s.ep; }
   std::string describe() const;
   // Every group this rank belongs to, by name ("tp", "cp", "dp", "pp", "dp_cp", "ep", "ep_dp",
   // "embedding"; the last only on the stages that hold the embedding), for per-group statistics.

@@ -44,6 +44,44 @@ MoeRoutingTraceScope::MoeRoutingTraceScope(MoeRoutingTrace* trace) : previous_(t
 MoeRoutingTraceScope::~MoeRoutingTraceScope() { t_trace = previous_; }
 MoeRoutingTrace* current_moe_routing_trace() { return t_trace; }
 
+namespace {
+thread_local double t_skew = 1.0;
+}
+
+MetaRoutingSkewScope::MetaRoutingSkewScope(double skew) : previous_(t_skew) {
+  TESSEL_CHECK(std::isfinite(skew) && skew >= 1.0, "expert skew must be a number >= 1 (1: balanced routing), got {}",
+               skew);
+  t_skew = skew;
+}
+MetaRoutingSkewScope::~MetaRoutingSkewScope() { t_skew = previous_; }
+double current_meta_routing_skew() { return t_skew; }
+
+std::vector<int32_t> meta_routing(int64_t N, int64_t k, int64_t E, double skew) {
+  std::vector<int32_t> routed(size_t(N * k));
+  if (skew <= 1.0) {
+    for (int64_t c = 0; c < N * k; ++c) routed[size_t(c)] = int32_t(c % E);  // balanced
+    return routed;
+  }
+  TESSEL_CHECK(skew <= double(E) / double(k) && E > k,
+               "expert skew {} is more than {} experts with top-{} routing allow: expert 0 takes at most one copy of "
+               "each token, {} = E / k times the mean share", skew, E, k, double(E) / double(k));
+  // Expert 0 takes copy 0 of the first `hot` tokens; every other copy goes round robin over experts
+  // 1 .. E-1, k consecutive ones per token (distinct, as E - 1 >= k).
+  const int64_t hot = std::min<int64_t>(N, std::llround(skew * double(N * k) / double(E)));
+  int64_t next = 0;
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t& e = routed[size_t(t * k + j)];
+      if (j == 0 && t < hot) {
+        e = 0;
+      } else {
+        e = int32_t(1 + next % (E - 1));
+        ++next;
+      }
+    }
+  return routed;
+}
+
 Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
          comm::Communicator* ep, comm::Communicator* tp, comm::Communicator* cp)
     : ps_(ps),
@@ -118,8 +156,7 @@ std::vector<int32_t> Moe::host_routing(const Tensor& chosen, const Tensor& weigh
       routed = trace->next(prefix_, N * k);
       final = true;
     } else {
-      routed.resize(size_t(N * k));
-      for (int64_t c = 0; c < N * k; ++c) routed[size_t(c)] = int32_t(c % E);  // balanced
+      routed = meta_routing(N, k, E, current_meta_routing_skew());
     }
   } else {
     const DeviceAccessScope copy_to_host;

@@ -44,7 +44,8 @@ namespace tessel::nn {
 // it). A real run can record each Moe::forward's final routing (after capacity dropping), in call
 // order; a meta run replaying the recording routes exactly as the real run did, so its memory and
 // collectives are the real run's. Without a recording the meta device routes in balance: copy
-// c = t k + j of token t goes to expert c mod E (every expert N k / E copies, +-1).
+// c = t k + j of token t goes to expert c mod E (every expert N k / E copies, +-1), or with the
+// skew a MetaRoutingSkewScope sets (below).
 class MoeRoutingTrace {
  public:
   enum class Mode { record, replay };
@@ -77,6 +78,28 @@ class MoeRoutingTraceScope {
   MoeRoutingTrace* previous_;
 };
 MoeRoutingTrace* current_moe_routing_trace();
+
+// How the meta device routes without a recording: in balance (skew 1), or skewed, expert 0 of every
+// MoE block taking `skew` times the mean share of the copies (N k / E) and the other experts the
+// rest evenly: the hottest expert a run must hold memory for. Under expert parallelism the rank
+// holding expert 0 then receives that share from every rank (the meta communicator's rule: every
+// rank routes as this one does). Set for this thread while the scope lives; skew is in
+// [1, E / k] (expert 0 can take at most one copy of each token).
+class MetaRoutingSkewScope {
+ public:
+  explicit MetaRoutingSkewScope(double skew);
+  ~MetaRoutingSkewScope();
+  MetaRoutingSkewScope(const MetaRoutingSkewScope&) = delete;
+  MetaRoutingSkewScope& operator=(const MetaRoutingSkewScope&) = delete;
+
+ private:
+  double previous_;
+};
+double current_meta_routing_skew();
+
+// The meta routing of N tokens' k copies over E experts at `skew` (above), as chosen experts in
+// copy order (c = t k + j): every token's k experts distinct. skew 1 is the balanced c mod E.
+std::vector<int32_t> meta_routing(int64_t N, int64_t k, int64_t E, double skew);
 
 class Moe final : public MlpBlock {
  public:

@@ -86,46 +86,73 @@ StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& gr
   return m;
 }
 
-DryRunResult dry_run(const Config& cfg, int world, int steps) {
+DryRunResult dry_run(const Config& cfg, int world, int steps, double expert_skew) {
   const auto t0 = std::chrono::steady_clock::now();
   TESSEL_CHECK(world >= 1, "--world must be >= 1, got {}", world);
   TESSEL_CHECK(steps >= 0, "dry run: steps must be >= 0, got {}", steps);
+  const nn::MetaRoutingSkewScope skewed(expert_skew);  // refuses a skew below 1
+  const int64_t E = cfg.model.num_experts, k = cfg.model.moe_router_topk;
+  if (expert_skew > 1.0)
+    TESSEL_CHECK(E > 0 && E > k && expert_skew <= double(E) / double(k),
+                 "--expert-skew {}: {}", expert_skew,
+                 E == 0 ? std::string("the model has no experts (model.num_experts 0)")
+                        : fmt::format("at most {} = model.num_experts {} / model.moe_router_topk {} (expert 0 takes "
+                                      "at most one copy of each token)",
+                                      double(E) / double(k), E, k));
   DefaultDeviceScope on_meta(Device::meta);
   Allocator& meta = allocator(Device::meta);
   const comm::ParallelSizes s = cfg.parallel_sizes();
   DryRunResult out;
   out.world = world;
+  out.expert_skew = expert_skew;
   auto world0 = comm::make_meta_communicator(0, world);
   const comm::ParallelState layout(*world0, s);  // refuses sizes that do not divide the world
   out.layout = layout.describe();
   const int dp = layout.dp_size();
   cfg.check_batch_splits(dp);
   const bool run_step = steps > 0;
+  // Skewed routing under expert parallelism: the rank holding expert 0 differs from the others.
+  const bool split_ep = expert_skew > 1.0 && s.ep > 1;
   for (int stage = 0; stage < s.pp; ++stage) {
-    DryRunRole role;
-    role.role = fmt::format("pipeline stage {} of {}", stage, s.pp);
-    for (int r = 0; r < world; ++r)
-      if (comm::ParallelState::coords_of(r, s, dp).pp == stage) role.ranks.push_back(r);
-    role.evaluated_rank = comm::ParallelState::rank_of({0, 0, 0, stage}, s, dp);
-    auto w = comm::make_meta_communicator(role.evaluated_rank, world);
-    comm::ParallelState groups(*w, s);
-    const MemoryStats before = meta.stats();
-    {
-      Trainer t(cfg, &groups);
-      const MemoryStats after = meta.stats();
-      for (int c = 0; c < kMemoryCategories; ++c) {
-        role.model_state[size_t(c)] = after.current[size_t(c)] - before.current[size_t(c)];
-        role.model_state_requested[size_t(c)] = after.requested[size_t(c)] - before.requested[size_t(c)];
-        role.model_state_bytes += role.model_state[size_t(c)];
-        role.model_state_requested_bytes += role.model_state_requested[size_t(c)];
+    std::vector<int> hot, cold;  // the stage's ranks by expert-parallel rank: 0, others
+    for (int r = 0; r < world; ++r) {
+      if (comm::ParallelState::coords_of(r, s, dp).pp != stage) continue;
+      const bool is_hot = !split_ep || comm::ParallelState::ep_rank_of(comm::ParallelState::coords_of(r, s, dp), s) == 0;
+      (is_hot ? hot : cold).push_back(r);
+    }
+    const std::string name = fmt::format("pipeline stage {} of {}", stage, s.pp);
+    std::vector<std::pair<std::string, std::vector<int>>> roles;
+    if (split_ep) {
+      roles.emplace_back(name + ", expert-parallel rank 0 (hot expert)", hot);
+      roles.emplace_back(fmt::format("{}, expert-parallel ranks 1-{}", name, s.ep - 1), cold);
+    } else {
+      roles.emplace_back(name, hot);
+    }
+    for (auto& [role_name, ranks] : roles) {
+      DryRunRole role;
+      role.role = role_name;
+      role.ranks = ranks;
+      role.evaluated_rank = ranks.front();  // the stage's first rank: rank_of({0, 0, 0, stage}) unsplit
+      auto w = comm::make_meta_communicator(role.evaluated_rank, world);
+      comm::ParallelState groups(*w, s);
+      const MemoryStats before = meta.stats();
+      {
+        Trainer t(cfg, &groups);
+        const MemoryStats after = meta.stats();
+        for (int c = 0; c < kMemoryCategories; ++c) {
+          role.model_state[size_t(c)] = after.current[size_t(c)] - before.current[size_t(c)];
+          role.model_state_requested[size_t(c)] = after.requested[size_t(c)] - before.requested[size_t(c)];
+          role.model_state_bytes += role.model_state[size_t(c)];
+          role.model_state_requested_bytes += role.model_state_requested[size_t(c)];
+        }
+        role.local_parameters = t.model().params().numel();
       }
-      role.local_parameters = t.model().params().numel();
+      if (run_step) {
+        role.step = measure_training_step(cfg, groups, Device::meta, steps);
+        role.step_ran = true;
+      }
+      out.roles.push_back(std::move(role));
     }
-    if (run_step) {
-      role.step = measure_training_step(cfg, groups, Device::meta, steps);
-      role.step_ran = true;
-    }
-    out.roles.push_back(std::move(role));
   }
   count_parameters(cfg, out);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

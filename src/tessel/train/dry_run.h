@@ -6,7 +6,8 @@
 // cpu allocator accounts it, and nothing is allocated; every kernel call and collective is recorded.
 // A model of 671B parameters on 2,048 ranks takes seconds on one machine.
 //
-// MoE routing on meta is balanced (every expert gets its even share of token copies) unless a real
+// MoE routing on meta is balanced (every expert gets its even share of token copies), or skewed
+// (expert_skew: expert 0 takes that many times its share, nn::MetaRoutingSkewScope), unless a real
 // run's routing is replayed (measure_training_step).
 #include <cstdint>
 #include <map>
@@ -46,8 +47,11 @@ StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& gr
 // Ranks that hold the same model state: one pipeline stage (tensor-, context-, data- and
 // expert-parallel ranks of a stage hold equal shares). Evaluated on the stage's first rank, which
 // also holds the largest distributed-optimizer shard (shards are ceil(n / dp), the last one smaller).
+// With skewed routing under expert parallelism a stage is two roles: the expert-parallel rank 0,
+// which holds the hot expert 0, and the others (evaluated on the first of them, whose experts get
+// the rounding's extra copies: the most loaded of them).
 struct DryRunRole {
-  std::string role;        // "pipeline stage 3 of 16"
+  std::string role;        // "pipeline stage 3 of 16" (", expert-parallel rank 0 (hot expert)")
   std::vector<int> ranks;  // every rank of the role
   int evaluated_rank = 0;
   int64_t local_parameters = 0;            // elements of this rank's ParamStore
@@ -63,6 +67,7 @@ struct DryRunRole {
 
 struct DryRunResult {
   int world = 1;
+  double expert_skew = 1.0;
   std::string layout;  // ParallelState::describe() of rank 0
   std::vector<DryRunRole> roles;
   int64_t parameters_total = 0;             // the whole model, each tied or shared weight once
@@ -73,7 +78,8 @@ struct DryRunResult {
 // Throws, naming the setting, for a layout that cannot exist (sizes that do not divide the world,
 // a global batch that does not split over the data-parallel ranks, ...). steps > 0 also runs that
 // many training steps per role.
-DryRunResult dry_run(const Config& cfg, int world, int steps);
+// expert_skew: the meta routing's skew (1: balanced; see nn::MetaRoutingSkewScope).
+DryRunResult dry_run(const Config& cfg, int world, int steps, double expert_skew = 1.0);
 inline DryRunResult dry_run_model_state(const Config& cfg, int world) { return dry_run(cfg, world, 0); }
 
 }  // namespace tessel::train
