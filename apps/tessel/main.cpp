@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.h"
+#include "tessel/core/device.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/core/check.h"
 
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   }
   verbose = verbose || verbose_requested_by_environment() || kDebugBuild;
   try {
+    tessel::strict_cpu();  // a TESSEL_DEVICE that names no mode fails before any command starts
     for (auto& [cmd, action] : actions)
       if (cmd->parsed()) return action();
   } catch (const std::exception& e) {

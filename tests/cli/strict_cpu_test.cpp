@@ -50,6 +50,12 @@ TEST(StrictCpuCli, AnUnknownDeviceModeIsRefusedWithTheAllowedOnes) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("TESSEL_DEVICE='gpu' is not a device mode (allowed: cpu, cpu-strict)"), std::string::npos)
       << r.output;
+  // Also by a command that never allocates a tensor: the mode is checked before any command runs.
+  const auto s = run_tessel("schedule --kind 1f1b --pp 2 --micro-batches 4", d.path(), 60, "TESSEL_DEVICE=cpu-strcit");
+  EXPECT_NE(s.exit_code, 0) << s.output;
+  EXPECT_NE(s.output.find("TESSEL_DEVICE='cpu-strcit' is not a device mode (allowed: cpu, cpu-strict)"),
+            std::string::npos)
+      << s.output;
 }
 
 }  // namespace
