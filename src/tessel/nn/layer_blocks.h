@@ -36,7 +36,7 @@ class MlpBlock {
   virtual const Linear* input_linear() const { return nullptr; }  // as for AttentionBlock
   // grad_scale: the micro-batch's loss scale (auxiliary losses; 0 in evaluation). recomputing:
   // activation recompute's second forward (statistics are not counted again).
-  virtual Tensor forward(const LinearInput& y, float grad_scale, Activations& saved, bool recomputing) const = 0;
+  virtual Tensor forward(const LinearInput& y, float grad_scale, Activations& saved, bool recomputing) = 0;
   virtual Tensor backward_input(const Tensor& dout, Activations& saved) const = 0;  // -> dy
   virtual void backward_weight(Activations& saved) const = 0;
 };

@@ -16,7 +16,7 @@ class Mlp final : public MlpBlock {
   Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
       comm::Communicator* tp = nullptr, int64_t ffn = 0);
   Tensor forward(const LinearInput& y, Activations& saved) const;  // [N, d] -> [N, d] f32
-  Tensor forward(const LinearInput& y, float, Activations& saved, bool) const override { return forward(y, saved); }
+  Tensor forward(const LinearInput& y, float, Activations& saved, bool) override { return forward(y, saved); }
   const Linear* input_linear() const override { return &up_; }  // the Linear reading y
   Tensor backward_input(const Tensor& dout, Activations& saved) const override;
   void backward_weight(Activations& saved) const override;

@@ -146,7 +146,7 @@ double Moe::balance_loss(const Tensor& scores, const Tensor& chosen, float grad_
          kernels::balance_loss_rows(rc_, seq_of_row, T, alpha_, scores, counts, grad_scale * float(T), dscores);
 }
 
-std::vector<int32_t> Moe::host_routing(const Tensor& chosen, const Tensor& weights, bool count) const {
+std::vector<int32_t> Moe::host_routing(const Tensor& chosen, const Tensor& weights, bool count) {
   const int64_t N = chosen.size(0), E = rc_.experts, k = rc_.topk;
   MoeRoutingTrace* trace = current_moe_routing_trace();
   std::vector<int32_t> routed;
@@ -191,12 +191,12 @@ void Moe::check_same_routing(const std::vector<int64_t>& counts) const {
                  both[e]);
 }
 
-Tensor Moe::forward(const LinearInput& y, float grad_scale, Activations& saved, bool recomputing) const {
+Tensor Moe::forward(const LinearInput& y, float grad_scale, Activations& saved, bool recomputing) {
   TESSEL_CHECK(!y.quantized(), "a Mixture-of-Experts block takes its input unquantized (the router reads it)");
   return forward(y.x, grad_scale, saved, recomputing);
 }
 
-Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool recomputing) const {
+Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool recomputing) {
   const Keys key(prefix_);
   const int64_t N = y.size(0), E = rc_.experts, k = rc_.topk;
   const Device dev = y.device();

@@ -110,8 +110,8 @@ class Moe final : public MlpBlock {
   // auxiliary losses' gradients use it); the auxiliary losses' values accumulate into aux_loss().
   // recomputing: a second forward of the same micro-batch (activation recompute) that rebuilds what
   // backward needs without counting loads and loss values again.
-  Tensor forward(const Tensor& y, float grad_scale, Activations& saved, bool recomputing = false) const;
-  Tensor forward(const LinearInput& y, float grad_scale, Activations& saved, bool recomputing) const override;
+  Tensor forward(const Tensor& y, float grad_scale, Activations& saved, bool recomputing = false);
+  Tensor forward(const LinearInput& y, float grad_scale, Activations& saved, bool recomputing) override;
   Tensor backward_input(const Tensor& dout, Activations& saved) const override;
   void backward_weight(Activations& saved) const override;
 
@@ -142,7 +142,7 @@ class Moe final : public MlpBlock {
   double balance_loss(const Tensor& scores, const Tensor& chosen, float grad_scale, const Tensor& dscores) const;
   // The routing copied to the host (chosen [N, k]; on meta: replayed or balanced, see
   // MoeRoutingTrace), the step's load counted when `count`, copies over capacity sent to bucket E.
-  std::vector<int32_t> host_routing(const Tensor& chosen, const Tensor& weights, bool count) const;
+  std::vector<int32_t> host_routing(const Tensor& chosen, const Tensor& weights, bool count);
   comm::Communicator* ep_ = nullptr;
   comm::Communicator *sp_ = nullptr, *cp_ = nullptr;
   comm::Communicator* etp_ = nullptr;  // experts split over this tensor-parallel group
@@ -170,8 +170,8 @@ class Moe final : public MlpBlock {
   // Sends the copies beyond each expert's capacity to bucket E (dropped), by gate weight or position.
   void drop_over_capacity(int64_t N, const float* weights, std::vector<int32_t>& routed) const;
   std::vector<float> bias_;
-  mutable std::vector<int64_t> load_;  // tokens per expert this step
-  mutable double aux_loss_ = 0;
+  std::vector<int64_t> load_;  // tokens per expert this step
+  double aux_loss_ = 0;
 };
 
 }  // namespace tessel::nn

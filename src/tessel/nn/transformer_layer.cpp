@@ -50,7 +50,7 @@ TransformerLayer::TransformerLayer(ParamStore& ps, const ModelConfig& cfg, int64
 }
 
 Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale,
-                                 bool recomputing) const {
+                                 bool recomputing) {
   Tensor r0, r1;
   Tensor a = attn_->forward(normed(norm1_, *attn_, r, Tensor(), r0, saved), batch, saved);
   Tensor m = mlp_->forward(normed(norm2_, *mlp_, r, a, r1, saved), grad_scale, saved, recomputing);
@@ -69,7 +69,7 @@ Tensor TransformerLayer::backward_input(const Tensor& dout, Activations& saved) 
 
 int64_t TransformerLayer::kv_width() const { return attn_->kv_width(); }
 
-Tensor TransformerLayer::forward_decode(const Tensor& r, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const {
+Tensor TransformerLayer::forward_decode(const Tensor& r, int64_t pos0, Tensor& k_cache, Tensor& v_cache) {
   Activations scratch;
   Tensor r0, r1;
   Tensor y = norm1_.forward(r, Tensor(), r0, scratch);

@@ -22,11 +22,11 @@ class TransformerLayer {
   // r [N, d] f32. grad_scale: the micro-batch's loss scale (MoE auxiliary losses); 0 in evaluation.
   // recomputing: activation recompute's second forward (MoE statistics are not counted again).
   Tensor forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale = 0.0f,
-                 bool recomputing = false) const;
+                 bool recomputing = false);
   Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dr [N, d] f32
   void backward_weight(Activations& saved) const;
   // Inference over positions pos0 .. pos0 + n - 1 with this layer's KV cache (see SelfAttention).
-  Tensor forward_decode(const Tensor& r, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const;
+  Tensor forward_decode(const Tensor& r, int64_t pos0, Tensor& k_cache, Tensor& v_cache);
   int64_t kv_width() const;
 
  private:
