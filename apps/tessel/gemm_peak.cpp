@@ -100,6 +100,10 @@ bool well_formed(const nlohmann::json& e) {
 // Why a cache entry cannot be used as it is ("" when it can).
 std::string entry_problem(const nlohmann::json& e) {
   if (!well_formed(e)) return "the cached value was written by a tessel that did not check the machine was idle";
+  const int threads = e.contains("threads") && e["threads"].is_number_integer() ? e["threads"].get<int>() : 1;
+  if (!kernels::physically_possible(e["gflops"].get<double>(), threads))
+    return fmt::format("the cached value, {:.0f} GFLOP/s on {} thread(s), is more than a CPU computes (a measurement "
+                       "that timed a queued launch)", e["gflops"].get<double>(), threads);
   const double age_days = (now_unix() - e["measured_at"].get<double>()) / 86400.0;
   if (age_days > kMaxAgeDays || age_days < -1)
     return fmt::format("the cached value was measured {}, more than {:.0f} days ago",

@@ -49,5 +49,17 @@ TEST(GemmPeakCheck, MissingMeasurementIsNotTrusted) {
   EXPECT_NE(v.reason.find("no usable measurement"), std::string::npos) << v.reason;
 }
 
+TEST(GemmPeakCheck, AFigureNoCpuComputesIsNotTrusted) {
+  // What strict mode's queued launches once measured on a 2-core machine: 11.3 and 18.9 million
+  // GFLOP/s, scaling "perfectly".
+  const PeakVerdict v = judge_peak({2, 11287693.3, 18858253.8, 0.0});
+  EXPECT_FALSE(v.trusted);
+  EXPECT_NE(v.reason.find("more than a CPU core computes (20000 GFLOP/s per thread at most)"), std::string::npos)
+      << v.reason;
+  EXPECT_TRUE(judge_peak({2, 4000.0, 7900.0, 0.0}).trusted);  // an AMX machine's bf16 is possible
+  EXPECT_TRUE(physically_possible(40000.0, 2));
+  EXPECT_FALSE(physically_possible(40001.0, 2));
+}
+
 }  // namespace
 }  // namespace tessel::kernels

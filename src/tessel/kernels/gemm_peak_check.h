@@ -22,6 +22,11 @@ struct PeakVerdict {
 
 inline constexpr double kMinThreadScaling = 0.75;  // N threads must reach 0.75 x N x one thread
 inline constexpr double kMaxOthersCpuShare = 0.10;  // other processes may use at most 10% of the CPU
+// No CPU core multiplies faster than this (AMX bf16 at 1,024 FLOP per cycle and 4 GHz is about 4,100
+// GFLOP/s): more means the clock timed something other than the GEMM (a launch on a queue, as
+// strict mode's once did), and a peak that high makes every MFU about zero.
+inline constexpr double kMaxGflopsPerThread = 20000;
+bool physically_possible(double gflops, int threads);
 
 PeakVerdict judge_peak(const PeakMeasurement& m);
 

@@ -344,6 +344,10 @@ std::string gemm_cpu_isa() {
 }
 
 double measure_gemm_gflops(DType dtype, int64_t n, int reps) {
+  // The GEMMs run here, on this thread, when timed: inside an explicit host scope a launch runs at
+  // once (strict mode would otherwise queue it, and the clock would time the launch, on another
+  // thread's OpenMP team).
+  const DeviceAccessScope on_this_thread;
   Tensor a = Tensor::zeros({n, n}, dtype), b = Tensor::zeros({n, n}, dtype), c = Tensor::zeros({n, n}, DType::f32);
   a.fill(0.5);
   b.fill(0.25);
