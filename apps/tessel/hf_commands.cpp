@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "model_loading.h"
+#include "tessel/core/paths.h"
 #include "tessel/core/device.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
@@ -21,7 +22,7 @@ struct ExportOptions {
 int run_export(const ExportOptions& o) {
   LoadedModel lm = load_model_from_checkpoint(o.ckpt, {});
   const std::string flavour = ckpt::export_hf(lm.config.model, lm.model->params(), o.out, lm.model->state_tensors());
-  if (!lm.config.data.tokenizer.empty() && fs::exists(lm.config.data.tokenizer))
+  if (!lm.config.data.tokenizer.empty() && path_exists(lm.config.data.tokenizer))
     fs::copy_file(lm.config.data.tokenizer, fs::path(o.out) / "tokenizer.model", fs::copy_options::overwrite_existing);
   std::printf("exported %s (step %lld) to %s: config.json, model.safetensors (%s naming)\n", lm.checkpoint_dir.c_str(),
               (long long)lm.step, o.out.c_str(), flavour.c_str());

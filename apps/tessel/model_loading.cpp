@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "tessel/core/paths.h"
 #include "tessel/ckpt/checkpoint.h"
 
 namespace tessel::app {
@@ -10,10 +11,10 @@ namespace tessel::app {
 namespace fs = std::filesystem;
 
 LoadedModel load_model_from_checkpoint(const std::string& ckpt, const std::vector<std::string>& overrides) {
-  TESSEL_CHECK(fs::is_directory(ckpt), "--ckpt '{}' is not a directory", ckpt);
+  TESSEL_CHECK(is_directory_path(ckpt), "--ckpt '{}' is not a directory", ckpt);
   // Candidates: the directory itself, or its step_* checkpoints newest first (`latest` first).
   std::vector<std::string> dirs;
-  if (fs::exists(fs::path(ckpt) / "metadata.json")) {
+  if (path_exists((fs::path(ckpt) / "metadata.json").string())) {
     dirs.push_back(ckpt);
   } else {
     const auto names = ckpt::checkpoint_candidates(ckpt);

@@ -89,6 +89,22 @@ TEST(CliErrors, EmptyConfigIsRefused) {
   EXPECT_FALSE(std::filesystem::exists(d / "runs")) << "an empty config trained into ./runs";
 }
 
+// A name the system refuses outright (longer than NAME_MAX) is bad input like any other: the
+// setting or option is named, not a filesystem_error's text (found by fuzzing the config parser).
+TEST(CliErrors, APathTooLongForTheSystemIsNamedAsBadInput) {
+  TempDir d;
+  const std::string too_long(300, 'x');
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"train-tokenizer --input " + too_long + " --model-prefix tok", "input '" + too_long + "' does not exist or is not a file"},
+           {"eval --ckpt " + too_long + " --data x", "--ckpt '" + too_long + "' is not a directory"},
+           {"import-hf --hf " + too_long + " --out imported", "import-hf: '" + too_long + "' is not a directory"}}) {
+    const auto r = run_bounded(args, d.path());
+    EXPECT_EQ(r.exit_code, kError) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("filesystem error"), std::string::npos) << r.output;
+  }
+}
+
 TEST(CliErrors, SourceLocationOnlyWhenVerbose) {
   TempDir d;
   const std::string bad = "train " + config("synthetic.yaml") + " --set model.num_layerz=3";

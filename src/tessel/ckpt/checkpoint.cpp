@@ -1,3 +1,4 @@
+#include "tessel/core/paths.h"
 #include "tessel/ckpt/checkpoint.h"
 
 #include <fcntl.h>
@@ -74,7 +75,7 @@ std::string read_text_file(const fs::path& p) {
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::string> out;
-  if (!fs::is_directory(dir)) return out;
+  if (!is_directory_path(dir)) return out;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (e.is_directory() && name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos) out.push_back(name);

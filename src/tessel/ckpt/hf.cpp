@@ -1,5 +1,6 @@
 // Hugging Face export / import: dispatch to the format families (hf_llama.cpp, hf_gpt2.cpp,
 // hf_deepseek.cpp), config.json parsing, and placing imported tensors into a model.
+#include "tessel/core/paths.h"
 #include "tessel/ckpt/hf.h"
 
 #include <algorithm>
@@ -66,8 +67,8 @@ HfConfig parse_hf_config_text(const std::string& text, const std::string& file) 
 
 HfImport import_hf(const std::string& dir) {
   const fs::path d(dir);
-  TESSEL_CHECK(fs::is_directory(d), "import-hf: '{}' is not a directory", dir);
-  TESSEL_CHECK(fs::exists(d / "config.json"), "import-hf: '{}' has no config.json", dir);
+  TESSEL_CHECK(is_directory_path(dir), "import-hf: '{}' is not a directory", dir);
+  TESSEL_CHECK(path_exists((d / "config.json").string()), "import-hf: '{}' has no config.json", dir);
   const std::string file = (d / "config.json").string();
   HfConfig cfg = parse_hf_config(read_json_file(file, "import-hf"), file);
   const hf::HfTensors tensors = hf::read_hf_tensors(dir);

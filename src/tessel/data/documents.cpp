@@ -1,3 +1,4 @@
+#include "tessel/core/paths.h"
 #include "tessel/data/documents.h"
 
 #include <nlohmann/json.hpp>
@@ -34,7 +35,7 @@ int64_t for_each_document(const std::vector<std::string>& files, const DocumentR
     doc.clear();
   };
   for (const auto& path : files) {
-    TESSEL_CHECK(std::filesystem::is_regular_file(path), "input '{}' does not exist or is not a file", path);
+    TESSEL_CHECK(is_regular_file_path(path), "input '{}' does not exist or is not a file", path);
     std::ifstream in(path);
     TESSEL_CHECK(in.good(), "cannot read input '{}'", path);
     const bool jsonl = o.format == "jsonl" || (o.format == "auto" && (ends_with(path, ".jsonl") || ends_with(path, ".json")));

@@ -1,3 +1,4 @@
+#include "tessel/core/paths.h"
 #include "tessel/data/indexed_dataset.h"
 
 #include <fcntl.h>
@@ -95,10 +96,10 @@ void widen(const uint8_t* p, int64_t first, int64_t count, int64_t* out) {
 IndexedDataset::IndexedDataset(const std::string& prefix, VocabBound vocab)
     : prefix_(prefix), vocab_(std::move(vocab)) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  TESSEL_CHECK(std::filesystem::exists(idx_path),
+  TESSEL_CHECK(path_exists(idx_path),
                "dataset '{}': index file {} is missing (a dataset is a PREFIX.bin + PREFIX.idx pair; make one with "
                "`tessel preprocess`)", prefix, idx_path);
-  TESSEL_CHECK(std::filesystem::exists(bin_path), "dataset '{}': data file {} is missing", prefix, bin_path);
+  TESSEL_CHECK(path_exists(bin_path), "dataset '{}': data file {} is missing", prefix, bin_path);
   std::error_code ec;
   TESSEL_CHECK(std::filesystem::is_regular_file(bin_path, ec), "{}: not a regular file", bin_path);
   const uint64_t bin_size = std::filesystem::file_size(bin_path, ec);

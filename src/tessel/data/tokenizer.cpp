@@ -1,3 +1,4 @@
+#include "tessel/core/paths.h"
 #include "tessel/data/tokenizer.h"
 
 #include <sentencepiece_processor.h>
@@ -12,9 +13,9 @@ namespace tessel::data {
 
 Tokenizer::Tokenizer(const std::string& model_path)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), path_(model_path) {
-  TESSEL_CHECK(std::filesystem::exists(model_path), "tokenizer model '{}' does not exist (train one with `tessel "
+  TESSEL_CHECK(path_exists(model_path), "tokenizer model '{}' does not exist (train one with `tessel "
                "train-tokenizer`)", model_path);
-  TESSEL_CHECK(!std::filesystem::is_directory(model_path), "tokenizer model '{}' is a directory; give the "
+  TESSEL_CHECK(!is_directory_path(model_path), "tokenizer model '{}' is a directory; give the "
                "SentencePiece .model file", model_path);
   const auto st = sp_->Load(model_path);
   TESSEL_CHECK(st.ok(), "tokenizer model '{}' could not be loaded: {}", model_path, st.ToString());
@@ -57,7 +58,7 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
   TESSEL_CHECK(!o.input_files.empty(), "train-tokenizer: no input files");
   std::string inputs;
   for (const auto& f : o.input_files) {
-    TESSEL_CHECK(std::filesystem::exists(f), "train-tokenizer: input '{}' does not exist", f);
+    TESSEL_CHECK(path_exists(f), "train-tokenizer: input '{}' does not exist", f);
     inputs += (inputs.empty() ? "" : ",") + f;
   }
   TESSEL_CHECK(o.vocab_size >= 300, "train-tokenizer: --vocab-size {} is too small for byte fallback (>= 300)",

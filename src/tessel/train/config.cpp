@@ -1,3 +1,4 @@
+#include "tessel/core/paths.h"
 #include "tessel/train/config.h"
 
 #include <yaml-cpp/yaml.h>
@@ -244,7 +245,7 @@ Config Config::from_yaml_text(const std::string& yaml, const std::vector<std::st
 Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
   if (path.empty()) return build_config(YAML::Node(), overrides, "<defaults>");
   std::ifstream in(path);
-  TESSEL_CHECK(!std::filesystem::is_directory(path), "config file '{}' is a directory, not a YAML file", path);
+  TESSEL_CHECK(!is_directory_path(path), "config file '{}' is a directory, not a YAML file", path);
   TESSEL_CHECK(in.good(), "cannot read config file '{}'", path);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -347,7 +348,7 @@ void Config::validate() const {
   TESSEL_CHECK(train.exit_interval >= 0, "train.exit_interval must be >= 0, got {}", train.exit_interval);
   TESSEL_CHECK(checkpoint.interval >= 0, "checkpoint.interval must be >= 0, got {}", checkpoint.interval);
   TESSEL_CHECK(checkpoint.keep > 0, "checkpoint.keep must be > 0, got {}", checkpoint.keep);
-  TESSEL_CHECK(data.tokenizer.empty() || !std::filesystem::is_directory(data.tokenizer),
+  TESSEL_CHECK(data.tokenizer.empty() || !is_directory_path(data.tokenizer),
                "data.tokenizer '{}' is a directory; it should be a SentencePiece .model file (train-tokenizer "
                "writes PREFIX.model)", data.tokenizer);
 }
