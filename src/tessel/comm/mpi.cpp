@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tessel/comm/communicator.h"
@@ -57,7 +58,9 @@ class MpiWork : public Work {
   // Device memory stays reachable while the transfer is in flight (core/device_arena.h): MPI moves
   // it in the background, and the peer may read it directly (shared-memory single copy).
   MpiWork(MPI_Request r, std::function<void()> finish)
-      : req_(r), finish_(std::move(finish)), in_flight_(std::make_unique<DeviceMemoryAccess>()) {}
+      : req_(r), finish_(std::move(finish)) {
+    in_flight_.emplace();
+  }
   ~MpiWork() override {
     if (!done_) {
       try {
@@ -87,7 +90,7 @@ class MpiWork : public Work {
   }
   MPI_Request req_;
   std::function<void()> finish_;
-  std::unique_ptr<DeviceMemoryAccess> in_flight_;
+  std::optional<DeviceMemoryAccess> in_flight_;  // no allocation per operation
   bool done_ = false;
 };
 

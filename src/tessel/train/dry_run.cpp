@@ -116,8 +116,9 @@ DryRunResult dry_run(const Config& cfg, int world, int steps, double expert_skew
   for (int stage = 0; stage < s.pp; ++stage) {
     std::vector<int> hot, cold;  // the stage's ranks by expert-parallel rank: 0, others
     for (int r = 0; r < world; ++r) {
-      if (comm::ParallelState::coords_of(r, s, dp).pp != stage) continue;
-      const bool is_hot = !split_ep || comm::ParallelState::ep_rank_of(comm::ParallelState::coords_of(r, s, dp), s) == 0;
+      const comm::RankCoords c = comm::ParallelState::coords_of(r, s, dp);
+      if (c.pp != stage) continue;
+      const bool is_hot = !split_ep || comm::ParallelState::ep_rank_of(c, s) == 0;
       (is_hot ? hot : cold).push_back(r);
     }
     const std::string name = fmt::format("pipeline stage {} of {}", stage, s.pp);
