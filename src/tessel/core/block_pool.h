@@ -1,41 +1,60 @@
 #pragma once
-// A pool of freed 64-byte aligned blocks for tensor storage. A training step allocates the same
-// buffers in the same order every time, so after the first step nothing reaches the OS: without the
-// pool, glibc returns large blocks with munmap and every step pays page faults and zeroing for its
-// activations (the logits alone are 131 MB at vocab 32000).
+// A caching pool for tensor storage (the scheme of a GPU caching allocator). A training step
+// allocates the same buffers in the same order every time, so after the first step nothing reaches
+// the OS: without the pool, glibc returns large blocks with munmap and every step pays page faults
+// and zeroing for its activations (the logits alone are 131 MB at vocab 32000).
 //
 // Requests are rounded up to size classes (64-byte multiples below 4 KiB, 8 classes per octave
-// above), so buffers whose size changes from step to step (the rows each MoE expert gets) share
-// blocks instead of adding one size each. The free blocks kept are capped: at most the larger of
-// `min_cap_bytes` and the most bytes ever handed out at once (what a step needs back), the least
-// recently returned blocks going back to the OS first. Thread-safe.
+// above: what the allocators account, so the meta device counts the same bytes). Blocks are carved
+// from segments taken from the backing: requests up to 1 MiB from shared 2 MiB segments, larger ones
+// from a segment of their own size. A freed block is first parked as it is, and a request of its
+// exact size takes the most recently parked one (still in cache: a step's sizes repeat). A request
+// no parked block matches takes the smallest free block that holds it (best fit), the rest of that
+// block staying free; when none holds it, every parked block first merges with its free neighbours
+// in its segment and the search is repeated, and only then is a new segment taken. So a buffer
+// whose size changes from step to step (the rows each MoE expert gets) fits where a larger one was,
+// and the memory held stays close to the most ever in use at once: the segments are what the
+// process really holds, the slack is what they hold beyond the blocks in use.
+//
+// Free segments (no block in use) are kept up to a cap, at most the larger of `min_cap_bytes` and
+// the most bytes ever handed out at once; beyond it the least recently freed go back to the
+// backing. Thread-safe.
 #include <cstddef>
 #include <cstdint>
 #include <list>
 #include <mutex>
+#include <set>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 namespace tessel {
 
 struct BlockPoolStats {
-  size_t cached_bytes = 0;    // free blocks held for reuse
-  size_t cached_blocks = 0;
+  size_t cached_bytes = 0;    // held by the pool and not handed out: segment_bytes - live_bytes
+  size_t cached_blocks = 0;   // free blocks
   size_t live_bytes = 0;      // handed out and not yet returned
   size_t peak_live_bytes = 0;
-  size_t cap_bytes = 0;       // current bound on cached_bytes
-  int64_t reused = 0;         // requests served from the pool
-  int64_t allocated = 0;      // requests that reached the allocator
-  int64_t released = 0;       // free blocks handed back to the OS to respect the cap
+  size_t segment_bytes = 0;   // taken from the backing and not given back
+  size_t peak_segment_bytes = 0;
+  size_t segments = 0;
+  size_t cap_bytes = 0;       // bound on the bytes of free segments kept
+  int64_t reused = 0;         // requests served from a free block
+  int64_t allocated = 0;      // requests that took a new segment from the backing
+  int64_t released = 0;       // free segments given back to respect the cap
 };
 
 class BlockPool {
  public:
-  // Where blocks come from and go back to: the C heap unless told (strict mode's device arena).
+  // Where segments come from and go back to: the C heap unless told (strict mode's device arena).
   struct Backing {
     void* (*get)(size_t bytes);          // 64-byte aligned, nullptr when out of memory
     void (*put)(void* p, size_t bytes);  // bytes as given to get
   };
   static Backing heap();
+
+  static constexpr size_t kSmallRequest = size_t(1) << 20;  // up to this: from shared segments
+  static constexpr size_t kSmallSegment = size_t(2) << 20;
 
   explicit BlockPool(size_t min_cap_bytes, Backing backing = heap());
   ~BlockPool();
@@ -43,23 +62,52 @@ class BlockPool {
   BlockPool& operator=(const BlockPool&) = delete;
 
   static size_t block_size(size_t nbytes);  // the class a request of nbytes is served from
-  void* get(size_t nbytes);                  // nullptr when the allocator fails
+  void* get(size_t nbytes);                  // nullptr when the backing fails
   void put(void* p, size_t nbytes);          // nbytes as given to get()
   BlockPoolStats stats() const;
 
  private:
-  struct Block {
-    void* ptr;
+  struct Segment;
+  struct Block {  // a run of a segment: in use, parked or free; neighbours in address order
+    char* ptr;
     size_t bytes;
+    bool free;  // in a free set (a parked block is not: it is not merged)
+    Block* prev;
+    Block* next;
+    Segment* segment;
   };
-  using Lru = std::list<Block>;  // free blocks, least recently returned first
-  void trim();                   // release the oldest free blocks while over the cap
+  struct Segment {
+    char* base;
+    size_t bytes;
+    bool small;
+    Block* head;                          // the block at base: never merged away
+    bool idle = false;                    // one free block spans it
+    std::list<Segment*>::iterator in_idle;
+  };
+  struct BySizeThenAddress {
+    bool operator()(const Block* a, const Block* b) const {
+      return a->bytes != b->bytes ? a->bytes < b->bytes : a->ptr < b->ptr;
+    }
+  };
+  using FreeSet = std::set<Block*, BySizeThenAddress>;
+
+  Block* take_fitting(FreeSet& free, size_t size);  // nullptr when no free block holds size
+  Block* new_segment(size_t size, bool small);      // nullptr when the backing fails
+  void hand_out(Block* b, size_t size);  // the rest of b, if worth it, stays free
+  void make_free(Block* b);  // merges b with its free neighbours into a free set
+  void merge_parked();
+  void trim(size_t keep_free_bytes);  // give back idle segments, oldest first, beyond keep_free_bytes
 
   mutable std::mutex mu_;
   size_t min_cap_;
   Backing backing_;
-  Lru lru_;
-  std::unordered_map<size_t, std::list<Lru::iterator>> by_size_;  // newest last
+  FreeSet free_small_, free_large_;
+  std::unordered_map<void*, Block*> live_;
+  std::unordered_map<size_t, std::vector<Block*>> parked_;  // by size, most recently freed last
+  size_t parked_blocks_ = 0;
+  std::list<Segment*> idle_;  // least recently freed first
+  std::unordered_set<Segment*> segments_;
+  size_t idle_bytes_ = 0;
   BlockPoolStats st_;
 };
 

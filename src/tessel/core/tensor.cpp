@@ -216,6 +216,24 @@ void Tensor::copy_elements_from(const Tensor& src) {
     for (int64_t i = 0, n = numel(); i < n; ++i) d[i] = bf16(s[i]);
     return;
   }
+  // Widening and strided copies element by element. A view of the same storage may overlap this
+  // one, so only then are the values staged first.
+  if (storage_ != src.storage_ && (is_contiguous() || src.is_contiguous())) {
+    if (is_contiguous()) {
+      char* d = static_cast<char*>(raw());
+      const size_t es = dtype_size(dtype_);
+      for_each_element(src, [&](void* p, int64_t i) {
+        store_from_double(d + size_t(i) * es, dtype_, load_as_double(p, src.dtype_));
+      });
+    } else {
+      const char* s = static_cast<const char*>(src.raw());
+      const size_t es = dtype_size(src.dtype_);
+      for_each_element(*this, [&](void* p, int64_t i) {
+        store_from_double(p, dtype_, load_as_double(s + size_t(i) * es, src.dtype_));
+      });
+    }
+    return;
+  }
   std::vector<double> vals(size_t(src.numel()));
   for_each_element(src, [&](void* p, int64_t i) { vals[size_t(i)] = load_as_double(p, src.dtype_); });
   for_each_element(*this, [&](void* p, int64_t i) { store_from_double(p, dtype_, vals[size_t(i)]); });
