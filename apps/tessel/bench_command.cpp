@@ -236,13 +236,17 @@ int run_bench(const BenchOptions& o) {
   }
 
   // Per-rank memory of the model state, exact byte counts from the sizes: fp32 master parameters
-  // (whole on every rank of a data-parallel group, also with ZeRO-1) plus their bf16 copy when
-  // computing in bf16; fp32 gradients of every local parameter; Adam m and v (fp32) of the range this
-  // rank's optimizer owns (all local parameters, or 1/dp of them with the distributed optimizer).
-  // Activations and workspaces are not included (peak RSS is the whole process).
-  const int64_t local = trainer.model().params().numel();
+  // (whole, or in bf16 runs with the distributed optimizer the owned 1/dp of them plus a whole fp32
+  // copy of what computes in fp32: nn/params.h) plus their bf16 copy when computing in bf16; fp32
+  // gradients of every local parameter; Adam m and v (fp32) of the range this rank's optimizer owns
+  // (all local parameters, or 1/dp of them with the distributed optimizer). Activations and
+  // workspaces are not included (peak RSS is the whole process).
+  const nn::ParamStore& store = trainer.model().params();
+  const int64_t local = store.numel();
   const int64_t owned = trainer.optimizer().own_end() - trainer.optimizer().own_begin();
-  const double param_bytes = double(local) * (4.0 + (m.compute == DType::f32 ? 0.0 : double(dtype_size(m.compute))));
+  const int64_t masters = store.masters_sharded() ? owned + store.f32_copy().numel() : local;
+  const double param_bytes =
+      double(masters) * 4.0 + double(local) * (m.compute == DType::f32 ? 0.0 : double(dtype_size(m.compute)));
   const double grad_bytes = double(local) * 4.0;
   const double opt_bytes = double(owned) * 2 * 4.0;
   const auto max_of = [&](double x) {
@@ -250,9 +254,10 @@ int run_bench(const BenchOptions& o) {
     return *std::max_element(all.begin(), all.end());
   };
   const double param_max = max_of(param_bytes), grad_max = max_of(grad_bytes), opt_max = max_of(opt_bytes);
-  std::printf("model state per rank: parameters %.2f MB (fp32 masters%s), gradients %.2f MB (fp32), optimizer state "
+  std::printf("model state per rank: parameters %.2f MB (fp32 masters%s%s), gradients %.2f MB (fp32), optimizer state "
               "%.2f MB (Adam m, v in fp32 for %lld of %lld local parameters%s)",
-              param_bytes / 1e6, m.compute == DType::f32 ? "" : " + bf16 copy", grad_bytes / 1e6, opt_bytes / 1e6,
+              param_bytes / 1e6, store.masters_sharded() ? " of the owned shard + fp32 copy of norms, biases, embedding, router" : "",
+              m.compute == DType::f32 ? "" : " + bf16 copy", grad_bytes / 1e6, opt_bytes / 1e6,
               static_cast<long long>(owned), static_cast<long long>(local), zero ? ": distributed optimizer" : "");
   if (param_max > param_bytes || grad_max > grad_bytes || opt_max > opt_bytes)
     std::printf("; largest rank: %.2f, %.2f, %.2f MB", param_max / 1e6, grad_max / 1e6, opt_max / 1e6);

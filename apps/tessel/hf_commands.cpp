@@ -50,7 +50,7 @@ int run_import(const ImportOptions& o) {
   std::string where;
   {
     const DeviceAccessScope host_copy;  // the fresh moments, read on the host by the save
-    where = ckpt::save_checkpoint(o.out, ps, ckpt::FullMoments{opt.exp_avg_data(), opt.exp_avg_sq_data(), opt.steps_taken()},
+    where = ckpt::save_checkpoint(o.out, ps, ckpt::FullOptimizerState{opt.exp_avg_data(), opt.exp_avg_sq_data(), opt.steps_taken()},
                                   {0, 0, uint64_t(cfg.train.seed)}, cfg.to_yaml(), 1, nullptr, true, nullptr,
                                   model.state_tensors());
   }

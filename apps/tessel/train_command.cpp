@@ -113,11 +113,11 @@ int run_train(const TrainOptions& o) {
     // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
     // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
     // are identical, so rank 0 alone writes.
-    const ckpt::FullMoments moments = trainer.full_moments();
+    const train::GatheredOptimizerState gathered = trainer.full_optimizer_state();
     const ckpt::TrainState st{step, consumed, uint64_t(cfg.train.seed)};
     const auto& c = pstate.coords();
     comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
-    const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), moments, st,
+    const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), gathered.view, st,
                                                     cfg.to_yaml(), cfg.checkpoint.keep, &pstate.tp(), lead, stages,
                                                     trainer.model().state_tensors(), &pstate.ep());
     if (lead) {

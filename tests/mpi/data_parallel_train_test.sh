@@ -2,7 +2,8 @@
 # Data parallelism end to end: `mpirun -np N tessel train` gives the single-process run's losses
 # (5 steps) and final parameters on the same global batch, for N = 2 and 4, with gradient
 # accumulation and small buckets (many overlapping all-reduces), fp32, with and without the
-# distributed optimizer; then resumption of its checkpoint on 2 ranks and in one process.
+# distributed optimizer; then resumption of its checkpoint on 2 ranks and in one process; then bf16
+# with sharded masters against plain data parallelism.
 # Tolerances: compare_runs.py (K x the spread measured by measure_spread.sh).
 # Usage: data_parallel_train_test.sh TESSEL_BINARY CONFIG_DIR MPIRUN
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -40,6 +41,33 @@ print('zero2: resume at step 3 reproduces the uninterrupted losses bit for bit')
 single reshard --set checkpoint.dir=zr-ckpt-at-3
 grep -q "resumed from checkpoint.dir zr-ckpt-at-3 at step 3" reshard.log
 compare --resumed single reshard --from-step 3
+
+# bf16 with the distributed optimizer: each rank holds the fp32 masters of its shard only, updates
+# them with its bf16 copy, and gathers the copies. With gradient clipping off the update is the same
+# arithmetic in the same order as plain data parallelism (2 ranks: a+b either way), so the losses
+# agree bit for bit; so do the continued losses of a checkpoint saved from the shards and resumed
+# without the distributed optimizer, and the other way round.
+BF16=(--set precision.compute=bf16 --set train.clip_grad=0)
+ZERO=(--set parallel.use_distributed_optimizer=true)
+run 2 bf16-dp2 "${BF16[@]}"
+run 2 bf16-zero2 "${BF16[@]}" "${ZERO[@]}"
+run 2 bf16-zero2-at-3 "${BF16[@]}" "${ZERO[@]}" --set train.exit_interval=3
+run 2 bf16-dp2-at-3 "${BF16[@]}" --set train.exit_interval=3
+cp -r bf16-zero2-at-3/ckpt bf16-zero-ckpt-at-3  # each resumed run saves into its own copy
+run 2 bf16-zero2-resumed "${BF16[@]}" "${ZERO[@]}" --set checkpoint.dir=bf16-zero2-at-3/ckpt
+run 2 bf16-dp2-from-zero "${BF16[@]}" --set checkpoint.dir=bf16-zero-ckpt-at-3
+run 2 bf16-zero2-from-dp "${BF16[@]}" "${ZERO[@]}" --set checkpoint.dir=bf16-dp2-at-3/ckpt
+grep -q "resumed from checkpoint.dir bf16-zero-ckpt-at-3 at step 3" bf16-dp2-from-zero.log
+grep -q "resumed from checkpoint.dir bf16-dp2-at-3/ckpt at step 3" bf16-zero2-from-dp.log
+/usr/bin/python3 -c "
+import json
+l = lambda d: [json.loads(x)['loss'] for x in open(d + '/metrics.jsonl') if '\"loss\"' in x]
+ref = l('bf16-dp2')
+assert len(ref) == 5, ref
+assert l('bf16-zero2') == ref, (l('bf16-zero2'), ref)
+for resumed in ['bf16-zero2-resumed', 'bf16-dp2-from-zero', 'bf16-zero2-from-dp']:
+    assert l(resumed)[-2:] == ref[-2:], (resumed, l(resumed), ref)
+print('bf16 zero2 (sharded masters) = dp2 bit for bit; its checkpoint resumes with and without ZeRO, bit for bit')"
 
 # tessel bench under mpirun reports the data-parallel traffic: one all-reduce of every fp32 gradient
 # per step, i.e. 2(n-1)/n x 4 bytes x parameters moved per rank by a ring.

@@ -45,17 +45,30 @@ TEST_P(DryRunLayouts, MetaModelStateEqualsTheCpuAllocationAndTheSizes) {
   const DryRunResult r = dry_run_model_state(cfg, l.world);
   ASSERT_EQ(int64_t(r.roles.size()), cfg.parallel.pipeline_model_parallel_size);
   int64_t ranks = 0;
-  for (const DryRunRole& role : r.roles) {
+  const int64_t pp = cfg.parallel.pipeline_model_parallel_size, tp = cfg.parallel.tensor_model_parallel_size;
+  const auto& m = cfg.model;
+  for (size_t stage = 0; stage < r.roles.size(); ++stage) {
+    const DryRunRole& role = r.roles[stage];
     ranks += int64_t(role.ranks.size());
     EXPECT_EQ(role.model_state, cpu_model_state(cfg, role.evaluated_rank, l.world)) << role.role;
-    // fp32 masters + bf16 copy, fp32 gradients, Adam m and v over the owned share (ceil(n / shard)).
+    // Gradients in fp32, Adam m and v over the owned share (ceil(n / shard)). Parameters: fp32
+    // masters + bf16 copy; with the distributed optimizer (bf16 run) the masters of the owned share
+    // + the bf16 copy + a whole fp32 copy of what computes in fp32: the embedding table (a vocabulary
+    // shard under tp), two RMSNorm weights and the router per layer, the final norm.
     const int64_t n = role.local_parameters;
     const int64_t shard = l.optimizer_shard;
     const int64_t owned = (n + shard - 1) / shard;
-    EXPECT_EQ(role.model_state[size_t(MemoryCategory::parameters)], block(4 * n) + block(2 * n)) << role.role;
+    const int64_t f32 = m.num_layers / pp * (2 * m.hidden_size + m.num_experts * m.hidden_size) +
+                        (stage == 0 ? m.vocab_size / tp * m.hidden_size : 0) +
+                        (stage + 1 == r.roles.size() ? m.hidden_size : 0);
+    const bool sharded = shard > 1;
+    const int64_t masters = sharded ? block(4 * owned) + block(4 * f32) : block(4 * n);
+    EXPECT_EQ(role.model_state[size_t(MemoryCategory::parameters)], masters + block(2 * n)) << role.role;
     EXPECT_EQ(role.model_state[size_t(MemoryCategory::gradients)], block(4 * n)) << role.role;
     EXPECT_EQ(role.model_state[size_t(MemoryCategory::optimizer_state)], 2 * block(4 * owned)) << role.role;
-    EXPECT_EQ(role.model_state_requested[size_t(MemoryCategory::parameters)], 6 * n) << role.role;
+    EXPECT_EQ(role.model_state_requested[size_t(MemoryCategory::parameters)],
+              (sharded ? 4 * (owned + f32) : 4 * n) + 2 * n)
+        << role.role;
     EXPECT_EQ(role.model_state_requested[size_t(MemoryCategory::gradients)], 4 * n) << role.role;
     EXPECT_EQ(role.model_state_requested[size_t(MemoryCategory::optimizer_state)], 8 * owned) << role.role;
   }

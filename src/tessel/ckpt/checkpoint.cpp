@@ -87,8 +87,8 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep) {
   const DeviceAccessScope host_copy;  // a checkpoint save copies device memory to the host
-  TESSEL_CHECK(opt.owns_all(), "save_checkpoint: the optimizer owns a shard; gather its moments (FullMoments) first");
-  return save_checkpoint(dir, params, FullMoments{opt.exp_avg_data(), opt.exp_avg_sq_data(), opt.steps_taken()}, state,
+  TESSEL_CHECK(opt.owns_all(), "save_checkpoint: the optimizer owns a shard; gather its moments (FullOptimizerState) first");
+  return save_checkpoint(dir, params, FullOptimizerState{opt.exp_avg_data(), opt.exp_avg_sq_data(), opt.steps_taken()}, state,
                          config_yaml, keep);
 }
 
@@ -171,7 +171,7 @@ void gather_stages(comm::Communicator* pp, Named& list) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& opt,
+std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullOptimizerState& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
                             comm::Communicator* tp, bool write, comm::Communicator* pp,
                             const NamedTensors& extra_state, comm::Communicator* ep) {
@@ -182,7 +182,7 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
   // Expert parallelism: rank 0 of the group keeps everything, the others contribute their experts.
   const bool experts_only = ep && ep->size() > 1 && ep->rank() != 0;
   for (const auto& s : params.specs()) {
-    const Tensor p = whole(s, params.params_data() + s.offset, tp);
+    const Tensor p = whole(s, (opt.masters ? opt.masters : params.params_data()) + s.offset, tp);
     const Tensor m = whole(s, opt.exp_avg + s.offset, tp);
     const Tensor v = whole(s, opt.exp_avg_sq + s.offset, tp);
     if (s.tied_copy) continue;  // the first stage saves the tied embedding
@@ -332,8 +332,9 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
   NamedTensors state;
   if (extra_state && md.files.count(kStateFile)) state = read_safetensors((d / kStateFile).string()).tensors;
 
-  for (const auto& s : params.specs()) params.param_at(s.offset, s.shape).copy_from(shard_of(s, model.get(s.name)));
-  params.refresh_compute_copy();
+  // The values of this rank's slice; set_values keeps the part of the masters a sharded store holds.
+  for (const auto& s : params.specs()) params.set_values(s, shard_of(s, model.get(s.name)).clone());
+  params.mark_updated();
   if (opt) {
     // Each tensor's part inside the optimizer's owned range [own_begin, own_end).
     for (const auto& s : params.specs()) {

@@ -37,12 +37,14 @@ class ModelMismatch : public Error {
   using Error::Error;
 };
 
-// AdamW moments laid out like the whole flat parameter buffer (a distributed optimizer gathers its
-// shards into this form first, so checkpoints do not depend on the layout).
-struct FullMoments {
+// The optimizer's state laid out like the whole flat parameter buffer (a distributed optimizer
+// gathers its shards into this form first, so checkpoints do not depend on the layout): the AdamW
+// moments, and the fp32 masters when the parameter store holds only its shard of them.
+struct FullOptimizerState {
   const float* exp_avg;
   const float* exp_avg_sq;
   int64_t optimizer_steps;
+  const float* masters = nullptr;  // null: the store's own (whole) masters
 };
 
 // Saves and prunes to the newest `keep` checkpoints. Returns the checkpoint's directory.
@@ -52,7 +54,7 @@ struct FullMoments {
 // other training state (FP8 scaling), the same on every rank of a stage, gathered over pp like the
 // parameters and written to state.safetensors. ep: expert-parallel ranks' experts are gathered onto
 // the group's rank 0 before the stages are (collective over ep).
-std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullMoments& moments,
+std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullOptimizerState& moments,
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
                             comm::Communicator* tp = nullptr, bool write = true, comm::Communicator* pp = nullptr,
                             const NamedTensors& extra_state = {}, comm::Communicator* ep = nullptr);

@@ -26,8 +26,11 @@ Embedding::Embedding(ParamStore& ps, const ModelConfig& cfg, comm::Communicator*
   } else {
     w_offset_ = ps.add("model.embed_tokens.weight", {V_, D_}, Init::normal, float(cfg.init_method_std), true);
   }
-  if (!cfg.is_llama())
+  ps.mark_f32_compute(w_offset_);  // looked up in fp32 (the tied head reads the compute copy)
+  if (!cfg.is_llama()) {
     pos_offset_ = ps.add("model.embed_positions.weight", {T_, D_}, Init::normal, float(cfg.init_method_std), true);
+    ps.mark_f32_compute(pos_offset_);
+  }
 }
 
 int64_t Embedding::first_row(int64_t rows) const {
@@ -43,7 +46,7 @@ int64_t Embedding::position(int64_t row) const {
 Tensor Embedding::position_index(int64_t rows) const {
   // Row n's position, computed on the host and copied to the device as one index tensor.
   const int64_t first = first_row(rows);
-  Tensor index = Tensor::empty({rows}, DType::i64, ps_.params_flat().device());
+  Tensor index = Tensor::empty({rows}, DType::i64, ps_.grads_flat().device());
   if (index.is_meta()) return index;
   const DeviceAccessScope copy_to_device;
   int64_t* p = index.data<int64_t>();
@@ -74,7 +77,7 @@ Tensor Embedding::forward(const Tensor& tokens, Activations& saved, const std::s
   Tensor out;
   if (tp_) {
     kernels::check_ids(tokens, V_, false, "token id", "embedding");
-    out = vocab_parallel_embedding_partial(tokens, ps_.param_at(w_offset_, {V_local_, D_}), vocab_begin_);
+    out = vocab_parallel_embedding_partial(tokens, ps_.f32_at(w_offset_, {V_local_, D_}), vocab_begin_);
     if (sequence_parallel_)
       out = sequence_reduce_scatter(out, *tp_);  // this rank's rows of the sum
     else

@@ -34,8 +34,8 @@ class Embedding {
   Tensor position_index(int64_t rows) const;  // i64 [rows]: each output row's position (learned positions)
   void add_positions(Tensor& out) const;
   void add_position_grads(const Tensor& dout) const;
-  Tensor table() const { return ps_.param_at(w_offset_, {V_local_, D_}); }  // this rank's rows of the weight
-  Tensor positions() const { return pos_offset_ >= 0 ? ps_.param_at(pos_offset_, {T_, D_}) : Tensor(); }
+  Tensor table() const { return ps_.f32_at(w_offset_, {V_local_, D_}); }  // this rank's rows of the weight
+  Tensor positions() const { return pos_offset_ >= 0 ? ps_.f32_at(pos_offset_, {T_, D_}) : Tensor(); }
   comm::Communicator* tp_ = nullptr;  // set when the vocabulary is split
   bool sequence_parallel_ = false;
   int64_t vocab_begin_ = 0, V_local_;

@@ -29,21 +29,25 @@ Linear::Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, f
     if (per > 1) ps.set_replica(off, per, r % per);
     return off;
   };
+  std::vector<int64_t> weight_offsets;
   for (const auto& p : parts) {
     // Shards of adjacent parts stay adjacent: the local fused weight is [part0 rows; part1 rows; ...].
     const int64_t off = add(p, p.name + ".weight", {p.out, in}, row ? 1 : 0, Init::normal, init_std, true);
+    weight_offsets.push_back(off);
     if (w_offset_ < 0) w_offset_ = off;
     out_ += column ? p.out / shards_of(p) : p.out;
   }
   if (bias)
     for (const auto& p : parts) {
       const int64_t off = add(p, p.name + ".bias", {p.out}, 0, Init::zeros, 0.0f, false);
+      ps.mark_f32_compute(off);  // added to fp32 outputs
       if (b_offset_ < 0) b_offset_ = off;
     }
   key_x_ = parts[0].name + ".x";
   key_dy_ = parts[0].name + ".dy";
   fp8_ = ps.fp8();
   if (fp8_) {
+    for (int64_t off : weight_offsets) ps.mark_f32_compute(off);  // quantised from the fp32 values
     const std::string& n = parts[0].name;
     // A routed expert replicated over tensor parallelism may run on one rank and not on another
     // (each routes its own rows under sequence parallelism): no amax collective for it.
@@ -73,14 +77,14 @@ bool Linear::block_scaled() const { return fp8_ && fp8_->recipe().kind == Fp8Rec
 const kernels::Fp8Tensor& Linear::quantized_weight() const {
   // Quantised once per parameter version and scaling step: every micro-batch of a step reuses it.
   if (wq_version_ != ps_.version() || wq_step_ != fp8_->steps() || !wq_.data.defined()) {
-    wq_ = fp8_->quantize_weight(ps_.param_at(w_offset_, {out_, in_}), slot_w_);
+    wq_ = fp8_->quantize_weight(ps_.f32_at(w_offset_, {out_, in_}), slot_w_);
     wq_version_ = ps_.version();
     wq_step_ = fp8_->steps();
   }
   return wq_;
 }
 
-void Linear::add_bias_rows(Tensor& y) const { kernels::add_row_vector(y, ps_.param_at(b_offset_, {out_})); }
+void Linear::add_bias_rows(Tensor& y) const { kernels::add_row_vector(y, ps_.f32_at(b_offset_, {out_})); }
 
 void Linear::accumulate_bias_grad(const Tensor& dy) const {
   ProfileScope ps("bias_grad");
@@ -119,7 +123,7 @@ Tensor Linear::forward(const LinearInput& in, Activations& saved) const {
       put_fp8(saved, key_x_, block_scaled() ? fp8_->quantize_cols_transposed(xc, slot_x_, fp8_->recipe().forward) : xq);
     } else {
       kernels::matmul(xc, false, ps_.compute_at(w_offset_, {out_, in_}), true, y, false,
-                      fused_bias ? ps_.param_at(b_offset_, {out_}) : Tensor());
+                      fused_bias ? ps_.f32_at(b_offset_, {out_}) : Tensor());
       saved.put(key_x_, xc);
     }
   }

@@ -27,8 +27,9 @@ class Model {
   // cp (optional): context parallelism; token batches are this rank's chunks ([B, T/cp], see
   // context_parallel.h: cp_local_slice) and attention runs around the ring.
   // ep (optional): expert parallelism; each rank holds its share of every MoE layer's experts.
+  // master_shard: the distributed optimizer's shard of the fp32 masters this rank holds (params.h).
   explicit Model(const ModelConfig& cfg, comm::Communicator* tp = nullptr, const StagePlan& plan = {},
-                 comm::Communicator* cp = nullptr, comm::Communicator* ep = nullptr);
+                 comm::Communicator* cp = nullptr, comm::Communicator* ep = nullptr, MasterShard master_shard = {});
   bool tensor_parallel() const { return tp_ != nullptr; }
   const StagePlan& plan() const { return plan_; }
   int num_chunks() const { return int(plan_.chunks.size()); }

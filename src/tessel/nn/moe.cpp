@@ -103,6 +103,7 @@ Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int6
   rc_.num_groups = cfg.moe_router_num_groups;
   rc_.group_topk = cfg.moe_router_group_topk;
   router_offset_ = ps.add(prefix + ".gate.weight", {rc_.experts, d_}, Init::normal, float(cfg.init_method_std), true);
+  ps.mark_f32_compute(router_offset_);  // routing scores are an fp32 GEMM
   ep_ = ep && ep->size() > 1 ? ep : nullptr;
   tp = tp && tp->size() > 1 ? tp : nullptr;
   sp_ = cfg.sequence_parallel ? tp : nullptr;
@@ -205,7 +206,7 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool 
   Tensor chosen = Tensor::empty({N, k}, DType::i32, dev), weights = Tensor::empty({N, k}, DType::f32, dev);
   {
     ProfileScope prof("router");
-    kernels::matmul(y32, false, ps_.param_at(router_offset_, {E, d_}), true, logits, false);
+    kernels::matmul(y32, false, ps_.f32_at(router_offset_, {E, d_}), true, logits, false);
     kernels::router_forward(rc_, logits, use_bias_ ? bias_.data() : nullptr, scores, chosen, weights);
   }
   const bool training = grad_scale > 0;  // evaluation: no statistics, no auxiliary losses
@@ -301,7 +302,7 @@ Tensor Moe::backward_input(const Tensor& dout, Activations& saved) const {
     kernels::add(dlogits, saved.get(key.daux), dlogits);
     saved.erase(key.daux);
   }
-  kernels::matmul(dlogits, false, ps_.param_at(router_offset_, {E, d_}), false, dy, true);
+  kernels::matmul(dlogits, false, ps_.f32_at(router_offset_, {E, d_}), false, dy, true);
   for (const auto& k2 : {key.scores, key.chosen, key.weights, key.order, key.tokens, key.outputs}) saved.erase(k2);
   saved.put(key.daux, dlogits);  // for the router's weight gradient
   return dy;

@@ -37,6 +37,40 @@ void ParamStore::mark_expert_range(int64_t begin, int64_t end) {
 
 void ParamStore::mark_tied_copy(int64_t offset) { spec_at_offset(offset, "mark_tied_copy").tied_copy = true; }
 
+void ParamStore::mark_f32_compute(int64_t offset) {
+  TESSEL_CHECK(!finalized_, "mark_f32_compute after the store was finalized");
+  spec_at_offset(offset, "mark_f32_compute").f32_compute = true;
+}
+
+std::vector<int64_t> ParamStore::shard_counts(int64_t numel, int parts) {
+  TESSEL_CHECK(parts >= 1, "shard_counts: {} parts", parts);
+  const int64_t d = parts, per = (numel + d - 1) / d;
+  std::vector<int64_t> c;
+  for (int64_t r = 0; r < d; ++r) c.push_back(std::max<int64_t>(0, std::min(numel, (r + 1) * per) - r * per));
+  return c;
+}
+
+std::vector<int64_t> ParamStore::f32_copy_counts() const {
+  const std::vector<int64_t> counts = shard_counts(total_, shard_size_);
+  std::vector<int64_t> out(counts.size(), 0);
+  int64_t begin = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    const int64_t end = begin + counts[r];
+    for (const auto& s : specs_)
+      if (s.f32_compute) out[r] += std::max<int64_t>(0, std::min(end, s.offset + s.numel) - std::max(begin, s.offset));
+    begin = end;
+  }
+  return out;
+}
+
+void ParamStore::refuse_whole_masters(int64_t offset, const char* what) const {
+  const auto it = offset >= 0 ? by_offset_.find(offset) : by_offset_.end();
+  TESSEL_FAIL("{}{}: the fp32 master weights are sharded over the distributed optimizer's ranks (this rank holds "
+              "elements [{}, {}) of {}): read masters() for them, f32_at() for a parameter computed in fp32",
+              what, it == by_offset_.end() ? std::string() : " of '" + specs_[it->second].name + "'", master_begin_,
+              master_end_, total_);
+}
+
 int64_t ParamStore::add_shard(const std::string& name, const Shape& global_shape, int dim, int part, int parts,
                               Init init, float std, bool weight_decay) {
   TESSEL_CHECK(dim >= 0 && dim < int(global_shape.size()) && parts > 0 && part >= 0 && part < parts,
@@ -52,20 +86,44 @@ int64_t ParamStore::add_shard(const std::string& name, const Shape& global_shape
   return off;
 }
 
-void ParamStore::finalize() {
+void ParamStore::finalize(MasterShard shard) {
   TESSEL_CHECK(!finalized_, "ParamStore finalized twice");
-  const int64_t bytes_per_param = 2 * 4 + (compute_ == DType::f32 ? 0 : int64_t(dtype_size(compute_)));
+  TESSEL_CHECK(shard.size >= 1 && shard.rank >= 0 && shard.rank < shard.size, "master shard {} of {}", shard.rank,
+               shard.size);
+  // fp32 runs compute with the masters themselves: they stay whole.
+  sharded_ = shard.size > 1 && compute_ != DType::f32;
+  shard_size_ = sharded_ ? shard.size : 1;
+  master_begin_ = 0;
+  master_end_ = total_;
+  if (sharded_) {
+    const std::vector<int64_t> counts = shard_counts(total_, shard.size);
+    for (int r = 0; r < shard.rank; ++r) master_begin_ += counts[size_t(r)];
+    master_end_ = master_begin_ + counts[size_t(shard.rank)];
+    for (auto& s : specs_)
+      if (s.f32_compute) {
+        s.f32_offset = f32_total_;
+        f32_total_ += s.numel;
+      }
+  }
+  const double copy_bytes = compute_ == DType::f32 ? 0.0 : double(dtype_size(compute_));
+  const double bytes = sharded_ ? double(total_) * (4 + copy_bytes) + 4.0 * double(master_end_ - master_begin_ + f32_total_)
+                                : double(total_) * (8 + copy_bytes);
   // On the meta device nothing is allocated: a dry run reports what would not fit instead.
   if (default_device() != Device::meta)
-    check_fits_in_memory(double(total_) * double(bytes_per_param), "the model",
-                       fmt::format("{} parameters x {} bytes: fp32 weights and gradients{}, before optimizer state "
-                                   "and activations", total_, bytes_per_param,
-                                   compute_ == DType::f32 ? "" : ", the compute copy"),
-                       "reduce the model sizes or split the model over more ranks (tensor / pipeline parallelism)");
+    check_fits_in_memory(bytes, "the model",
+                         fmt::format("{} parameters x {:.3g} bytes: fp32 {}weights and gradients{}, before optimizer "
+                                     "state and activations", total_, bytes / double(std::max<int64_t>(1, total_)),
+                                     sharded_ ? "master shard, " : "", compute_ == DType::f32 ? "" : ", the compute copy"),
+                         "reduce the model sizes or split the model over more ranks (tensor / pipeline parallelism)");
   finalized_ = true;
   {
     MemoryCategoryScope tag(MemoryCategory::parameters);
-    params_ = Tensor::zeros({total_}, DType::f32);
+    if (sharded_) {
+      masters_ = Tensor::zeros({master_end_ - master_begin_}, DType::f32);
+      f32_copy_ = Tensor::zeros({f32_total_}, DType::f32);
+    } else {
+      params_ = Tensor::zeros({total_}, DType::f32);
+    }
     if (compute_ != DType::f32) compute_copy_ = Tensor::zeros({total_}, compute_);
   }
   MemoryCategoryScope tag(MemoryCategory::gradients);
@@ -91,22 +149,58 @@ void init_param_slice(const ParamSpec& spec, uint64_t seed, int64_t row_begin, i
   }
 }
 
+// Where (possibly sharded) tensor `s` lies inside its global [R, C] (1-D: [1, C]): rows and columns.
+static void draw_initial_values(const ParamSpec& s, uint64_t seed, float* out) {
+  const bool two_d = s.shape.size() == 2;
+  const int64_t cols = s.shape.empty() ? 1 : s.shape.back();
+  const int64_t row0 = two_d ? s.slice_begin[0] : 0;
+  const int64_t col0 = s.slice_begin.empty() ? 0 : s.slice_begin.back();
+  init_param_slice(s, seed, row0, s.numel / cols, col0, cols, out);
+}
+
 void ParamStore::initialize(uint64_t seed) {
   TESSEL_CHECK(finalized_, "ParamStore::initialize before finalize");
+  if (sharded_) {
+    // Each parameter drawn whole into a staging buffer, then its master part and copies written.
+    for (const auto& s : specs_) {
+      Tensor values;
+      {
+        MemoryCategoryScope tag(MemoryCategory::workspace);
+        values = Tensor::empty(s.shape, DType::f32);
+      }
+      if (!values.is_meta()) {
+        const DeviceAccessScope copy_to_device;  // drawn on the host (a device would draw them in a kernel)
+        draw_initial_values(s, seed, values.data<float>());
+      }
+      set_values(s, values);
+    }
+    mark_updated();
+    return;
+  }
   {
     // Drawn on the host and written to the device (an upload; a device would draw them in a kernel).
     const DeviceAccessScope copy_to_device;
     for (const auto& s : specs_) {
       if (params_.is_meta()) break;  // no values to draw (the compute copy's refresh below is still a kernel call)
-      // Rows and columns of this (possibly sharded) tensor inside the global [R, C] (1-D: [1, C]).
-      const bool two_d = s.shape.size() == 2;
-      const int64_t cols = s.shape.empty() ? 1 : s.shape.back();
-      const int64_t row0 = two_d ? s.slice_begin[0] : 0;
-      const int64_t col0 = s.slice_begin.empty() ? 0 : s.slice_begin.back();
-      init_param_slice(s, seed, row0, s.numel / cols, col0, cols, params_data() + s.offset);
+      draw_initial_values(s, seed, params_data() + s.offset);
     }
   }
   refresh_compute_copy();
+}
+
+void ParamStore::set_values(const ParamSpec& s, const Tensor& values) {
+  TESSEL_CHECK(values.shape() == s.shape && values.dtype() == DType::f32, "set_values '{}': {} for f32{}", s.name,
+               values.str(), shape_str(s.shape));
+  const Tensor flat = values.reshape({s.numel});
+  if (!sharded_) {
+    params_.slice(0, s.offset, s.offset + s.numel).copy_from(flat);
+    if (compute_ != DType::f32) kernels::cast(flat, compute_copy_.slice(0, s.offset, s.offset + s.numel));
+    return;
+  }
+  const int64_t b = std::max(master_begin_, s.offset), e = std::min(master_end_, s.offset + s.numel);
+  if (b < e) masters_.slice(0, b - master_begin_, e - master_begin_).copy_from(flat.slice(0, b - s.offset, e - s.offset));
+  kernels::cast(flat, compute_copy_.slice(0, s.offset, s.offset + s.numel));
+  if (s.f32_compute) f32_copy_.slice(0, s.f32_offset, s.f32_offset + s.numel).copy_from(flat);
 }
 
 // A view of `shape` at an element offset of a flat buffer: shares its storage, so it keeps the
@@ -117,7 +211,23 @@ static Tensor view_of(const Tensor& flat, int64_t offset, const Shape& shape, in
   return flat.slice(0, offset, offset + shape_numel(shape)).reshape(shape);
 }
 
-Tensor ParamStore::param_at(int64_t offset, const Shape& shape) const { return view_of(params_, offset, shape, total_); }
+Tensor ParamStore::param_at(int64_t offset, const Shape& shape) const {
+  if (sharded_) refuse_whole_masters(offset, "param_at");
+  return view_of(params_, offset, shape, total_);
+}
+Tensor ParamStore::f32_at(int64_t offset, const Shape& shape) const {
+  if (!sharded_) return view_of(params_, offset, shape, total_);
+  // The packed copy holds the f32_compute parameters in flat order: a view over several adjacent
+  // ones (fused biases) is a view there too when every one of them is f32_compute.
+  const auto it = by_offset_.find(offset);
+  TESSEL_CHECK(it != by_offset_.end(), "f32_at: no parameter at offset {}", offset);
+  const ParamSpec& first = specs_[it->second];
+  const int64_t n = shape_numel(shape);
+  for (size_t i = it->second; i < specs_.size() && specs_[i].offset < offset + n; ++i)
+    TESSEL_CHECK(specs_[i].f32_compute, "f32_at: '{}' is not marked f32_compute: its fp32 master is sharded",
+                 specs_[i].name);
+  return view_of(f32_copy_, first.f32_offset, shape, f32_total_);
+}
 Tensor ParamStore::grad_at(int64_t offset, const Shape& shape) const { return view_of(grads_, offset, shape, total_); }
 Tensor ParamStore::compute_at(int64_t offset, const Shape& shape) const {
   return view_of(compute_ == DType::f32 ? params_ : compute_copy_, offset, shape, total_);
@@ -137,6 +247,7 @@ void ParamStore::zero_grads() {
 }
 
 void ParamStore::refresh_compute_copy() {
+  TESSEL_CHECK(!sharded_, "refresh_compute_copy: the masters are sharded; the trainer gathers the copies instead");
   mark_updated();
   if (compute_ == DType::bf16) kernels::cast(params_, compute_copy_);
 }

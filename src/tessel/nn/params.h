@@ -4,6 +4,13 @@
 // Parameters registered one after another are adjacent, so a fused QKV or gate/up weight is a plain
 // view over its parts. Initial values are drawn from Philox keyed by (seed, name, global element
 // index): a shard holds exactly the values of the unsharded tensor.
+//
+// Sharded masters (the distributed optimizer in bf16 runs, as Megatron-LM's): the store holds the
+// fp32 masters of its shard of the flat range only, [master_begin, master_end), with the whole bf16
+// copy and the whole fp32 gradients: 2 + 4 + 4/dp bytes per parameter before the moments. The
+// parameters compute reads in fp32 (norm weights, biases, the embedding table, the MoE router, the
+// weights FP8 quantises: mark_f32_compute) keep a whole fp32 copy besides, packed in flat order
+// (f32_at); the trainer gathers both copies from the shards after each step.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -44,6 +51,17 @@ struct ParamSpec {
   // A routed expert's parameter under expert parallelism: other expert-parallel ranks hold other
   // experts, so its gradient sums over the expert-data-parallel group, not the data-parallel one.
   bool expert = false;
+  // Read in fp32 by the forward and backward (not through the compute copy). With sharded masters
+  // its fp32 values are kept whole at f32_offset of the packed fp32 copy.
+  bool f32_compute = false;
+  int64_t f32_offset = -1;
+};
+
+// Which 1/size of the flat parameter range this rank's fp32 masters hold (the distributed
+// optimizer's shard; size 1: all of it).
+struct MasterShard {
+  int rank = 0;
+  int size = 1;
 };
 
 class ParamStore {
@@ -63,31 +81,58 @@ class ParamStore {
   void mark_tied_copy(int64_t offset);
   void set_replica(int64_t offset, int replicas, int replica);
   void mark_expert_range(int64_t begin, int64_t end);  // every parameter registered in [begin, end)
-  // Allocates the flat buffers: fp32 parameters and gradients, plus the compute copy. Refuses with
-  // the size in GiB, before allocating, when they exceed the machine's memory.
-  void finalize();
+  void mark_f32_compute(int64_t offset);
+  // Allocates the flat buffers: fp32 parameters and gradients, plus the compute copy. With a shard
+  // of size > 1 in a bf16 run, the fp32 masters of that shard only (see above). Refuses with the
+  // size in GiB, before allocating, when they exceed the machine's memory.
+  void finalize(MasterShard shard = {});
   void initialize(uint64_t seed);
+  // Elements of the flat range each of `parts` ranks owns: equal contiguous blocks (the last ones
+  // shorter or empty), the distributed optimizer's shards.
+  static std::vector<int64_t> shard_counts(int64_t numel, int parts);
 
   DType compute_dtype() const { return compute_; }
   int64_t numel() const { return total_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const ParamSpec& spec(const std::string& name) const;
 
-  // Views at an element offset (a parameter, or several adjacent ones fused).
+  // Views at an element offset (a parameter, or several adjacent ones fused). param_at, param,
+  // params_flat and params_data are the fp32 masters of the whole range: refused when sharded.
   Tensor param_at(int64_t offset, const Shape& shape) const;
   Tensor grad_at(int64_t offset, const Shape& shape) const;
   Tensor compute_at(int64_t offset, const Shape& shape) const;  // f32 params or their bf16 copy
+  // The fp32 values of parameters marked f32_compute (the masters unless they are sharded).
+  Tensor f32_at(int64_t offset, const Shape& shape) const;
   Tensor param(const std::string& name) const;
   Tensor grad(const std::string& name) const;
 
   // The flat buffers as tensors on their device (what kernels and collectives take), and as host
   // pointers (cpu only: checkpoints, tests).
-  const Tensor& params_flat() const { return params_; }
+  const Tensor& params_flat() const {
+    if (sharded_) refuse_whole_masters(-1, "params_flat");
+    return params_;
+  }
   const Tensor& grads_flat() const { return grads_; }
-  float* params_data() const { return params_.data<float>(); }
+  float* params_data() const {
+    if (sharded_) refuse_whole_masters(-1, "params_data");
+    return params_.data<float>();
+  }
   float* grads_data() const { return grads_.data<float>(); }
   void zero_grads();
-  void refresh_compute_copy();  // call after every change to the fp32 parameters
+  void refresh_compute_copy();  // call after every change to the fp32 parameters (not when sharded)
+
+  // The masters this rank holds: fp32 values of the flat range [master_begin, master_end).
+  bool masters_sharded() const { return sharded_; }
+  int64_t master_begin() const { return master_begin_; }
+  int64_t master_end() const { return master_end_; }
+  const Tensor& masters() const { return sharded_ ? masters_ : params_; }
+  // Sharded: the packed fp32 copy of the f32_compute parameters, and the elements of it inside each
+  // rank's shard (contiguous in the packed order: what each rank contributes to its all-gather).
+  const Tensor& f32_copy() const { return f32_copy_; }
+  std::vector<int64_t> f32_copy_counts() const;
+  // Writes a parameter's values (fp32, its shape, any device): its master (the part this rank holds),
+  // its compute copy and its fp32 copy. Then call mark_updated().
+  void set_values(const ParamSpec& s, const Tensor& values);
   // Counts changes of the parameters (refresh_compute_copy, mark_updated): caches of derived forms
   // (FP8 weights) compare it with the version they were made from.
   void mark_updated() { ++version_; }
@@ -107,6 +152,13 @@ class ParamStore {
   uint64_t version_ = 0;
   Fp8State* fp8_ = nullptr;
   Tensor params_, grads_, compute_copy_;
+  // Sharded masters (see above).
+  bool sharded_ = false;
+  int shard_size_ = 1;
+  int64_t master_begin_ = 0, master_end_ = 0;
+  Tensor masters_, f32_copy_;
+  int64_t f32_total_ = 0;
+  [[noreturn]] void refuse_whole_masters(int64_t offset, const char* what) const;
 };
 
 // Draws the initial values of parameter `spec` for the slice rows [row_begin, row_begin + rows) and

@@ -36,7 +36,16 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
     ep_ = multi_rank(&groups->ep());
     ep_dp_ = ep_ ? multi_rank(&groups->ep_dp()) : nullptr;
   }
-  model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups), cp_, ep_);
+  // ZeRO-1 shards over the ranks holding identical parameters: the data-parallel group, or under
+  // expert parallelism the ranks holding the same experts. In bf16 runs the fp32 masters are
+  // sharded with the moments (params.h); fp32 runs compute with the masters, which stay whole. So
+  // do FP8 runs for now: their Linears quantise the weights from the fp32 masters, which would all
+  // need the whole fp32 copy (8 bytes per parameter instead of 6); quantising from the bf16 copy,
+  // as TransformerEngine does, is not done yet.
+  if (cfg_.parallel.use_distributed_optimizer) shard_ = ep_ ? ep_dp_ : dp_;
+  const bool shard_masters = shard_ && !cfg_.model.fp8.enabled();
+  const nn::MasterShard master_shard = shard_masters ? nn::MasterShard{shard_->rank(), shard_->size()} : nn::MasterShard{};
+  model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups), cp_, ep_, master_shard);
   model_->params().initialize(uint64_t(cfg_.train.seed));
   if (pp_) {
     const int64_t local = cfg_.grad_accumulation_steps() / data_parallel_size();
@@ -48,9 +57,6 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
   oc.eps = cfg_.train.adam_eps;
   oc.weight_decay = cfg_.train.weight_decay;
   oc.clip_grad = cfg_.train.clip_grad;
-  // ZeRO-1 shards over the ranks holding identical parameters: the data-parallel group, or under
-  // expert parallelism the ranks holding the same experts.
-  if (cfg_.parallel.use_distributed_optimizer) shard_ = ep_ ? ep_dp_ : dp_;
   if (shard_) {
     // Rank r keeps master-weight updates and Adam moments for its contiguous shard only.
     const auto counts = shard_counts();
@@ -172,10 +178,25 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   if (sharded) {
     // All-gather the updated shards so every replica holds the whole model again.
     MemoryPhaseScope gathering("parameter all-gather");
-    const Tensor& p = ps.params_flat();
-    shard_->all_gather_v(p.slice(0, opt_->own_begin(), opt_->own_end()).device_ptr(), p.device_ptr(), shard_counts(),
-                         DType::f32);
-    ps.refresh_compute_copy();
+    if (ps.masters_sharded()) {
+      // The update wrote this shard's part of the compute copy and of the fp32 copy (adamw.cpp): the
+      // rest comes from the other shards, in bf16 (half the bytes of gathering the masters).
+      const Tensor copy = ps.compute_at(0, {ps.numel()});
+      shard_->all_gather_v(copy.slice(0, opt_->own_begin(), opt_->own_end()).device_ptr(), copy.device_ptr(),
+                           shard_counts(), copy.dtype());
+      const std::vector<int64_t> f32_counts = ps.f32_copy_counts();
+      int64_t at = 0;
+      for (int r = 0; r < shard_->rank(); ++r) at += f32_counts[size_t(r)];
+      const Tensor& f32 = ps.f32_copy();
+      shard_->all_gather_v(f32.slice(0, at, at + f32_counts[size_t(shard_->rank())]).device_ptr(), f32.device_ptr(),
+                           f32_counts, DType::f32);
+      ps.mark_updated();
+    } else {
+      const Tensor& p = ps.params_flat();
+      shard_->all_gather_v(p.slice(0, opt_->own_begin(), opt_->own_end()).device_ptr(), p.device_ptr(),
+                           shard_counts(), DType::f32);
+      ps.refresh_compute_copy();
+    }
   }
   return r;
 }
@@ -202,21 +223,29 @@ double Trainer::eval_loss_sum(const data::Batch& whole) {
 }
 
 std::vector<int64_t> Trainer::shard_counts() const {
-  const int64_t total = model_->params().numel(), d = shard_->size(), per = (total + d - 1) / d;
-  std::vector<int64_t> c;
-  for (int64_t r = 0; r < d; ++r) c.push_back(std::max<int64_t>(0, std::min(total, (r + 1) * per) - r * per));
-  return c;
+  return nn::ParamStore::shard_counts(model_->params().numel(), shard_->size());
 }
 
-ckpt::FullMoments Trainer::full_moments() {
+GatheredOptimizerState Trainer::full_optimizer_state() {
   const DeviceAccessScope host_copy;  // the moments, for a checkpoint's copy to the host
-  if (opt_->owns_all()) return {opt_->exp_avg_data(), opt_->exp_avg_sq_data(), opt_->steps_taken()};
-  const int64_t total = model_->params().numel();
-  gathered_m_.resize(static_cast<size_t>(total));
-  gathered_v_.resize(static_cast<size_t>(total));
-  shard_->all_gather_v(opt_->exp_avg_data(), gathered_m_.data(), shard_counts(), DType::f32);
-  shard_->all_gather_v(opt_->exp_avg_sq_data(), gathered_v_.data(), shard_counts(), DType::f32);
-  return {gathered_m_.data(), gathered_v_.data(), opt_->steps_taken()};
+  GatheredOptimizerState g;
+  if (opt_->owns_all()) {
+    g.view = {opt_->exp_avg_data(), opt_->exp_avg_sq_data(), opt_->steps_taken()};
+    return g;
+  }
+  const size_t total = static_cast<size_t>(model_->params().numel());
+  g.exp_avg.resize(total);
+  g.exp_avg_sq.resize(total);
+  shard_->all_gather_v(opt_->exp_avg_data(), g.exp_avg.data(), shard_counts(), DType::f32);
+  shard_->all_gather_v(opt_->exp_avg_sq_data(), g.exp_avg_sq.data(), shard_counts(), DType::f32);
+  g.view = {g.exp_avg.data(), g.exp_avg_sq.data(), opt_->steps_taken()};
+  const nn::ParamStore& ps = model_->params();
+  if (ps.masters_sharded()) {
+    g.masters.resize(total);
+    shard_->all_gather_v(ps.masters().data<float>(), g.masters.data(), shard_counts(), DType::f32);
+    g.view.masters = g.masters.data();
+  }
+  return g;  // moved: the vectors keep their buffers, so the view stays valid
 }
 
 }  // namespace tessel::train

@@ -30,6 +30,13 @@ struct StepResult {
   std::vector<double> expert_load_max_mean; // per layer: max / mean tokens per expert (0: dense)
 };
 
+// A sharded optimizer's state gathered for a checkpoint (host memory, freed with it); view points
+// into it, or at the optimizer's own buffers when it owns everything.
+struct GatheredOptimizerState {
+  std::vector<float> exp_avg, exp_avg_sq, masters;
+  ckpt::FullOptimizerState view{};
+};
+
 class Trainer {
  public:
   // groups (null: one process): the model is split over tensor- and pipeline-parallel groups as the
@@ -44,8 +51,8 @@ class Trainer {
   // micro_batches.size() x dp must be the configured accumulation count.
   StepResult step(const std::vector<data::Batch>& micro_batches, int64_t iter);
   // The optimizer state laid out over all parameters (collective over dp with the distributed
-  // optimizer, which gathers every rank's shard).
-  ckpt::FullMoments full_moments();
+  // optimizer, which gathers every rank's shard into host memory the result owns).
+  GatheredOptimizerState full_optimizer_state();
   // Evaluation loss summed over a batch's tokens, the same on every rank (collective over the
   // pipeline group when the model is split into stages).
   double eval_loss_sum(const data::Batch& batch);
@@ -70,7 +77,6 @@ class Trainer {
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<optim::AdamW> opt_;
   optim::LrSchedule schedule_;
-  std::vector<float> gathered_m_, gathered_v_;  // full_moments() of a sharded optimizer
 };
 
 }  // namespace tessel::train
