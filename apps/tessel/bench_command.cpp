@@ -115,7 +115,7 @@ int run_bench(const BenchOptions& o) {
                                {"embedding", "embedding", ctx.groups->embedding()},
                                {"ep", "expert-parallel", &ctx.groups->ep()},
                                {"ep_dp", "expert-data-parallel", ctx.groups->ep_size() > 1 ? &ctx.groups->ep_dp() : nullptr}};
-  const bool zero = !trainer.optimizer().owns_all();  // distributed optimizer: gradients reduce-scattered after backward
+  const bool zero = trainer.distributed_optimizer();  // distributed optimizer: gradients reduced to their shards' owners
   // Gradients are summed over the data-parallel ranks, and over the context-parallel ones as well when
   // context parallelism splits the sequences (they hold the same weights).
   comm::Communicator& grad_group = ctx.groups->cp_size() > 1 ? ctx.groups->dp_cp() : ctx.groups->dp();
@@ -123,8 +123,11 @@ int run_bench(const BenchOptions& o) {
   // The exposed part of that gradient all-reduce is the wait after backward (the GradReducer's
   // "dp_grad_wait" profiler scope): the profiler is on for the measured steps then, but its table is
   // printed only with --profile.
-  // Expert parallelism reduces the gradients after backward too (experts and the rest over their groups).
-  const bool after_backward = zero || ctx.groups->ep_size() > 1;
+  // Expert parallelism reduces the gradients after backward (experts and the rest over their groups),
+  // not timed; otherwise the wait is: for the buckets during backward, or all of the reduction after
+  // it (parallel.overlap_grad_reduce=false, or the distributed optimizer with an embedding tied
+  // across pipeline stages).
+  const bool after_backward = ctx.groups->ep_size() > 1;
   const bool time_dp_wait = grad_group.size() > 1 && !after_backward;
   std::vector<double> times;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
@@ -213,8 +216,10 @@ int run_bench(const BenchOptions& o) {
       const double n = double(g.comm->size());
       for (const auto& [kind, st] : g.comm->stats()) {
         const double payload = double(st.bytes) / steps;
+        // A reduce to one root moves what a reduce-scatter moves per element: the distributed
+        // optimizer's per-bucket reduces add up to one reduce-scatter of the gradients.
         const double factor = kind == "all_reduce"                                  ? 2 * (n - 1) / n
-                              : kind == "reduce_scatter" || kind == "all_to_all" ? (n - 1) / n
+                              : kind == "reduce_scatter" || kind == "all_to_all" || kind == "reduce" ? (n - 1) / n
                               : kind == "all_gather"                                ? n - 1
                                                                                     : 1.0;
         moved += payload * factor;
@@ -256,7 +261,7 @@ int run_bench(const BenchOptions& o) {
   const double param_max = max_of(param_bytes), grad_max = max_of(grad_bytes), opt_max = max_of(opt_bytes);
   std::printf("model state per rank: parameters %.2f MB (fp32 masters%s%s), gradients %.2f MB (fp32), optimizer state "
               "%.2f MB (Adam m, v in fp32 for %lld of %lld local parameters%s)",
-              param_bytes / 1e6, store.masters_sharded() ? " of the owned shard + fp32 copy of norms, biases, embedding, router" : "",
+              param_bytes / 1e6, store.masters_sharded() ? " of the owned shard + fp32 copy of what computes in fp32" : "",
               m.compute == DType::f32 ? "" : " + bf16 copy", grad_bytes / 1e6, opt_bytes / 1e6,
               static_cast<long long>(owned), static_cast<long long>(local), zero ? ": distributed optimizer" : "");
   if (param_max > param_bytes || grad_max > grad_bytes || opt_max > opt_bytes)
@@ -275,19 +280,17 @@ int run_bench(const BenchOptions& o) {
   }
 
   // The share of data-parallel communication hidden behind backward: the exposed time is the wait
-  // for the gradient all-reduces after backward; the time they would take if not overlapped is
-  // measured now with blocking all-reduces of the same buckets (ddp_bucket_size elements) on the
-  // same group, every group at once as in training (median of 5 after one warm-up). Both are the
-  // mean over all ranks; the wait also holds any lag of the slowest replica's backward, so the share
-  // is a lower bound. With the distributed optimizer the reduce-scatter runs after backward.
+  // for the gradient reduction after backward; the time it would take if not overlapped is
+  // measured now with the same collectives alone, blocking: all-reduces of the same buckets
+  // (ddp_bucket_size elements), with the distributed optimizer each bucket's parts reduced to
+  // their owners, or its one reduce-scatter when it does not overlap; on the same group, every
+  // group at once as in training (median of 5 after one warm-up). Both are the mean over all ranks;
+  // the wait also holds any lag of the slowest replica's backward, so the share is a lower bound.
   nlohmann::json dp_exposed = nullptr, dp_blocking = nullptr, dp_hidden = nullptr;
   if (grad_group.size() > 1 && after_backward) {
     dp_hidden = 0.0;
-    std::printf("%s communication hidden behind backward: 0%% (%s)\n", grad_label,
-                zero ? "distributed optimizer: gradients are reduce-scattered and parameters all-gathered after "
-                       "backward, not overlapped"
-                     : "expert parallelism: gradients are all-reduced after backward, experts over the "
-                       "expert-data-parallel group, not overlapped");
+    std::printf("%s communication hidden behind backward: 0%% (expert parallelism: gradients are reduced after "
+                "backward, experts over the expert-data-parallel group, not overlapped)\n", grad_label);
   } else if (time_dp_wait) {
     const auto it = Profiler::get().stats.find("dp_grad_wait");
     const double exposed_rank = it == Profiler::get().stats.end() ? 0.0 : it->second.seconds / steps;
@@ -298,9 +301,28 @@ int run_bench(const BenchOptions& o) {
     for (int r = 0; r < 6; ++r) {
       world.barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      for (int64_t b = 0; b < local; b += bucket)
-        grad_group.all_reduce(static_cast<float*>(ps.grads_flat().device_ptr()) + b, std::min(bucket, local - b),
-                              DType::f32, comm::ReduceOp::sum);
+      float* g = static_cast<float*>(ps.grads_flat().device_ptr());
+      const std::vector<int64_t> owned_counts = nn::ParamStore::shard_counts(local, grad_group.size());
+      bool whole = false;  // the reduction is one collective, not per bucket
+      if (zero && !trainer.buckets_reduce_grads()) {  // the reduce-scatter after backward
+        Tensor mine = Tensor::empty({owned_counts[size_t(grad_group.rank())]}, DType::f32);
+        grad_group.reduce_scatter_v(g, mine.device_ptr(), owned_counts, DType::f32, comm::ReduceOp::sum);
+        whole = true;
+      }
+      for (int64_t b = 0; b < local && !whole; b += bucket) {
+        const int64_t e = std::min(local, b + bucket);
+        if (!zero) {
+          grad_group.all_reduce(g + b, e - b, DType::f32, comm::ReduceOp::sum);
+          continue;
+        }
+        // The distributed optimizer: the bucket's part owned by each rank, reduced to it.
+        int64_t owner_begin = 0;
+        for (int r = 0; r < grad_group.size(); ++r) {
+          const int64_t lo = std::max(b, owner_begin), hi = std::min(e, owner_begin + owned_counts[size_t(r)]);
+          if (lo < hi) grad_group.reduce_async(g + lo, hi - lo, DType::f32, comm::ReduceOp::sum, r)->wait();
+          owner_begin += owned_counts[size_t(r)];
+        }
+      }
       if (r > 0) reps.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(reps.begin(), reps.end());

@@ -4,7 +4,7 @@
 # replicated norms), gradients and Adam state (falls as 1/DP with the distributed optimizer); bytes per
 # step of the data-, tensor- (with and without sequence parallelism), pipeline-, context-parallel and
 # embedding groups; the share of data-parallel communication hidden behind backward is reported (a
-# number in [0, 1], 0 with the distributed optimizer); the operator table stays behind --profile
+# number in [0, 1], with and without the distributed optimizer); the operator table stays behind --profile
 # although the profiler times the dp wait.
 # Small Llama (configs/synthetic.yaml: 4 layers, hidden 128, GQA, vocab 512, seq 128, bf16), micro
 # batch 2, global batch 8.
@@ -84,7 +84,8 @@ print(f"traffic: dp {dp2['dp_comm_mb_per_step']:.3f} MB, tp {tp2['tp_comm_mb_per
 
 # DP communication hidden behind backward.
 assert 0 <= dp2["dp_comm_hidden_share"] <= 1 and dp2["dp_comm_exposed_s"] >= 0 and dp2["dp_comm_blocking_s"] > 0, dp2
-assert zero2["dp_comm_hidden_share"] == 0 and zero2["dp_comm_exposed_s"] is None, zero2
+# The distributed optimizer reduces its buckets during backward too (to the ranks owning their parts).
+assert 0 <= zero2["dp_comm_hidden_share"] <= 1 and zero2["dp_comm_exposed_s"] >= 0 and zero2["dp_comm_blocking_s"] > 0, zero2
 assert tp2["dp_comm_hidden_share"] is None, tp2
 assert 0 <= cp2["dp_comm_hidden_share"] <= 1, cp2  # gradients over dp x cp
 print(f"dp2: {dp2['dp_comm_exposed_s']:.4f} s exposed of {dp2['dp_comm_blocking_s']:.4f} s blocking, "

@@ -130,6 +130,28 @@ TEST(Mpi, UnevenReduceScatterAndAllGather) {
     }
 }
 
+// The distributed optimizer's per-bucket reduce: the sum lands in place on the root only, every
+// rank taking its turn as root (several in flight at once, as during backward).
+TEST(Mpi, ReduceToEachRootInPlace) {
+  auto& w = world();
+  const int W = w.size(), me = w.rank();
+  constexpr int64_t n = 1000;
+  std::vector<std::vector<float>> bufs;
+  for (int root = 0; root < W; ++root) bufs.push_back(input<float>(me, n));
+  std::vector<std::unique_ptr<comm::Work>> inflight;
+  for (int root = 0; root < W; ++root)
+    inflight.push_back(w.reduce_async(bufs[size_t(root)].data(), n, DType::f32, ReduceOp::sum, root));
+  for (auto& work : inflight) work->wait();
+  const std::vector<float> mine = input<float>(me, n);
+  for (int root = 0; root < W; ++root)
+    for (int64_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (int r = 0; r < W; ++r) want += value(r, i);
+      ASSERT_EQ(bufs[size_t(root)][size_t(i)], root == me ? float(want) : mine[size_t(i)]) << "root " << root;
+    }
+  EXPECT_THROW(w.reduce_async(bufs[0].data(), n, DType::bf16, ReduceOp::sum, 0), Error);  // f32, i32, i64 only
+}
+
 TEST(Mpi, BroadcastSendRecvBarrierAndAsync) {
   auto& w = world();
   const int W = w.size(), me = w.rank();

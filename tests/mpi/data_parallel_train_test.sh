@@ -2,8 +2,9 @@
 # Data parallelism end to end: `mpirun -np N tessel train` gives the single-process run's losses
 # (5 steps) and final parameters on the same global batch, for N = 2 and 4, with gradient
 # accumulation and small buckets (many overlapping all-reduces), fp32, with and without the
-# distributed optimizer; then resumption of its checkpoint on 2 ranks and in one process; then bf16
-# with sharded masters against plain data parallelism.
+# distributed optimizer (reduce-scatter after backward, or per-bucket reduces during backward);
+# then resumption of its checkpoint on 2 ranks and in one process; then bf16 with sharded masters
+# against plain data parallelism.
 # Tolerances: compare_runs.py (K x the spread measured by measure_spread.sh).
 # Usage: data_parallel_train_test.sh TESSEL_BINARY CONFIG_DIR MPIRUN
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -21,6 +22,11 @@ for layout in dp2 dp4 zero2 zero4; do
   run $np $layout "${extra[@]}"
   grep -q "dp $np" $layout.log
   compare single $layout
+done
+# The distributed optimizer reducing its buckets during backward, to the ranks owning their parts.
+for np in 2 4; do
+  run $np zero$np-overlap --set parallel.use_distributed_optimizer=true --set parallel.overlap_grad_reduce=true
+  compare single zero$np-overlap
 done
 
 # The distributed optimizer's checkpoint holds the gathered moments: stopping at step 3 and resuming
@@ -51,6 +57,7 @@ BF16=(--set precision.compute=bf16 --set train.clip_grad=0)
 ZERO=(--set parallel.use_distributed_optimizer=true)
 run 2 bf16-dp2 "${BF16[@]}"
 run 2 bf16-zero2 "${BF16[@]}" "${ZERO[@]}"
+run 2 bf16-zero2-overlap "${BF16[@]}" "${ZERO[@]}" --set parallel.overlap_grad_reduce=true
 run 2 bf16-zero2-at-3 "${BF16[@]}" "${ZERO[@]}" --set train.exit_interval=3
 run 2 bf16-dp2-at-3 "${BF16[@]}" --set train.exit_interval=3
 cp -r bf16-zero2-at-3/ckpt bf16-zero-ckpt-at-3  # each resumed run saves into its own copy
@@ -65,6 +72,7 @@ l = lambda d: [json.loads(x)['loss'] for x in open(d + '/metrics.jsonl') if '\"l
 ref = l('bf16-dp2')
 assert len(ref) == 5, ref
 assert l('bf16-zero2') == ref, (l('bf16-zero2'), ref)
+assert l('bf16-zero2-overlap') == ref, (l('bf16-zero2-overlap'), ref)
 for resumed in ['bf16-zero2-resumed', 'bf16-dp2-from-zero', 'bf16-zero2-from-dp']:
     assert l(resumed)[-2:] == ref[-2:], (resumed, l(resumed), ref)
 print('bf16 zero2 (sharded masters) = dp2 bit for bit; its checkpoint resumes with and without ZeRO, bit for bit')"

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 
+#include "support/error_of.h"
 #include "tessel/core/check.h"
 #include "tessel/core/machine_memory.h"
 #include "tessel/nn/params.h"
@@ -41,21 +42,28 @@ TEST(ParamStoreSetup, ManyParametersRegisterInLinearTime) {
   }
 }
 
-TEST(ParamStoreSetup, StoreLargerThanMemoryIsRefusedWithItsSize) {
-  // 2^40 parameters: 8 TiB of fp32 weights and gradients (10 TiB with a bf16 copy).
+// The refusal of a bf16 store of 2^40 parameters finalized with `shard` ("" if it was allocated).
+std::string refusal_of_huge_store(MasterShard shard) {
   ParamStore ps(DType::bf16);
   ps.add("model.embed_tokens.weight", {int64_t(1) << 20, int64_t(1) << 20}, Init::normal, 0.02f, true);
-  try {
-    ps.finalize();
-    FAIL() << "a 10 TiB store was allocated";
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("the model needs 10240.0 GiB (1099511627776 parameters x 10 bytes: fp32 weights and gradients, "
-                     "the compute copy"),
-              std::string::npos)
-        << m;
-    EXPECT_NE(m.find("GiB of memory here; reduce the model sizes"), std::string::npos) << m;
-  }
+  return testing::error_of([&] { ps.finalize(shard); });
+}
+
+TEST(ParamStoreSetup, StoreLargerThanMemoryIsRefusedWithItsSize) {
+  // 2^40 parameters: 8 TiB of fp32 weights and gradients (10 TiB with a bf16 copy).
+  std::string m = refusal_of_huge_store({});
+  EXPECT_NE(m.find("the model needs 10240.0 GiB (1099511627776 parameters x 10 bytes: fp32 weights, fp32 gradients, "
+                   "the compute copy"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("GiB of memory here; reduce the model sizes"), std::string::npos) << m;
+  // Sharded masters over 4 ranks: 2 (bf16 copy) + 4 (gradients) + 4 / 4 (the master shard) bytes.
+  m = refusal_of_huge_store(MasterShard{0, 4});
+  EXPECT_NE(m.find("the model needs 7168.0 GiB (1099511627776 parameters x 7 bytes: this rank's shard of the fp32 "
+                   "masters"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("or shard the masters over more data-parallel ranks"), std::string::npos) << m;
 }
 
 TEST(MachineMemory, IsKnownAndBoundsTheCheck) {

@@ -72,6 +72,23 @@ class RecordingComm final : public comm::Communicator {
   std::unique_ptr<comm::Work> send_async(const void*, int64_t, DType, int, int) override { unused(); }
   std::unique_ptr<comm::Work> recv_async(void*, int64_t, DType, int, int) override { unused(); }
   std::unique_ptr<comm::Communicator> split(int, int) override { unused(); }
+  struct Reduced {
+    int64_t begin, end;
+    int root;
+    bool operator==(const Reduced& o) const { return begin == o.begin && end == o.end && root == o.root; }
+  };
+  std::vector<Reduced> reduced;  // [begin, end) and root of each reduce, in launch order
+  std::unique_ptr<comm::Work> reduce_async(void* buf, int64_t count, DType t, comm::ReduceOp op, int root) override {
+    EXPECT_EQ(t, DType::f32);
+    EXPECT_EQ(op, comm::ReduceOp::sum);
+    const int64_t begin = static_cast<float*>(buf) - base_;
+    reduced.push_back({begin, begin + count, root});
+    struct Done final : comm::Work {
+      void wait() override {}
+      bool test() override { return true; }
+    };
+    return std::make_unique<Done>();
+  }
 
  private:
   [[noreturn]] static void unused() { TESSEL_FAIL("GradReducer used a collective other than all_reduce_async"); }
@@ -133,6 +150,28 @@ TEST(GradReducer, FullBucketLaunchesBeforeFinish) {
   EXPECT_EQ(c.launched.size(), 1u);
   r.finish();
   EXPECT_EQ(c.launched, (std::vector<Range>{{48, 64}, {40, 48}}));
+}
+
+// With the distributed optimizer each bucket is reduced to the ranks owning its parts (shards of 25
+// elements on 4 ranks here): one reduce per part, to its owner, as the bucket fills; no all-reduce.
+TEST(GradReducer, ShardedBucketsAreReducedPartByPartToTheirOwners) {
+  std::vector<float> g(100, 1.0f);
+  RecordingComm c(g.data(), 4.0f);
+  optim::GradReducer r(c, Tensor::from_blob(g.data(), {100}, DType::f32), 30, {25, 25, 25, 25});
+  for (const Range& range : std::vector<Range>{{90, 100}, {75, 90}, {70, 75}, {40, 70}}) r.ready(range.first, range.second);
+  using R = RecordingComm::Reduced;
+  // Buckets [70, 100) and [40, 70) are launched as they fill, during "backward".
+  EXPECT_EQ(c.reduced, (std::vector<R>{{70, 75, 2}, {75, 100, 3}, {40, 50, 1}, {50, 70, 2}}));
+  r.ready(38, 40);
+  r.ready(0, 38);
+  r.finish();
+  EXPECT_EQ(c.reduced,
+            (std::vector<R>{{70, 75, 2}, {75, 100, 3}, {40, 50, 1}, {50, 70, 2}, {0, 25, 0}, {25, 40, 1}}));
+  EXPECT_TRUE(c.launched.empty());
+  EXPECT_EQ(r.buckets_launched(), 3);
+  // Shards that do not cover the buffer are refused.
+  EXPECT_THROW(optim::GradReducer(c, Tensor::from_blob(g.data(), {100}, DType::f32), 30, {25, 25, 25}), Error);
+  EXPECT_THROW(optim::GradReducer(c, Tensor::from_blob(g.data(), {100}, DType::f32), 30, {25, 25, 25, 20}), Error);
 }
 
 // The local (one-rank) communicator: the sum over one rank is the gradient itself.

@@ -73,6 +73,10 @@ class Communicator {
                                                      ReduceOp op) = 0;
   virtual std::unique_ptr<Work> send_async(const void* buf, int64_t count, DType t, int dst, int tag) = 0;
   virtual std::unique_ptr<Work> recv_async(void* buf, int64_t count, DType t, int src, int tag) = 0;
+  // The reduction of every rank's buf lands in root's buf (in place); the others' buf is left as it
+  // was. f32, i32, i64. (The distributed optimizer reduces each gradient bucket to the ranks owning
+  // its parts: the bytes of a reduce-scatter, launched during backward.) Counted as "reduce".
+  virtual std::unique_ptr<Work> reduce_async(void* buf, int64_t count, DType t, ReduceOp op, int root) = 0;
 
   // Ranks with the same color form a new communicator, ordered by key. A negative color returns
   // null (the rank joins no group). Collective over this communicator.

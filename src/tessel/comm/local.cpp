@@ -48,6 +48,11 @@ class LocalCommunicator : public Communicator {
     copy(in, out, count, t);
     return std::make_unique<NoWork>();
   }
+  std::unique_ptr<Work> reduce_async(void*, int64_t, DType t, ReduceOp, int root) override {
+    check_reducible_v(t, "reduce");
+    TESSEL_CHECK(root == 0, "reduce root {} on a one-rank communicator", root);
+    return std::make_unique<NoWork>();  // the one rank's buffer is the reduction
+  }
   std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, int64_t count, DType t, ReduceOp) override {
     copy(in, out, count, t);
     return std::make_unique<NoWork>();

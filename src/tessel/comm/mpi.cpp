@@ -219,6 +219,17 @@ class MpiCommunicator : public Communicator {
               "all_reduce");
     return std::make_unique<MpiWork>(req, nullptr);
   }
+  std::unique_ptr<Work> reduce_async(void* buf, int64_t count, DType t, ReduceOp op, int root) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
+    check_reducible_v(t, "reduce");
+    TESSEL_CHECK(root >= 0 && root < size_, "reduce: root {} outside the {} ranks", root, size_);
+    count_op("reduce", count, t);
+    MPI_Request req;
+    check_mpi(MPI_Ireduce(root == rank_ ? MPI_IN_PLACE : buf, buf, as_int(count, "reduce"), move_type(t), mpi_op(op),
+                          root, comm_, &req),
+              "reduce");
+    return std::make_unique<MpiWork>(req, nullptr);
+  }
   std::unique_ptr<Work> all_gather_async(const void* in, void* out, int64_t count, DType t) override {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("all_gather", count, t);

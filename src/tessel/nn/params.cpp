@@ -51,6 +51,7 @@ std::vector<int64_t> ParamStore::shard_counts(int64_t numel, int parts) {
 }
 
 std::vector<int64_t> ParamStore::f32_copy_counts() const {
+  TESSEL_CHECK(sharded_, "f32_copy_counts: the masters are not sharded (there is no packed fp32 copy)");
   const std::vector<int64_t> counts = shard_counts(total_, shard_size_);
   std::vector<int64_t> out(counts.size(), 0);
   int64_t begin = 0;
@@ -111,10 +112,16 @@ void ParamStore::finalize(MasterShard shard) {
   // On the meta device nothing is allocated: a dry run reports what would not fit instead.
   if (default_device() != Device::meta)
     check_fits_in_memory(bytes, "the model",
-                         fmt::format("{} parameters x {:.3g} bytes: fp32 {}weights and gradients{}, before optimizer "
+                         fmt::format("{} parameters x {:.3g} bytes: {}fp32 gradients{}, before optimizer "
                                      "state and activations", total_, bytes / double(std::max<int64_t>(1, total_)),
-                                     sharded_ ? "master shard, " : "", compute_ == DType::f32 ? "" : ", the compute copy"),
-                         "reduce the model sizes or split the model over more ranks (tensor / pipeline parallelism)");
+                                     sharded_ ? "this rank's shard of the fp32 masters, the fp32 copy of what computes "
+                                                "in fp32, "
+                                              : "fp32 weights, ",
+                                     compute_ == DType::f32 ? "" : ", the compute copy"),
+                         sharded_ ? "reduce the model sizes, split the model over more ranks (tensor / pipeline "
+                                    "parallelism) or shard the masters over more data-parallel ranks"
+                                  : "reduce the model sizes or split the model over more ranks (tensor / pipeline "
+                                    "parallelism)");
   finalized_ = true;
   {
     MemoryCategoryScope tag(MemoryCategory::parameters);
@@ -216,16 +223,18 @@ Tensor ParamStore::param_at(int64_t offset, const Shape& shape) const {
   return view_of(params_, offset, shape, total_);
 }
 Tensor ParamStore::f32_at(int64_t offset, const Shape& shape) const {
-  if (!sharded_) return view_of(params_, offset, shape, total_);
   // The packed copy holds the f32_compute parameters in flat order: a view over several adjacent
-  // ones (fused biases) is a view there too when every one of them is f32_compute.
+  // ones (fused biases) is a view there too when every one of them is f32_compute. Checked unsharded
+  // as well, so a reader that was not marked fails in every run, not only in sharded ones.
   const auto it = by_offset_.find(offset);
-  TESSEL_CHECK(it != by_offset_.end(), "f32_at: no parameter at offset {}", offset);
+  TESSEL_CHECK(it != by_offset_.end(), "f32_at: offset {} is not where a parameter starts (views of the fp32 "
+               "copy start at a parameter)", offset);
   const ParamSpec& first = specs_[it->second];
   const int64_t n = shape_numel(shape);
   for (size_t i = it->second; i < specs_.size() && specs_[i].offset < offset + n; ++i)
-    TESSEL_CHECK(specs_[i].f32_compute, "f32_at: '{}' is not marked f32_compute: its fp32 master is sharded",
-                 specs_[i].name);
+    TESSEL_CHECK(specs_[i].f32_compute, "f32_at: '{}' is not marked f32_compute (mark_f32_compute): with sharded "
+                 "masters only marked parameters keep their whole fp32 values", specs_[i].name);
+  if (!sharded_) return view_of(params_, offset, shape, total_);
   return view_of(f32_copy_, first.f32_offset, shape, f32_total_);
 }
 Tensor ParamStore::grad_at(int64_t offset, const Shape& shape) const { return view_of(grads_, offset, shape, total_); }

@@ -130,7 +130,7 @@ class ParamStore {
   // rank's shard (contiguous in the packed order: what each rank contributes to its all-gather).
   const Tensor& f32_copy() const { return f32_copy_; }
   std::vector<int64_t> f32_copy_counts() const;
-  // Writes a parameter's values (fp32, its shape, any device): its master (the part this rank holds),
+  // Writes a parameter's values (fp32, its shape, on the store's device or host memory): its master (the part this rank holds),
   // its compute copy and its fp32 copy. Then call mark_updated().
   void set_values(const ParamSpec& s, const Tensor& values);
   // Counts changes of the parameters (refresh_compute_copy, mark_updated): caches of derived forms

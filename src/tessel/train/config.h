@@ -46,6 +46,10 @@ struct ParallelConfig {
   std::string pipeline_schedule = "1f1b";   // 1f1b | interleaved (vpp > 1 runs interleaved either way)
   std::string pipeline_layers_per_stage;   // "3,2,2,1": layers per virtual stage; empty: even split
   int64_t ddp_bucket_size = 4000000;  // elements per data-parallel gradient all-reduce bucket
+  // The distributed optimizer reduces each gradient bucket during backward, to the ranks owning its
+  // parts (plain data parallelism always all-reduces its buckets during backward); false: one
+  // reduce-scatter after backward.
+  bool overlap_grad_reduce = false;
 };
 
 struct PrecisionConfig {

@@ -1,5 +1,7 @@
 #include "tessel/train/trainer.h"
 
+#include "tessel/core/profiler.h"
+
 #include <vector>
 
 #include "tessel/nn/context_parallel.h"
@@ -76,6 +78,18 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
   schedule_.validate();
 }
 
+bool Trainer::buckets_reduce_grads() const {
+  // Not with expert parallelism: experts and the rest reduce over their own groups after backward.
+  // Not with the distributed optimizer when the embedding is tied across pipeline stages: the two
+  // stages' copies (other offsets, so other owners) must be summed before the shards are reduced.
+  // The distributed optimizer reduces its buckets during backward only with
+  // parallel.overlap_grad_reduce; otherwise it reduce-scatters after backward (one blocking
+  // collective: with OpenMPI on one machine faster than per-bucket non-blocking reduces, which
+  // progress only inside MPI calls; docs/perf.md).
+  if (!dp_ || ep_) return false;
+  return distributed_optimizer() ? !embedding_ && cfg_.parallel.overlap_grad_reduce : true;
+}
+
 int64_t Trainer::data_parallel_size() const { return dp_ ? dp_->size() / (cp_ ? cp_->size() : 1) : 1; }
 
 data::Batch Trainer::local_part(const data::Batch& b) const {
@@ -98,11 +112,13 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   ps.zero_grads();
   const float scale = 1.0f / float(tokens);  // loss = mean over all tokens of the global batch
   double loss = 0;
-  const bool sharded = !opt_->owns_all();
+  const bool sharded = distributed_optimizer();
   std::unique_ptr<optim::GradReducer> reducer;
-  // Expert parallelism reduces after backward instead (experts over their own group).
-  if (dp_ && !sharded && !ep_)
-    reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_flat(), cfg_.parallel.ddp_bucket_size);
+  if (buckets_reduce_grads()) {
+    // The distributed optimizer reduces each bucket to the ranks owning its parts (shard_ is dp_ here).
+    reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_flat(), cfg_.parallel.ddp_bucket_size,
+                                                   sharded ? shard_counts() : std::vector<int64_t>{});
+  }
   nn::Model::GradsReady ready;
   if (reducer) ready = [&](int64_t b, int64_t e) { reducer->ready(b, e); };
   if (pp_) {
@@ -125,8 +141,9 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   if (dp_) loss = comm::sum_in_rank_order(*dp_, loss);
   if (embedding_) reduce_tied_embedding();
   model_->reduce_tensor_parallel_grads();
-  if (sharded) {
+  if (sharded && !reducer) {
     // Reduce-scatter: each rank receives the summed gradients of its own shard only.
+    ProfileScope prof("dp_grad_wait");  // all of it exposed
     const int64_t b = opt_->own_begin(), n = opt_->own_end() - opt_->own_begin();
     Tensor mine;
     {
@@ -229,7 +246,7 @@ std::vector<int64_t> Trainer::shard_counts() const {
 GatheredOptimizerState Trainer::full_optimizer_state() {
   const DeviceAccessScope host_copy;  // the moments, for a checkpoint's copy to the host
   GatheredOptimizerState g;
-  if (opt_->owns_all()) {
+  if (!distributed_optimizer()) {
     g.view = {opt_->exp_avg_data(), opt_->exp_avg_sq_data(), opt_->steps_taken()};
     return g;
   }

@@ -35,6 +35,10 @@ struct StepResult {
 struct GatheredOptimizerState {
   std::vector<float> exp_avg, exp_avg_sq, masters;
   ckpt::FullOptimizerState view{};
+  GatheredOptimizerState() = default;
+  GatheredOptimizerState(GatheredOptimizerState&&) = default;  // the vectors keep their buffers: view stays valid
+  GatheredOptimizerState(const GatheredOptimizerState&) = delete;  // a copy's view would point into this one
+  GatheredOptimizerState& operator=(const GatheredOptimizerState&) = delete;
 };
 
 class Trainer {
@@ -53,6 +57,15 @@ class Trainer {
   // The optimizer state laid out over all parameters (collective over dp with the distributed
   // optimizer, which gathers every rank's shard into host memory the result owns).
   GatheredOptimizerState full_optimizer_state();
+  // Whether the data-parallel gradients are reduced in buckets during backward: plain data
+  // parallelism, and the distributed optimizer with parallel.overlap_grad_reduce, unless expert
+  // parallelism or (distributed optimizer) an embedding tied across pipeline stages asks for a
+  // reduction after backward. The wait for them, or for the reduce-scatter after backward, is the
+  // profiler's "dp_grad_wait" (not under expert parallelism).
+  bool buckets_reduce_grads() const;
+  // parallel.use_distributed_optimizer over a group of more than one rank (decided alike on every
+  // rank, whatever each one's shard holds).
+  bool distributed_optimizer() const { return shard_ != nullptr; }
   // Evaluation loss summed over a batch's tokens, the same on every rank (collective over the
   // pipeline group when the model is split into stages).
   double eval_loss_sum(const data::Batch& batch);
