@@ -29,11 +29,9 @@ Linear::Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, f
     if (per > 1) ps.set_replica(off, per, r % per);
     return off;
   };
-  std::vector<int64_t> weight_offsets;
   for (const auto& p : parts) {
     // Shards of adjacent parts stay adjacent: the local fused weight is [part0 rows; part1 rows; ...].
     const int64_t off = add(p, p.name + ".weight", {p.out, in}, row ? 1 : 0, Init::normal, init_std, true);
-    weight_offsets.push_back(off);
     if (w_offset_ < 0) w_offset_ = off;
     out_ += column ? p.out / shards_of(p) : p.out;
   }
@@ -47,7 +45,6 @@ Linear::Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, f
   key_dy_ = parts[0].name + ".dy";
   fp8_ = ps.fp8();
   if (fp8_) {
-    for (int64_t off : weight_offsets) ps.mark_f32_compute(off);  // quantised from the fp32 values
     const std::string& n = parts[0].name;
     // A routed expert replicated over tensor parallelism may run on one rank and not on another
     // (each routes its own rows under sequence parallelism): no amax collective for it.
@@ -77,7 +74,18 @@ bool Linear::block_scaled() const { return fp8_ && fp8_->recipe().kind == Fp8Rec
 const kernels::Fp8Tensor& Linear::quantized_weight() const {
   // Quantised once per parameter version and scaling step: every micro-batch of a step reuses it.
   if (wq_version_ != ps_.version() || wq_step_ != fp8_->steps() || !wq_.data.defined()) {
-    wq_ = fp8_->quantize_weight(ps_.f32_at(w_offset_, {out_, in_}), slot_w_);
+    // bf16 runs quantise the bf16 copy, as TransformerEngine quantises a bf16 model's weights (and
+    // as sharded fp32 masters require: params.h); fp32 runs the fp32 weights.
+    if (ps_.compute_dtype() == DType::f32) {
+      wq_ = fp8_->quantize_weight(ps_.compute_at(w_offset_, {out_, in_}), slot_w_);
+    } else {
+      Tensor widened;
+      {
+        MemoryCategoryScope tag(MemoryCategory::workspace);
+        widened = ps_.compute_at(w_offset_, {out_, in_}).to(DType::f32);
+      }
+      wq_ = fp8_->quantize_weight(widened, slot_w_);
+    }
     wq_version_ = ps_.version();
     wq_step_ = fp8_->steps();
   }

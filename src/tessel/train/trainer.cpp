@@ -40,13 +40,9 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
   }
   // ZeRO-1 shards over the ranks holding identical parameters: the data-parallel group, or under
   // expert parallelism the ranks holding the same experts. In bf16 runs the fp32 masters are
-  // sharded with the moments (params.h); fp32 runs compute with the masters, which stay whole. So
-  // do FP8 runs for now: their Linears quantise the weights from the fp32 masters, which would all
-  // need the whole fp32 copy (8 bytes per parameter instead of 6); quantising from the bf16 copy,
-  // as TransformerEngine does, is not done yet.
+  // sharded with the moments (params.h); fp32 runs compute with the masters, which stay whole.
   if (cfg_.parallel.use_distributed_optimizer) shard_ = ep_ ? ep_dp_ : dp_;
-  const bool shard_masters = shard_ && !cfg_.model.fp8.enabled();
-  const nn::MasterShard master_shard = shard_masters ? nn::MasterShard{shard_->rank(), shard_->size()} : nn::MasterShard{};
+  const nn::MasterShard master_shard = shard_ ? nn::MasterShard{shard_->rank(), shard_->size()} : nn::MasterShard{};
   model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups), cp_, ep_, master_shard);
   model_->params().initialize(uint64_t(cfg_.train.seed));
   if (pp_) {
