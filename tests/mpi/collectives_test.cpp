@@ -1,6 +1,7 @@
 // Every collective of the MPI backend against results computed here from the ranks' known inputs.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <numeric>
 #include <vector>
 
@@ -98,15 +99,12 @@ TEST(Mpi, AllToAllVWithUnevenCounts) {
     for (int64_t k = 0; k < rc[size_t(j)]; ++k) ASSERT_EQ(recv[p++], 100 * j + me);
 }
 
-TEST(Mpi, UnevenReduceScatterAndAllGather) {
+// Uneven reduce-scatter then all-gather in place, against the sums computed here.
+void check_uneven_reduce_scatter_and_all_gather(const std::vector<int64_t>& counts) {
   auto& w = world();
   const int W = w.size(), me = w.rank();
-  std::vector<int64_t> counts;
   int64_t total = 0;
-  for (int j = 0; j < W; ++j) {
-    counts.push_back(j % 3 + 1);  // 1, 2, 3, 1, ...
-    total += counts.back();
-  }
+  for (int64_t c : counts) total += c;
   auto in = input<float>(me, total);
   std::vector<float> mine(static_cast<size_t>(counts[size_t(me)]));
   w.reduce_scatter_v(in.data(), mine.data(), counts, DType::f32, ReduceOp::sum);
@@ -128,6 +126,22 @@ TEST(Mpi, UnevenReduceScatterAndAllGather) {
       for (int r = 0; r < W; ++r) want += value(r, o);
       ASSERT_EQ(full[size_t(o)], float(want)) << "block " << j;
     }
+}
+
+TEST(Mpi, UnevenReduceScatterAndAllGather) {
+  std::vector<int64_t> counts;
+  for (int j = 0; j < world().size(); ++j) counts.push_back(j % 3 + 1);  // 1, 2, 3, 1, ...
+  check_uneven_reduce_scatter_and_all_gather(counts);
+}
+
+// Past MPI's int counts (a stage of more than 2^31 parameters) both run in chunks: here with the
+// limit lowered to 4 elements, blocks of 5 to 11 elements (one empty) take several chunks each.
+TEST(Mpi, UnevenReduceScatterAndAllGatherBeyondTheCountLimitRunInChunks) {
+  std::vector<int64_t> counts;
+  for (int j = 0; j < world().size(); ++j) counts.push_back(j == 1 ? 0 : 5 + 3 * (j % 3));
+  comm::set_mpi_max_count_for_testing(4);
+  check_uneven_reduce_scatter_and_all_gather(counts);
+  comm::set_mpi_max_count_for_testing(INT_MAX);
 }
 
 // The distributed optimizer's per-bucket reduce: the sum lands in place on the root only, every

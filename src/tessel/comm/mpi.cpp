@@ -2,8 +2,10 @@
 // reductions widen to fp32, reduce, and round back once (RNE).
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -25,6 +27,11 @@ void check_mpi(int rc, const char* what) {
   MPI_Error_string(rc, msg, &len);
   TESSEL_FAIL("MPI {} failed: {}", what, std::string(msg, size_t(len)));
 }
+
+// The most elements one MPI call moves (its counts and displacements are int); tests lower it to
+// reach the chunked paths with small buffers (set_mpi_max_count_for_testing).
+int64_t g_max_count = INT_MAX;
+int64_t mpi_max_count() { return g_max_count; }
 
 int as_int(int64_t n, const char* what) {
   TESSEL_CHECK(n >= 0 && n <= INT_MAX, "{}: {} elements exceed MPI's int count", what, n);
@@ -164,16 +171,52 @@ class MpiCommunicator : public Communicator {
                         ReduceOp op) override {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_reducible_v(t, "reduce_scatter_v");
-    std::vector<int> c = int_counts(counts, "reduce_scatter_v");
+    TESSEL_CHECK(int(counts.size()) == size_, "reduce_scatter_v: {} counts for {} ranks", counts.size(), size_);
     int64_t total = 0;
     for (int64_t n : counts) total += n;
     count_op("reduce_scatter", total, t);
+    if (total > mpi_max_count()) {
+      // Beyond MPI's int counts (a stage of more than 2^31 parameters): each rank's block reduced to
+      // it, in chunks. The same bytes arrive; MPI's reduce-scatter algorithm is not used.
+      const size_t es = dtype_size(t);
+      int64_t at = 0;
+      for (int r = 0; r < size_; ++r) {
+        for (int64_t o = 0; o < counts[size_t(r)]; o += mpi_max_count()) {
+          const int64_t n = std::min(mpi_max_count(), counts[size_t(r)] - o);
+          const char* src = static_cast<const char*>(in) + size_t(at + o) * es;
+          char* dst = r == rank_ ? static_cast<char*>(out) + size_t(o) * es : nullptr;
+          check_mpi(MPI_Reduce(src, dst, int(n), move_type(t), mpi_op(op), r, comm_), "reduce_scatter_v");
+        }
+        at += counts[size_t(r)];
+      }
+      return;
+    }
+    std::vector<int> c = int_counts(counts, "reduce_scatter_v");
     check_mpi(MPI_Reduce_scatter(in, out, c.data(), move_type(t), mpi_op(op), comm_), "reduce_scatter_v");
   }
   void all_gather_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
-    std::vector<int> c = int_counts(counts, "all_gather_v"), displ(c.size());
+    TESSEL_CHECK(int(counts.size()) == size_, "all_gather_v: {} counts for {} ranks", counts.size(), size_);
     count_op("all_gather", counts[size_t(rank_)], t);
+    int64_t total = 0;
+    for (int64_t n : counts) total += n;
+    if (total > mpi_max_count()) {
+      // Beyond MPI's int displacements (the flat parameters of more than 2^31 elements): each rank's
+      // block broadcast from it, in chunks. Every rank receives the same bytes as from an all-gather.
+      const size_t es = dtype_size(t);
+      int64_t at = 0;
+      for (int r = 0; r < size_; ++r) {
+        char* block = static_cast<char*>(out) + size_t(at) * es;
+        if (r == rank_ && in != block) std::memmove(block, in, size_t(counts[size_t(r)]) * es);
+        for (int64_t o = 0; o < counts[size_t(r)]; o += mpi_max_count())
+          check_mpi(MPI_Bcast(block + size_t(o) * es, int(std::min(mpi_max_count(), counts[size_t(r)] - o)),
+                              move_type(t), r, comm_),
+                    "all_gather_v");
+        at += counts[size_t(r)];
+      }
+      return;
+    }
+    std::vector<int> c = int_counts(counts, "all_gather_v"), displ(c.size());
     int64_t off = 0;
     for (size_t j = 0; j < c.size(); ++j) {
       displ[j] = as_int(off, "all_gather_v");
@@ -300,6 +343,11 @@ void finalize_mpi() {
 }
 
 }  // namespace
+
+void set_mpi_max_count_for_testing(int64_t n) {
+  TESSEL_CHECK(n >= 1 && n <= INT_MAX, "the MPI count limit must be in [1, {}], got {}", INT_MAX, n);
+  g_max_count = n;
+}
 
 bool mpi_launched() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"); }
 
