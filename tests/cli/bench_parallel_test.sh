@@ -19,6 +19,7 @@ bench() {  # name, np, extra args...
 TP=parallel.tensor_model_parallel_size PP=parallel.pipeline_model_parallel_size
 bench dp2 2
 bench zero2 2 --set parallel.use_distributed_optimizer=true
+bench zero2-overlap 2 --set parallel.use_distributed_optimizer=true --set parallel.overlap_grad_reduce=true
 bench tp2 2 --set $TP=2
 bench pp2-tied 2 --set $PP=2 --set model.tie_embeddings=true
 bench tp2-pp2 4 --set $TP=2 --set $PP=2
@@ -36,6 +37,7 @@ def close(a, b, rel=1e-3):
 L, d, V, T, B = 4, 128, 512, 128, 2          # layers, hidden, vocab, seq, micro batch
 act = B * T * d * 4                            # one micro-batch's activations (or their gradient), fp32
 dp2, zero2, tp2, pp2, tp2pp2 = j("dp2"), j("zero2"), j("tp2"), j("pp2-tied"), j("tp2-pp2")
+zero2o = j("zero2-overlap")
 sp, sp16, cp2 = j("tp2-sp"), j("tp2-sp-bf16"), j("cp2")
 G, Dh = 2, 32                                  # key/value heads, head dim
 P = dp2["params"]                              # the whole model on each data-parallel rank
@@ -63,6 +65,8 @@ close(dp2["dp_comm_mb_per_step"], 4 * P / 1e6)          # one all-reduce of ever
 # the part inside rank 0's shard (the embedding table and the first layers' norms).
 rs_ag = 4 * P / 2 + 2 * P / 2
 assert rs_ag + 4 * V * d <= zero2["dp_comm_mb_per_step"] * 1e6 <= rs_ag + 4 * f32, (zero2, rs_ag, f32)
+# Overlapped, the buckets' reduces to their owners move what the one reduce-scatter moves.
+close(zero2o["dp_comm_mb_per_step"], zero2["dp_comm_mb_per_step"], 1e-9)
 micro = 8 // B                                           # micro-batches per step (dp 1)
 close(tp2["tp_comm_mb_per_step"], micro * (4 * L + 2) * act / 1e6, 1e-2)  # 2 fwd + 2 bwd per layer, embedding, head
 close(pp2["pp_comm_mb_per_step"], micro * act / 1e6)    # stage 0 sends each micro-batch's activations
@@ -86,6 +90,7 @@ print(f"traffic: dp {dp2['dp_comm_mb_per_step']:.3f} MB, tp {tp2['tp_comm_mb_per
 assert 0 <= dp2["dp_comm_hidden_share"] <= 1 and dp2["dp_comm_exposed_s"] >= 0 and dp2["dp_comm_blocking_s"] > 0, dp2
 # The distributed optimizer reduces its buckets during backward too (to the ranks owning their parts).
 assert 0 <= zero2["dp_comm_hidden_share"] <= 1 and zero2["dp_comm_exposed_s"] >= 0 and zero2["dp_comm_blocking_s"] > 0, zero2
+assert 0 <= zero2o["dp_comm_hidden_share"] <= 1 and zero2o["dp_comm_exposed_s"] >= 0 and zero2o["dp_comm_blocking_s"] > 0, zero2o
 assert tp2["dp_comm_hidden_share"] is None, tp2
 assert 0 <= cp2["dp_comm_hidden_share"] <= 1, cp2  # gradients over dp x cp
 print(f"dp2: {dp2['dp_comm_exposed_s']:.4f} s exposed of {dp2['dp_comm_blocking_s']:.4f} s blocking, "
