@@ -61,6 +61,10 @@ run 2 bf16-zero2-overlap "${BF16[@]}" "${ZERO[@]}" --set parallel.overlap_grad_r
 # FP8 (block scaling) quantises the bf16 copy, which the shards' gather rebuilds: the same bits too.
 run 2 bf16-fp8-dp2 "${BF16[@]}" --set precision.fp8.recipe=block
 run 2 bf16-fp8-zero2 "${BF16[@]}" "${ZERO[@]}" --set precision.fp8.recipe=block
+# Under tensor parallelism (tp2 x dp2), overlapped so that the data-parallel sums come before the
+# tensor-parallel ones as in plain data parallelism: the same bits too.
+run 4 bf16-tp2-dp2 "${BF16[@]}" --set $TP=2 --set train.train_iters=4
+run 4 bf16-tp2-zero2 "${BF16[@]}" "${ZERO[@]}" --set parallel.overlap_grad_reduce=true --set $TP=2 --set train.train_iters=4
 # DeepSeek-V3's structure (MLA's norms, the fp32 router, MoE, the MTP module): the same bits too.
 DSV3=(--set train.train_iters=4 --set model.seq_length=64 --set train.global_batch_size=8)
 CONFIG=$CONFIGS/deepseek-v3-tiny.yaml run 2 dsv3-dp2 "${BF16[@]}" "${DSV3[@]}"
@@ -82,9 +86,10 @@ assert l('bf16-zero2') == ref, (l('bf16-zero2'), ref)
 assert l('bf16-zero2-overlap') == ref, (l('bf16-zero2-overlap'), ref)
 assert l('bf16-fp8-zero2') == l('bf16-fp8-dp2') and len(l('bf16-fp8-dp2')) == 5, (l('bf16-fp8-zero2'), l('bf16-fp8-dp2'))
 assert l('dsv3-zero2') == l('dsv3-dp2') and len(l('dsv3-dp2')) == 4, (l('dsv3-zero2'), l('dsv3-dp2'))
+assert l('bf16-tp2-zero2') == l('bf16-tp2-dp2') and len(l('bf16-tp2-dp2')) == 4, (l('bf16-tp2-zero2'), l('bf16-tp2-dp2'))
 for resumed in ['bf16-zero2-resumed', 'bf16-dp2-from-zero', 'bf16-zero2-from-dp']:
     assert l(resumed)[-2:] == ref[-2:], (resumed, l(resumed), ref)
-print('bf16 zero2 (sharded masters, also overlapped, also FP8, also DeepSeek-V3-tiny) = dp2 bit for bit; its checkpoint resumes with and '
+print('bf16 zero2 (sharded masters, also overlapped, also FP8, also DeepSeek-V3-tiny, also under tp2) = dp2 bit for bit; its checkpoint resumes with and '
       'without ZeRO, bit for bit')"
 
 # tessel bench under mpirun reports the data-parallel traffic: one all-reduce of every fp32 gradient
