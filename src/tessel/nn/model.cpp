@@ -221,17 +221,19 @@ Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, 
   if (chunk_is_last_stage(chunk)) {
     MemoryPhaseScope head_phase("backward: output head and final norm");
     const Tensor dy = head_->backward_input(saved);
-    if (weights) {
-      head_->backward_weight(saved);
-      // Empty when tied on a whole model: the embedding's gradient is final only at its end.
-      report(ready, head_begin_, head_end_);
-    }
+    if (weights) head_->backward_weight(saved);
     dx = final_norm_->backward(dy, Tensor(), saved);
-    if (weights) report(ready, layers_end_, head_begin_);  // the final norm
     if (mtp_) {  // the modules' weight gradients come with their input gradients, here
       const Tensor dh = mtp_->backward(mtp_embedding(), *head_, saved);
       kernels::add(dx, dh, dx);
-      if (weights) report(ready, mtp_begin_, mtp_end_);
+    }
+    // Final only now: the MTP modules add to the shared head's gradient too, and a reported range
+    // may be reduced at once (GradReducer). Descending and adjacent: the modules, the head (empty
+    // when tied on a whole model: the embedding's gradient is final only at its end), the final norm.
+    if (weights) {
+      if (mtp_) report(ready, mtp_begin_, mtp_end_);
+      report(ready, head_begin_, head_end_);
+      report(ready, layers_end_, head_begin_);
     }
   }
   const size_t first = chunk_first_[size_t(chunk)];
