@@ -317,10 +317,10 @@ int run_bench(const BenchOptions& o) {
         }
         // The distributed optimizer: the bucket's part owned by each rank, reduced to it.
         int64_t owner_begin = 0;
-        for (int r = 0; r < grad_group.size(); ++r) {
-          const int64_t lo = std::max(b, owner_begin), hi = std::min(e, owner_begin + owned_counts[size_t(r)]);
-          if (lo < hi) grad_group.reduce_async(g + lo, hi - lo, DType::f32, comm::ReduceOp::sum, r)->wait();
-          owner_begin += owned_counts[size_t(r)];
+        for (int owner = 0; owner < grad_group.size(); ++owner) {
+          const int64_t lo = std::max(b, owner_begin), hi = std::min(e, owner_begin + owned_counts[size_t(owner)]);
+          if (lo < hi) grad_group.reduce_async(g + lo, hi - lo, DType::f32, comm::ReduceOp::sum, owner)->wait();
+          owner_begin += owned_counts[size_t(owner)];
         }
       }
       if (r > 0) reps.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

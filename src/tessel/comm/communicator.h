@@ -123,10 +123,10 @@ std::unique_ptr<Communicator> make_meta_communicator(int rank, int size);
 
 // MPI_COMM_WORLD (initialises MPI on first use, finalises at exit).
 std::unique_ptr<Communicator> make_mpi_world();
-bool mpi_launched();
+bool mpi_launched();  // true when started by mpirun / srun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set)
 // The uneven reduce-scatter and all-gather (reduce_scatter_v, all_gather_v) of more elements than
 // one MPI call takes (int counts: 2^31 - 1) run in chunks; tests lower the limit to reach that path.
-void set_mpi_max_count_for_testing(int64_t n);  // true when started by mpirun / srun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set)
+void set_mpi_max_count_for_testing(int64_t n);
 
 // After an error on one rank: ends every rank of a multi-rank MPI job (the others may be waiting in a
 // collective and would hang). Does nothing in a single-process run.

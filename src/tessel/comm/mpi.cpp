@@ -173,7 +173,10 @@ class MpiCommunicator : public Communicator {
     check_reducible_v(t, "reduce_scatter_v");
     TESSEL_CHECK(int(counts.size()) == size_, "reduce_scatter_v: {} counts for {} ranks", counts.size(), size_);
     int64_t total = 0;
-    for (int64_t n : counts) total += n;
+    for (int64_t n : counts) {
+      TESSEL_CHECK(n >= 0, "reduce_scatter_v: a count of {} elements", n);
+      total += n;
+    }
     count_op("reduce_scatter", total, t);
     if (total > mpi_max_count()) {
       // Beyond MPI's int counts (a stage of more than 2^31 parameters): each rank's block reduced to
@@ -199,7 +202,10 @@ class MpiCommunicator : public Communicator {
     TESSEL_CHECK(int(counts.size()) == size_, "all_gather_v: {} counts for {} ranks", counts.size(), size_);
     count_op("all_gather", counts[size_t(rank_)], t);
     int64_t total = 0;
-    for (int64_t n : counts) total += n;
+    for (int64_t n : counts) {
+      TESSEL_CHECK(n >= 0, "all_gather_v: a count of {} elements", n);
+      total += n;
+    }
     if (total > mpi_max_count()) {
       // Beyond MPI's int displacements (the flat parameters of more than 2^31 elements): each rank's
       // block broadcast from it, in chunks. Every rank receives the same bytes as from an all-gather.

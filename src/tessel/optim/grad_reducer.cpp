@@ -24,15 +24,24 @@ void GradReducer::launch() {
   if (hi_ > lo_) {
     TESSEL_CHECK(lo_ >= 0 && hi_ <= grads_.numel(), "GradReducer: range [{}, {}) outside the {} gradients", lo_, hi_,
                  grads_.numel());
+    // One collective per at most 2^30 elements (MPI counts are int): a single parameter's range
+    // (an embedding table) may be larger than any bucket.
+    constexpr int64_t kMaxCall = int64_t(1) << 30;
+    const auto each_call = [&](int64_t b, int64_t e, auto&& launch_one) {
+      for (int64_t c = b; c < e; c += kMaxCall) launch_one(c, std::min(e, c + kMaxCall));
+    };
     if (owner_begin_.empty()) {
-      inflight_.push_back(
-          dp_.all_reduce_async(grads_.slice(0, lo_, hi_).device_ptr(), hi_ - lo_, DType::f32, comm::ReduceOp::sum));
+      each_call(lo_, hi_, [&](int64_t b, int64_t e) {
+        inflight_.push_back(
+            dp_.all_reduce_async(grads_.slice(0, b, e).device_ptr(), e - b, DType::f32, comm::ReduceOp::sum));
+      });
     } else {
       for (int r = 0; r + 1 < int(owner_begin_.size()); ++r) {  // the part of the bucket rank r owns
         const int64_t b = std::max(lo_, owner_begin_[size_t(r)]), e = std::min(hi_, owner_begin_[size_t(r) + 1]);
-        if (b < e)
+        each_call(b, e, [&](int64_t cb, int64_t ce) {
           inflight_.push_back(
-              dp_.reduce_async(grads_.slice(0, b, e).device_ptr(), e - b, DType::f32, comm::ReduceOp::sum, r));
+              dp_.reduce_async(grads_.slice(0, cb, ce).device_ptr(), ce - cb, DType::f32, comm::ReduceOp::sum, r));
+        });
       }
     }
     ++launched_;
