@@ -77,6 +77,11 @@ int run_train(const TrainOptions& o) {
                 run_data.description.c_str());
     if (world->size() > 1) std::printf("%s (%s backend)\n", pstate.describe().c_str(), world->backend());
   }
+  // Every rank of a stage decides alike; the last stage (which holds a tied embedding too) says why.
+  if (const std::string why = trainer.overlap_grad_reduce_ignored(); !why.empty() && pstate.coords().tp == 0 &&
+      pstate.coords().dp == 0 && pstate.coords().cp == 0 && pstate.coords().pp + 1 == pstate.pp_size())
+    std::fprintf(stderr, "warning: parallel.overlap_grad_reduce=true has no effect here: %s; the distributed "
+                 "optimizer reduce-scatters after backward\n", why.c_str());
 
   int64_t start = 0;
   int64_t consumed = 0;  // samples taken from the training data so far: the next step starts here

@@ -86,6 +86,15 @@ bool Trainer::buckets_reduce_grads() const {
   return distributed_optimizer() ? !embedding_ && cfg_.parallel.overlap_grad_reduce : true;
 }
 
+std::string Trainer::overlap_grad_reduce_ignored() const {
+  if (!cfg_.parallel.overlap_grad_reduce || !distributed_optimizer()) return "";
+  if (ep_) return "under expert parallelism the gradients are reduced after backward, experts over their own group";
+  if (embedding_)
+    return "the embedding is held by the first and last pipeline stages, whose two gradients are summed after "
+           "backward before the shards are reduced";
+  return "";
+}
+
 int64_t Trainer::data_parallel_size() const { return dp_ ? dp_->size() / (cp_ ? cp_->size() : 1) : 1; }
 
 data::Batch Trainer::local_part(const data::Batch& b) const {

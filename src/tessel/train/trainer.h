@@ -63,6 +63,9 @@ class Trainer {
   // reduction after backward. The wait for them, or for the reduce-scatter after backward, is the
   // profiler's "dp_grad_wait" (not under expert parallelism).
   bool buckets_reduce_grads() const;
+  // Why parallel.overlap_grad_reduce=true cannot apply to this rank's layout ("" when it applies or
+  // is off): expert parallelism, or an embedding tied across pipeline stages.
+  std::string overlap_grad_reduce_ignored() const;
   // parallel.use_distributed_optimizer over a group of more than one rank (decided alike on every
   // rank, whatever each one's shard holds).
   bool distributed_optimizer() const { return shard_ != nullptr; }
