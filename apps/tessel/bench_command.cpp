@@ -298,17 +298,19 @@ int run_bench(const BenchOptions& o) {
     ps.zero_grads();  // the step is over; reduce zeros in place (no extra memory, values stay 0)
     const int64_t bucket = cfg.parallel.ddp_bucket_size;
     std::vector<double> reps;
+    float* g = static_cast<float*>(ps.grads_flat().device_ptr());
+    const std::vector<int64_t> owned_counts = nn::ParamStore::shard_counts(local, grad_group.size());
+    // The distributed optimizer without per-bucket reduces: one reduce-scatter into its shard.
+    const bool whole = zero && !trainer.buckets_reduce_grads();
+    Tensor mine;
+    if (whole) {
+      MemoryCategoryScope tag(MemoryCategory::communication);
+      mine = Tensor::empty({owned_counts[size_t(grad_group.rank())]}, DType::f32);
+    }
     for (int r = 0; r < 6; ++r) {
       world.barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      float* g = static_cast<float*>(ps.grads_flat().device_ptr());
-      const std::vector<int64_t> owned_counts = nn::ParamStore::shard_counts(local, grad_group.size());
-      bool whole = false;  // the reduction is one collective, not per bucket
-      if (zero && !trainer.buckets_reduce_grads()) {  // the reduce-scatter after backward
-        Tensor mine = Tensor::empty({owned_counts[size_t(grad_group.rank())]}, DType::f32);
-        grad_group.reduce_scatter_v(g, mine.device_ptr(), owned_counts, DType::f32, comm::ReduceOp::sum);
-        whole = true;
-      }
+      if (whole) grad_group.reduce_scatter_v(g, mine.device_ptr(), owned_counts, DType::f32, comm::ReduceOp::sum);
       for (int64_t b = 0; b < local && !whole; b += bucket) {
         const int64_t e = std::min(local, b + bucket);
         if (!zero) {

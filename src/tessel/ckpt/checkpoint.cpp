@@ -333,7 +333,10 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
   if (extra_state && md.files.count(kStateFile)) state = read_safetensors((d / kStateFile).string()).tensors;
 
   // The values of this rank's slice; set_values keeps the part of the masters a sharded store holds.
-  for (const auto& s : params.specs()) params.set_values(s, shard_of(s, model.get(s.name)).clone());
+  for (const auto& s : params.specs()) {
+    const Tensor values = shard_of(s, model.get(s.name));
+    params.set_values(s, values.is_contiguous() ? values : values.clone());  // a tensor-parallel slice may be strided
+  }
   params.mark_updated();
   if (opt) {
     // Each tensor's part inside the optimizer's owned range [own_begin, own_end).

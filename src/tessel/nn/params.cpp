@@ -52,16 +52,7 @@ std::vector<int64_t> ParamStore::shard_counts(int64_t numel, int parts) {
 
 std::vector<int64_t> ParamStore::f32_copy_counts() const {
   TESSEL_CHECK(sharded_, "f32_copy_counts: the masters are not sharded (there is no packed fp32 copy)");
-  const std::vector<int64_t> counts = shard_counts(total_, shard_size_);
-  std::vector<int64_t> out(counts.size(), 0);
-  int64_t begin = 0;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    const int64_t end = begin + counts[r];
-    for (const auto& s : specs_)
-      if (s.f32_compute) out[r] += std::max<int64_t>(0, std::min(end, s.offset + s.numel) - std::max(begin, s.offset));
-    begin = end;
-  }
-  return out;
+  return f32_counts_;
 }
 
 void ParamStore::refuse_whole_masters(int64_t offset, const char* what) const {
@@ -105,6 +96,15 @@ void ParamStore::finalize(MasterShard shard) {
         s.f32_offset = f32_total_;
         f32_total_ += s.numel;
       }
+    // Each shard's f32_compute elements, contiguous in the packed copy (flat order): its all-gather block.
+    int64_t begin = 0;
+    for (const int64_t c : counts) {
+      int64_t n = 0;
+      for (const auto& s : specs_)
+        if (s.f32_compute) n += std::max<int64_t>(0, std::min(begin + c, s.offset + s.numel) - std::max(begin, s.offset));
+      f32_counts_.push_back(n);
+      begin += c;
+    }
   }
   const double copy_bytes = compute_ == DType::f32 ? 0.0 : double(dtype_size(compute_));
   const double bytes = sharded_ ? double(total_) * (4 + copy_bytes) + 4.0 * double(master_end_ - master_begin_ + f32_total_)

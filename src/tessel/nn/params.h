@@ -158,6 +158,7 @@ class ParamStore {
   int64_t master_begin_ = 0, master_end_ = 0;
   Tensor masters_, f32_copy_;
   int64_t f32_total_ = 0;
+  std::vector<int64_t> f32_counts_;  // f32_copy_counts(), computed at finalize
   [[noreturn]] void refuse_whole_masters(int64_t offset, const char* what) const;
 };
 
