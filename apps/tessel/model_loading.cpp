@@ -10,9 +10,8 @@ namespace tessel::app {
 
 namespace fs = std::filesystem;
 
-LoadedModel load_model_from_checkpoint(const std::string& ckpt, const std::vector<std::string>& overrides) {
+void load_first_valid_checkpoint(const std::string& ckpt, const std::function<void(const std::string&)>& load) {
   TESSEL_CHECK(is_directory_path(ckpt), "--ckpt '{}' is not a directory", ckpt);
-  // Candidates: the directory itself, or its step_* checkpoints newest first (`latest` first).
   std::vector<std::string> dirs;
   if (path_exists((fs::path(ckpt) / "metadata.json").string())) {
     dirs.push_back(ckpt);
@@ -25,16 +24,8 @@ LoadedModel load_model_from_checkpoint(const std::string& ckpt, const std::vecto
   std::string errors;
   for (const auto& d : dirs) {
     try {
-      const ckpt::CheckpointMetadata md = ckpt::read_checkpoint_metadata(d);  // damaged: skipped below
-      LoadedModel lm;
-      lm.config = train::Config::from_yaml_text(md.config, overrides, d + "/metadata.json");
-      lm.model = std::make_unique<nn::Model>(lm.config.model);
-      ckpt::NamedTensors state;  // the MoE expert biases steer routing; FP8 delayed scales
-      lm.step = ckpt::load_checkpoint(d, lm.model->params(), nullptr, false, &state).step;
-      for (const auto& name : lm.model->load_state_tensors(state))
-        std::fprintf(stderr, "warning: checkpoint %s has no %s: it starts afresh\n", d.c_str(), name.c_str());
-      lm.checkpoint_dir = d;
-      return lm;
+      load(d);
+      return;
     } catch (const Error& e) {
       if (dirs.size() == 1) throw;
       std::fprintf(stderr, "warning: skipping checkpoint %s: %s\n", d.c_str(), e.what());
@@ -42,6 +33,23 @@ LoadedModel load_model_from_checkpoint(const std::string& ckpt, const std::vecto
     }
   }
   TESSEL_FAIL("no loadable checkpoint in '{}':{}", ckpt, errors);
+}
+
+LoadedModel load_model_from_checkpoint(const std::string& ckpt, const std::vector<std::string>& overrides) {
+  LoadedModel lm;
+  load_first_valid_checkpoint(ckpt, [&](const std::string& d) {
+    const ckpt::CheckpointMetadata md = ckpt::read_checkpoint_metadata(d);  // damaged: skipped
+    LoadedModel candidate;
+    candidate.config = train::Config::from_yaml_text(md.config, overrides, d + "/metadata.json");
+    candidate.model = std::make_unique<nn::Model>(candidate.config.model);
+    ckpt::NamedTensors state;  // the MoE expert biases steer routing; FP8 delayed scales
+    candidate.step = ckpt::load_checkpoint(d, candidate.model->params(), nullptr, false, &state).step;
+    for (const auto& name : candidate.model->load_state_tensors(state))
+      std::fprintf(stderr, "warning: checkpoint %s has no %s: it starts afresh\n", d.c_str(), name.c_str());
+    candidate.checkpoint_dir = d;
+    lm = std::move(candidate);
+  });
+  return lm;
 }
 
 }  // namespace tessel::app

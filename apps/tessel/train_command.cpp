@@ -20,6 +20,7 @@
 #include "stop_signals.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/checkpoint_dir.h"
+#include "tessel/ckpt/distributed_checkpoint.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/train/data_setup.h"
 #include "tessel/train/run_files.h"
@@ -89,7 +90,7 @@ int run_train(const TrainOptions& o) {
     ckpt::NamedTensors extra;
     auto st = ckpt::load_latest_checkpoint(cfg.checkpoint.dir, trainer.model().params(), &trainer.optimizer(),
                                            [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); },
-                                           !trainer.model().plan().whole() || pstate.ep_size() > 1, &extra);
+                                           !trainer.model().plan().whole() || pstate.ep_size() > 1, &extra, world.get());
     ckpt::check_ranks_loaded_same(*world, cfg.checkpoint.dir, st);
     if (st)
       for (const auto& name : trainer.model().load_state_tensors(extra))
@@ -115,16 +116,28 @@ int run_train(const TrainOptions& o) {
 
   auto save = [&](int64_t step) {
     if (cfg.checkpoint.dir.empty()) return;
-    // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
-    // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
-    // are identical, so rank 0 alone writes.
-    const train::GatheredOptimizerState gathered = trainer.full_optimizer_state();
     const ckpt::TrainState st{step, consumed, uint64_t(cfg.train.seed)};
-    const auto& c = pstate.coords();
-    comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
-    const std::string where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), gathered.view, st,
-                                                    cfg.to_yaml(), cfg.checkpoint.keep, &pstate.tp(), lead, stages,
-                                                    trainer.model().state_tensors(), &pstate.ep());
+    std::string where;
+    if (cfg.checkpoint.distributed) {
+      // Every rank writes what it owns; rank 0 adds the metadata and publishes (collective).
+      where = ckpt::save_distributed_checkpoint(
+          cfg.checkpoint.dir, trainer.model().params(), trainer.optimizer(), st, cfg.to_yaml(), cfg.checkpoint.keep,
+          *world, trainer.model().state_tensors(),
+          {{"world", world->size()}, {"tensor", pstate.tp_size()}, {"pipeline", pstate.pp_size()},
+           {"virtual_pipeline", cfg.parallel.virtual_pipeline_model_parallel_size}, {"data", dp},
+           {"context", pstate.cp_size()}, {"expert", pstate.ep_size()},
+           {"distributed_optimizer", trainer.distributed_optimizer() ? 1 : 0}});
+    } else {
+      // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
+      // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
+      // are identical, so rank 0 alone writes.
+      const train::GatheredOptimizerState gathered = trainer.full_optimizer_state();
+      const auto& c = pstate.coords();
+      comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
+      where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), gathered.view, st, cfg.to_yaml(),
+                                    cfg.checkpoint.keep, &pstate.tp(), lead, stages, trainer.model().state_tensors(),
+                                    &pstate.ep());
+    }
     if (lead) {
       std::printf("saved checkpoint %s\n", where.c_str());
       std::fflush(stdout);

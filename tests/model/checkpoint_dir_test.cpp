@@ -105,3 +105,19 @@ TEST(StaleSaves, OnlyThoseOfProcessesNoLongerRunningAreRemoved) {
 }
 
 }  // namespace
+
+// A killed save whose process is a zombie (dead, not yet reaped by its parent: under mpirun a rank
+// of a killed job can linger so) is stale too.
+TEST(StaleSaves, ThoseOfAnUnreapedDeadProcessAreRemoved) {
+  Scratch s;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  // Wait (without reaping) until the child has exited.
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT), 0);
+  const fs::path tmp = fs::path(s.dir) / fmt::format("step_00000002.tmp-{}", child);
+  fs::create_directories(tmp);
+  EXPECT_EQ(ckpt::remove_stale_saves(s.dir), std::vector<std::string>{tmp.string()});
+  waitpid(child, nullptr, 0);
+}

@@ -7,6 +7,7 @@
 #include "support/host_access.h"
 #include "support/error_of.h"
 #include "support/scratch_dir.h"
+#include "checkpoint_fixtures.h"
 
 #include <filesystem>
 #include <fstream>
@@ -21,35 +22,14 @@ using nlohmann::json;
 
 namespace {
 
-nn::ModelConfig cfg(int64_t hidden = 32) {
-  nn::ModelConfig c;
-  c.num_layers = 1;
-  c.hidden_size = hidden;
-  c.num_attention_heads = 4;
-  c.num_query_groups = 2;
-  c.ffn_hidden_size = 40;
-  c.vocab_size = 23;
-  c.seq_length = 8;
-  return c;
-}
+nn::ModelConfig cfg(int64_t hidden = 32) { return tessel::testing::tiny_checkpoint_model(hidden); }
 
 struct Scratch : tessel::testing::ScratchDir {
   Scratch() : ScratchDir("tessel-ckpt") {}
 };
 
-// Moves the model and optimizer state one (deterministic) update away.
-void perturb(nn::Model& m, optim::AdamW& opt, float g) {
-  {
-    const tessel::testing::HostAccess host;  // gradients written from the host: an upload
-    for (int64_t i = 0; i < m.params().numel(); ++i) m.params().grads_data()[i] = g * float((i % 7) - 3);
-  }
-  opt.step(1e-2);
-}
-
-std::vector<float> snapshot(const nn::Model& m) {
-  const tessel::testing::HostAccess host;
-  return {m.params().params_data(), m.params().params_data() + m.params().numel()};
-}
+using tessel::testing::perturb;
+using tessel::testing::snapshot;
 
 TEST(Checkpoint, RoundTripRestoresParamsMomentsAndState) {
   Scratch s;
@@ -174,7 +154,6 @@ std::string load_after_editing_step2(const std::function<void(json&)>& edit) {
   return warning;
 }
 
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 TEST(CheckpointMetadata, MissingKeysAreDamage) {
   EXPECT_HAS(load_after_editing_step2([](json& m) { m.erase("step"); }), "metadata.json has no key 'step'");

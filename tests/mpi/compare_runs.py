@@ -89,16 +89,49 @@ def metric(run, key):
     return [json.loads(l)[key] for l in open(f"{run}/metrics.jsonl") if f'"{key}"' in l]
 
 
-def latest_file(run, name):
-    """Tensors of NAME.safetensors in the run's newest checkpoint, as float32 arrays by name."""
-    ckpt = f"{run}/ckpt"
-    step = open(f"{ckpt}/latest").read().strip()
-    with open(f"{ckpt}/{step}/{name}.safetensors", "rb") as f:
+def read_safetensors(path):
+    """Float32 tensors of a safetensors file, by name."""
+    with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
         data = f.read()
     return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], dtype=np.float32).reshape(v["shape"])
             for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32"}
+
+
+def assemble_pieces(step_dir, name):
+    """The whole tensors of a distributed checkpoint (tessel-checkpoint-2), assembled here from every
+    rank's pieces independently of tessel's reader: NAME "model" gives the parameters, "state" the
+    state.* tensors (without the prefix). Each piece is the flat range [b, e) of a box of its tensor."""
+    md = json.load(open(f"{step_dir}/metadata.json"))
+    files = {f: read_safetensors(f"{step_dir}/{f}") for f in md["files"]}
+    out = {}
+    for p in md["pieces"]:
+        key = p["key"]
+        if name == "state":
+            if not key.startswith("state."):
+                continue
+            key = key[len("state."):]
+        elif key.startswith(("exp_avg.", "exp_avg_sq.", "state.")):
+            continue
+        whole = out.setdefault(key, np.full(p["global_shape"], np.nan, dtype=np.float32))
+        box = tuple(slice(b, b + s) for b, s in zip(p["begin"], p["shape"]))
+        block = whole[box].reshape(-1).copy()
+        block[p["flat"][0]:p["flat"][1]] = files[p["file"]][p["key"]]
+        whole[box] = block.reshape(p["shape"])
+    missing = [k for k, v in out.items() if np.isnan(v).any()]
+    assert not missing, f"{step_dir}: elements of {missing} are in no piece"
+    return out
+
+
+def latest_file(run, name):
+    """Tensors of NAME.safetensors in the run's newest checkpoint, as float32 arrays by name (for a
+    distributed checkpoint, assembled from its pieces)."""
+    ckpt = f"{run}/ckpt"
+    step = open(f"{ckpt}/latest").read().strip()
+    if json.load(open(f"{ckpt}/{step}/metadata.json"))["format"] == "tessel-checkpoint-2":
+        return assemble_pieces(f"{ckpt}/{step}", name)
+    return read_safetensors(f"{ckpt}/{step}/{name}.safetensors")
 
 
 def tensors(run):

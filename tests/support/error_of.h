@@ -18,3 +18,6 @@ std::string error_of(F&& f) {
 }
 
 }  // namespace tessel::testing
+
+// Expects `part` within the text (an error message, a warning); prints the text when it is not.
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)

@@ -1,7 +1,6 @@
 #include "tessel/core/paths.h"
 #include "tessel/ckpt/checkpoint.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -14,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "tessel/ckpt/checkpoint_files.h"
+#include "tessel/ckpt/checkpoint_reader.h"
 #include "tessel/ckpt/safetensors.h"
 
 namespace tessel::ckpt {
@@ -21,55 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kFormat = "tessel-checkpoint-1";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "state.safetensors";  // extra training state (FP8 scaling), when any
-
-std::string step_name(int64_t step) { return fmt::format("step_{:08d}", step); }
-
-void fsync_path(const fs::path& p, bool directory) {
-  const int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  TESSEL_CHECK(fd >= 0, "cannot open '{}' to sync it to disk", p.string());
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  TESSEL_CHECK(rc == 0, "fsync of '{}' failed", p.string());
-}
-
-// CRC-32 (zlib) and size of a file.
-std::pair<uint32_t, int64_t> file_crc(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  TESSEL_CHECK(in.good(), "cannot read '{}'", p.string());
-  std::vector<char> buf(1 << 20);
-  uLong crc = crc32(0L, Z_NULL, 0);
-  int64_t total = 0;
-  while (in) {
-    in.read(buf.data(), int64_t(buf.size()));
-    const auto got = in.gcount();
-    if (got <= 0) break;
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), uInt(got));
-    total += got;
-  }
-  return {uint32_t(crc), total};
-}
-
-void write_text_file(const fs::path& p, const std::string& text) {
-  {
-    std::ofstream out(p, std::ios::trunc);
-    out << text;
-    out.flush();  // a full disk shows here, not in the destructor's silent close
-    TESSEL_CHECK(out.good(), "cannot write '{}': {}", p.string(), std::strerror(errno));
-  }
-  fsync_path(p, false);
-}
-
-std::string read_text_file(const fs::path& p) {
-  std::ifstream in(p);
-  TESSEL_CHECK(in.good(), "cannot read '{}'", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
@@ -113,13 +68,6 @@ Tensor whole(const nn::ParamSpec& s, const float* local, comm::Communicator* tp)
     full.slice(int64_t(dim), begins[size_t(k)], begins[size_t(k)] + s.shape[dim])
         .copy_from(Tensor::from_blob(all.data() + size_t(k) * size_t(s.numel), s.shape, DType::f32));
   return full;
-}
-
-// This rank's slice of a saved whole tensor.
-Tensor shard_of(const nn::ParamSpec& s, const Tensor& full) {
-  Tensor v = full;
-  for (size_t d = 0; d < s.shape.size(); ++d) v = v.slice(int64_t(d), s.slice_begin[d], s.slice_begin[d] + s.shape[d]);
-  return v;
 }
 
 using Named = NamedTensors;
@@ -203,6 +151,13 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
   gather_stages(pp, optim_tensors);
   gather_stages(pp, extra);
   if (!write) return "";
+  return write_whole_checkpoint(dir, model_tensors, optim_tensors, extra, state, opt.optimizer_steps, config_yaml, keep);
+}
+
+std::string write_whole_checkpoint(const std::string& dir, const NamedTensors& model_tensors,
+                                   const NamedTensors& optim_tensors, const NamedTensors& extra, const TrainState& state,
+                                   int64_t optimizer_steps, const std::string& config_yaml, int64_t keep) {
+  TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
   nlohmann::json tensors = nlohmann::json::object();
   for (const auto& [name, t] : model_tensors) {
     nlohmann::json slice = nlohmann::json::array();
@@ -210,13 +165,11 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
     tensors[name] = {{"global_shape", t.shape()}, {"slice", slice}, {"file", kModelFile}};
   }
   fs::create_directories(dir);
-  const std::string name = step_name(state.step);
-  const fs::path final_dir = fs::path(dir) / name;
-  const fs::path tmp = fs::path(dir) / (name + ".tmp-" + std::to_string(::getpid()));
+  const fs::path tmp = temporary_step_dir(dir, state.step, ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
 
-  const std::map<std::string, std::string> meta{{"format", kFormat}};
+  const std::map<std::string, std::string> meta{{"format", kFormatWhole}};
   write_safetensors((tmp / kModelFile).string(), meta, model_tensors);
   write_safetensors((tmp / kOptimFile).string(), meta, optim_tensors);
   std::vector<const char*> written{kModelFile, kOptimFile};
@@ -231,10 +184,10 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
     const auto [crc, size] = file_crc(tmp / f);
     files[f] = {{"crc32", crc}, {"bytes", size}};
   }
-  const nlohmann::json md = {{"format", kFormat},
+  const nlohmann::json md = {{"format", kFormatWhole},
                              {"step", state.step},
                              {"consumed_samples", state.consumed_samples},
-                             {"optimizer_steps", opt.optimizer_steps},
+                             {"optimizer_steps", optimizer_steps},
                              {"seed", state.seed},
                              {"parallel", {{"tensor", 1}, {"pipeline", 1}, {"data", 1}, {"rank", 0}}},
                              {"files", files},
@@ -242,115 +195,78 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
                              {"config", config_yaml}};
   write_text_file(tmp / "metadata.json", md.dump(2) + "\n");
   fsync_path(tmp, true);
-
-  // Publish: move any previous copy of this step aside, rename the new one in, then point `latest`.
-  const fs::path old = fs::path(dir) / (name + ".old-" + std::to_string(::getpid()));
-  if (fs::exists(final_dir)) fs::rename(final_dir, old);
-  fs::rename(tmp, final_dir);
-  fsync_path(dir, true);
-  const fs::path latest_tmp = fs::path(dir) / ("latest.tmp-" + std::to_string(::getpid()));
-  write_text_file(latest_tmp, name + "\n");
-  fs::rename(latest_tmp, fs::path(dir) / "latest");
-  fsync_path(dir, true);
-  fs::remove_all(old);
-
-  // Prune: keep the newest `keep` complete checkpoints.
-  const auto all = list_checkpoints(dir);
-  for (size_t i = size_t(keep); i < all.size(); ++i)
-    if (all[i] != name) fs::remove_all(fs::path(dir) / all[i]);
-  return final_dir.string();
+  return publish_checkpoint(dir, state.step, tmp, keep);
 }
 
 namespace {
 
-// Sizes and CRC-32s of the files metadata.json lists (the model's and optimizer's are required).
-void verify_files(const fs::path& d, const CheckpointMetadata& md) {
-  const std::string ckpt_dir = d.string();
-  for (const char* f : {kModelFile, kOptimFile})
-    TESSEL_CHECK(md.files.count(f), "checkpoint '{}': metadata.json does not list {}", ckpt_dir, f);
-  for (const auto& [f, want] : md.files) {
-    TESSEL_CHECK(fs::exists(d / f), "checkpoint '{}': {} is missing", ckpt_dir, f);
-    const auto [crc, size] = file_crc(d / f);
-    TESSEL_CHECK(size == want.bytes, "checkpoint '{}': {} is truncated or altered ({} bytes, expected {})", ckpt_dir, f,
-                 size, want.bytes);
-    TESSEL_CHECK(crc == want.crc32, "checkpoint '{}': {} is corrupted (CRC-32 {:08x}, expected {:08x})", ckpt_dir, f,
-                 crc, want.crc32);
-  }
-}
-
-// The saved tensors agree with metadata.json's global shapes (a disagreement is damage, not another model).
-void verify_against_metadata(const std::string& ckpt_dir, const SafetensorsFile& model, const CheckpointMetadata& md) {
-  for (const auto& [name, t] : model.tensors) {
-    const auto it = md.global_shapes.find(name);
-    TESSEL_CHECK(it != md.global_shapes.end(), "checkpoint '{}': {} holds '{}', which metadata.json does not list",
-                 ckpt_dir, kModelFile, name);
-    TESSEL_CHECK(it->second == t.shape(), "checkpoint '{}': {} holds '{}' as {}, metadata.json says {}", ckpt_dir,
-                 kModelFile, name, t.str(), shape_str(it->second));
-  }
-  TESSEL_CHECK(md.global_shapes.size() == model.tensors.size(),
-               "checkpoint '{}': metadata.json lists {} tensors, {} holds {}", ckpt_dir, md.global_shapes.size(),
-               kModelFile, model.tensors.size());
-}
-
 [[noreturn]] void model_mismatch(const std::string& msg) { throw ModelMismatch(msg); }
+
+// The block of spec's tensor this rank holds: its tensor-parallel slice, all of it.
+BlockRange local_block(const nn::ParamSpec& s) { return whole_box(s.slice_begin, s.shape); }
 
 }  // namespace
 
 TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, optim::AdamW* opt, bool partial,
                            NamedTensors* extra_state) {
   const DeviceAccessScope host_copy;  // a checkpoint load copies host memory to the device
-  const fs::path d(ckpt_dir);
-  const CheckpointMetadata md = read_checkpoint_metadata(ckpt_dir);
-  TESSEL_CHECK(md.format == kFormat, "checkpoint '{}': format '{}' is not '{}'", ckpt_dir, md.format, kFormat);
-  verify_files(d, md);
-  const SafetensorsFile model = read_safetensors((d / kModelFile).string());
-  verify_against_metadata(ckpt_dir, model, md);
+  CheckpointReader ck(ckpt_dir);
+  const CheckpointMetadata& md = ck.metadata();
   // Check everything before copying anything, so a mismatch leaves the model untouched.
   for (const auto& s : params.specs()) {
-    if (!model.has(s.name))
+    if (!md.global_shapes.count(s.name))
       model_mismatch(fmt::format("checkpoint '{}' has no tensor '{}': it was saved from another model", ckpt_dir, s.name));
-    const Tensor& t = model.get(s.name);
-    if (t.shape() != s.global_shape || t.dtype() != DType::f32)
+    const Shape& saved = md.global_shapes.at(s.name);
+    if (saved != s.global_shape)
       model_mismatch(fmt::format(
-          "checkpoint '{}' holds '{}' as {}, but the model has f32{}: the checkpoint is of another model shape",
-          ckpt_dir, s.name, t.str(), shape_str(s.global_shape)));
+          "checkpoint '{}' holds '{}' as f32{}, but the model has f32{}: the checkpoint is of another model shape",
+          ckpt_dir, s.name, shape_str(saved), shape_str(s.global_shape)));
   }
-  if (!partial && model.tensors.size() != params.specs().size())
+  if (!partial && md.global_shapes.size() != params.specs().size())
     model_mismatch(fmt::format("checkpoint '{}' holds {} tensors, the model has {}: it was saved from another model",
-                               ckpt_dir, model.tensors.size(), params.specs().size()));
-  std::optional<SafetensorsFile> moments;
-  if (opt) {
-    moments = read_safetensors((d / kOptimFile).string());
+                               ckpt_dir, md.global_shapes.size(), params.specs().size()));
+  if (opt)
     for (const auto& s : params.specs())
       for (const std::string& name : {"exp_avg." + s.name, "exp_avg_sq." + s.name}) {
-        TESSEL_CHECK(moments->has(name), "checkpoint '{}': {} has no '{}'", ckpt_dir, kOptimFile, name);
-        TESSEL_CHECK(moments->get(name).shape() == s.global_shape && moments->get(name).dtype() == DType::f32,
-                     "checkpoint '{}': {} holds '{}' as {}, expected f32{}", ckpt_dir, kOptimFile, name,
-                     moments->get(name).str(), shape_str(s.global_shape));
+        TESSEL_CHECK(ck.has(name), "checkpoint '{}': {} has no '{}'", ckpt_dir,
+                     ck.distributed() ? "any rank's file" : kOptimFile, name);
+        TESSEL_CHECK(ck.global_shape(name) == s.global_shape, "checkpoint '{}': '{}' is saved as f32{}, expected f32{}",
+                     ckpt_dir, name, shape_str(ck.global_shape(name)), shape_str(s.global_shape));
       }
-  }
-  NamedTensors state;
-  if (extra_state && md.files.count(kStateFile)) state = read_safetensors((d / kStateFile).string()).tensors;
 
-  // The values of this rank's slice; set_values keeps the part of the masters a sharded store holds.
+  // Read everything this rank needs before changing anything, so damage found while reading leaves
+  // the model as it was (the loader then tries the previous checkpoint).
+  std::vector<Tensor> values;
+  values.reserve(params.specs().size());
   for (const auto& s : params.specs()) {
-    const Tensor values = shard_of(s, model.get(s.name));
-    params.set_values(s, values.is_contiguous() ? values : values.clone());  // a tensor-parallel slice may be strided
+    Tensor v = Tensor::empty(s.shape, DType::f32);  // this rank's tensor-parallel slice
+    ck.read(s.name, local_block(s), v.data<float>());
+    values.push_back(std::move(v));
   }
-  params.mark_updated();
+  // Moments: each tensor's part inside the optimizer's owned range [own_begin, own_end).
+  std::vector<float> m, v;
   if (opt) {
-    // Each tensor's part inside the optimizer's owned range [own_begin, own_end).
+    m.resize(size_t(opt->own_end() - opt->own_begin()));
+    v.resize(m.size());
     for (const auto& s : params.specs()) {
       const int64_t b = std::max(opt->own_begin(), s.offset), e = std::min(opt->own_end(), s.offset + s.numel);
       if (b >= e) continue;
-      // This rank's slice of the whole moments (a tensor-parallel shard's slice is strided).
-      const Tensor mt = shard_of(s, moments->get("exp_avg." + s.name)).clone();
-      const Tensor vt = shard_of(s, moments->get("exp_avg_sq." + s.name)).clone();
-      const float* m = mt.data<float>();
-      const float* v = vt.data<float>();
-      std::copy(m + (b - s.offset), m + (e - s.offset), opt->exp_avg_data() + (b - opt->own_begin()));
-      std::copy(v + (b - s.offset), v + (e - s.offset), opt->exp_avg_sq_data() + (b - opt->own_begin()));
+      BlockRange part = local_block(s);
+      part.flat_begin = b - s.offset;
+      part.flat_end = e - s.offset;
+      ck.read("exp_avg." + s.name, part, m.data() + (b - opt->own_begin()));
+      ck.read("exp_avg_sq." + s.name, part, v.data() + (b - opt->own_begin()));
     }
+  }
+  NamedTensors state;
+  if (extra_state) state = ck.state();
+
+  // The values of this rank's slice; set_values keeps the part of the masters a sharded store holds.
+  for (size_t i = 0; i < values.size(); ++i) params.set_values(params.specs()[i], values[i]);
+  params.mark_updated();
+  if (opt) {
+    std::copy(m.begin(), m.end(), opt->exp_avg_data());
+    std::copy(v.begin(), v.end(), opt->exp_avg_sq_data());
     opt->set_steps_taken(md.optimizer_steps);
   }
   if (extra_state) *extra_state = std::move(state);
@@ -388,23 +304,57 @@ std::vector<std::string> checkpoint_candidates(const std::string& dir) {
   return candidates;
 }
 
+namespace {
+
+// Whether every rank of world sees the same candidate list (a shared checkpoint directory).
+bool ranks_see_same_candidates(comm::Communicator& world, const std::vector<std::string>& candidates) {
+  std::string all;
+  for (const auto& c : candidates) all += c + "\n";
+  const int64_t crc = int64_t(crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(all.data()), uInt(all.size())));
+  int64_t v[4] = {int64_t(candidates.size()), crc, -int64_t(candidates.size()), -crc};
+  world.all_reduce(v, 4, DType::i64, comm::ReduceOp::max);
+  return v[0] == -v[2] && v[1] == -v[3];
+}
+
+}  // namespace
+
 std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
                                                  const std::function<void(const std::string&)>& warn, bool partial,
-                                                 NamedTensors* extra_state) {
+                                                 NamedTensors* extra_state, comm::Communicator* world) {
   const DeviceAccessScope host_copy;  // a checkpoint load copies host memory to the device
   const auto candidates = checkpoint_candidates(dir);
+  // The ranks decide together when they can (a distributed checkpoint's damage may show on one
+  // rank only); ranks that see different directories decide alone, and check_ranks_loaded_same
+  // then names the disagreement.
+  const bool together = world && world->size() > 1 && ranks_see_same_candidates(*world, candidates);
   if (candidates.empty()) return std::nullopt;
   std::string errors;
   for (const auto& c : candidates) {
+    enum Outcome : int64_t { loaded = 0, damaged = 1, other_model = 2 };
+    int64_t outcome = loaded;
+    std::string msg;
+    std::optional<TrainState> st;
     try {
-      return load_checkpoint((fs::path(dir) / c).string(), params, opt, partial, extra_state);
-    } catch (const ModelMismatch&) {
-      throw;  // a configuration error, not damage: do not fall back past it
+      st = load_checkpoint((fs::path(dir) / c).string(), params, opt, partial, extra_state);
+    } catch (const ModelMismatch& e) {
+      if (!together) throw;  // a configuration error, not damage: do not fall back past it
+      outcome = other_model;
+      msg = e.what();
     } catch (const Error& e) {
-      const std::string msg = e.what();
-      warn(fmt::format("skipping damaged checkpoint {}: {}", c, msg));
-      errors += "\n  " + msg;
+      outcome = damaged;
+      msg = e.what();
     }
+    int64_t worst = outcome;
+    if (together) world->all_reduce(&worst, 1, DType::i64, comm::ReduceOp::max);
+    if (worst == loaded) return st;
+    if (worst == other_model)
+      throw ModelMismatch(outcome == other_model ? msg
+                                                 : fmt::format("checkpoint {} in '{}' is of another model (another "
+                                                               "rank found the tensor that differs)", c, dir));
+    if (outcome == loaded)
+      msg = fmt::format("checkpoint '{}' is damaged in a part another rank read", (fs::path(dir) / c).string());
+    warn(fmt::format("skipping damaged checkpoint {}: {}", c, msg));
+    errors += "\n  " + msg;
   }
   TESSEL_FAIL("no valid checkpoint in '{}' ({} found, all damaged):{}", dir, candidates.size(), errors);
 }

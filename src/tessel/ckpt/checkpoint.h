@@ -1,5 +1,7 @@
 #pragma once
-// Checkpoints: one directory per saved step under checkpoint.dir,
+// Checkpoints: one directory per saved step under checkpoint.dir. This file: tessel-checkpoint-1,
+// whole tensors written by one rank (distributed_checkpoint.h: every rank writes its pieces;
+// checkpoint_reader.h reads both, under any layout):
 //   step_00000100/model.safetensors      parameters (fp32 masters) by name
 //   step_00000100/optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
 //   step_00000100/metadata.json          format, step, consumed samples, optimizer steps, seed, the
@@ -58,6 +60,11 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
                             comm::Communicator* tp = nullptr, bool write = true, comm::Communicator* pp = nullptr,
                             const NamedTensors& extra_state = {}, comm::Communicator* ep = nullptr);
+// Writes whole tensors (model: parameters by name; optim: exp_avg.<name>, exp_avg_sq.<name>; extra:
+// other training state) as a tessel-checkpoint-1 under dir and publishes it; one writer.
+std::string write_whole_checkpoint(const std::string& dir, const NamedTensors& model, const NamedTensors& optim,
+                                   const NamedTensors& extra, const TrainState& state, int64_t optimizer_steps,
+                                   const std::string& config_yaml, int64_t keep);
 // The same for an optimizer that owns every parameter.
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep);
@@ -68,9 +75,13 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
 // any other failure: a file missing, truncated or failing its CRC, metadata.json unreadable or with
 // a missing or ill-typed key, tensors that disagree with metadata.json.
 // partial: params hold one pipeline stage, so the checkpoint may hold more tensors than they do.
+// world (collective when given): the ranks try the candidates together, so damage that only some
+// ranks read (one rank's file of a distributed checkpoint) makes all of them fall back alike, and a
+// mismatch any rank finds stops all of them.
 std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::ParamStore& params, optim::AdamW* opt,
                                                  const std::function<void(const std::string&)>& warn,
-                                                 bool partial = false, NamedTensors* extra_state = nullptr);
+                                                 bool partial = false, NamedTensors* extra_state = nullptr,
+                                                 comm::Communicator* world = nullptr);
 
 // Loads one checkpoint directory (no fallback). A tensor-parallel shard takes its slice of the saved
 // whole tensor. opt receives the moments of the range it owns.

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "tessel/core/check.h"
@@ -31,7 +32,18 @@ std::optional<pid_t> save_owner(const std::string& name) {
   return std::nullopt;
 }
 
-bool process_running(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
+// Whether pid is a live process. A killed process that no one has reaped yet (a zombie: under
+// mpirun, a rank killed with its job whose parent has gone) still has a PID but runs nothing.
+bool process_running(pid_t pid) {
+  if (std::ifstream stat("/proc/" + std::to_string(pid) + "/stat"); stat.good()) {
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');  // "pid (comm) state ...": comm may hold spaces and parentheses
+    return close == std::string::npos || close + 2 >= line.size() || (line[close + 2] != 'Z' && line[close + 2] != 'X');
+  }
+  if (fs::exists("/proc/self/stat")) return false;  // /proc is mounted and has no such process
+  return ::kill(pid, 0) == 0 || errno == EPERM;
+}
 
 }  // namespace
 

@@ -112,6 +112,26 @@ CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std:
   const Reader tensors = r.object("tensors");
   for (const auto& [name, value] : tensors.raw().items())
     out.global_shapes[name] = tensors.object(name).shape("global_shape");
+  if (r.has("pieces")) {
+    const json& list = r.at("pieces");
+    TESSEL_CHECK(list.is_array(), "{}: metadata.json key 'pieces' must be a list, got {}", where, shown(list));
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Reader p(list[i], where, fmt::format("pieces[{}]", i));
+      CheckpointMetadata::Piece piece{p.string("key"), p.string("file"), p.shape("global_shape"),
+                                      {p.shape("begin"), p.shape("shape"), 0, 0}};
+      const json& flat = p.at("flat");
+      TESSEL_CHECK(flat.is_array() && flat.size() == 2, "{}: metadata.json key '{}' must be [begin, end], got {}", where,
+                   p.key_path("flat"), shown(flat));
+      piece.range.flat_begin = p.non_negative_value(flat[0], p.key_path("flat"));
+      piece.range.flat_end = p.non_negative_value(flat[1], p.key_path("flat"));
+      TESSEL_CHECK(out.files.count(piece.file), "{}: metadata.json pieces[{}] ('{}') is in '{}', which 'files' does not list",
+                   where, i, piece.key, piece.file);
+      const std::string problem = block_range_problem(piece.range, piece.global_shape);
+      TESSEL_CHECK(problem.empty(), "{}: metadata.json pieces[{}] ('{}') does not fit its tensor of shape {}: {}", where,
+                   i, piece.key, shape_str(piece.global_shape), problem);
+      out.pieces.push_back(std::move(piece));
+    }
+  }
   return out;
 }
 

@@ -7,6 +7,9 @@
 #include <map>
 #include <string>
 
+#include <vector>
+
+#include "tessel/ckpt/block_range.h"
 #include "tessel/core/tensor.h"
 
 namespace tessel::ckpt {
@@ -23,6 +26,15 @@ struct CheckpointMetadata {
   uint64_t seed = 0;
   std::map<std::string, File> files;           // by file name
   std::map<std::string, Shape> global_shapes;  // model tensors by name
+  // tessel-checkpoint-2 (distributed): what each rank's file holds. key: a parameter's name,
+  // "exp_avg.<name>", "exp_avg_sq.<name>" (values of that range, f32) or "state.<name>" (a whole
+  // tensor of other training state); the file's tensor of that name holds the range's elements, 1-D.
+  struct Piece {
+    std::string key, file;
+    Shape global_shape;
+    BlockRange range;
+  };
+  std::vector<Piece> pieces;
   std::string config;                          // the resolved config (YAML text)
   uint32_t crc32 = 0;                          // of metadata.json itself: ranks compare it
 };

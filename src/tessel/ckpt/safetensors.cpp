@@ -46,7 +46,8 @@ class BufferSource : public ByteSource {
   std::string_view bytes_;
 };
 
-SafetensorsFile read_from(ByteSource& src, int64_t size, const std::string& source) {
+// The checked header and where the data section starts.
+std::pair<SafetensorsHeader, int64_t> read_header(ByteSource& src, int64_t size, const std::string& source) {
   TESSEL_CHECK(size >= 8, "{}: {} bytes, too short for a safetensors file (it starts with an 8-byte header length)",
                source, size);
   unsigned char word[8];
@@ -61,16 +62,35 @@ SafetensorsFile read_from(ByteSource& src, int64_t size, const std::string& sour
   std::string header(header_len, '\0');
   TESSEL_CHECK(src.read(8, int64_t(header_len), header.data()), "{}: could not read the header", source);
   const int64_t data_start = 8 + int64_t(header_len);
-  const SafetensorsHeader h = parse_safetensors_header(header, size - data_start, source);
+  return {parse_safetensors_header(header, size - data_start, source), data_start};
+}
+
+Tensor read_entry(ByteSource& src, int64_t data_start, const SafetensorsEntry& e, const std::string& source) {
+  Tensor t = Tensor::empty(e.shape, e.dtype);
+  TESSEL_CHECK(src.read(data_start + e.begin, e.end - e.begin, t.raw()), "{}: could not read tensor '{}'", source,
+               e.name);
+  return t;
+}
+
+SafetensorsFile read_from(ByteSource& src, int64_t size, const std::string& source) {
+  const auto [h, data_start] = read_header(src, size, source);
   SafetensorsFile f;
   f.metadata = h.metadata;
-  for (const SafetensorsEntry& e : h.entries) {
-    Tensor t = Tensor::empty(e.shape, e.dtype);
-    TESSEL_CHECK(src.read(data_start + e.begin, e.end - e.begin, t.raw()), "{}: could not read tensor '{}'", source,
-                 e.name);
-    f.tensors.emplace_back(e.name, t);
-  }
+  for (const SafetensorsEntry& e : h.entries) f.tensors.emplace_back(e.name, read_entry(src, data_start, e, source));
   return f;
+}
+
+// Opens a regular file and returns its size; throws naming it.
+int64_t open_regular(const std::string& path, std::ifstream& in) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  TESSEL_CHECK(!ec && fs::exists(status), "cannot open safetensors file '{}'", path);
+  TESSEL_CHECK(fs::is_regular_file(status), "{}: not a regular file", path);
+  in.open(path, std::ios::binary);
+  const auto size = fs::file_size(path, ec);
+  TESSEL_CHECK(in.good() && !ec, "cannot open safetensors file '{}'", path);
+  return int64_t(size);
 }
 
 }  // namespace
@@ -87,16 +107,33 @@ bool SafetensorsFile::has(const std::string& name) const {
 
 SafetensorsFile read_safetensors(const std::string& path) {
   const DeviceAccessScope host_copy;  // file contents into tensors: a host-to-device copy
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const auto status = fs::status(path, ec);
-  TESSEL_CHECK(!ec && fs::exists(status), "cannot open safetensors file '{}'", path);
-  TESSEL_CHECK(fs::is_regular_file(status), "{}: not a regular file", path);
-  std::ifstream in(path, std::ios::binary);
-  const auto size = fs::file_size(path, ec);
-  TESSEL_CHECK(in.good() && !ec, "cannot open safetensors file '{}'", path);
+  std::ifstream in;
+  const int64_t size = open_regular(path, in);
   FileSource src(in);
-  return read_from(src, int64_t(size), path);
+  return read_from(src, size, path);
+}
+
+SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
+  const int64_t size = open_regular(path_, in_);
+  FileSource src(in_);
+  auto [h, data_start] = read_header(src, size, path_);
+  header_ = std::move(h);
+  data_start_ = data_start;
+}
+
+const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
+  for (const auto& e : header_.entries)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+Tensor SafetensorsReader::read(const std::string& name) {
+  const DeviceAccessScope host_copy;  // file contents into a tensor: a host-to-device copy
+  const SafetensorsEntry* e = find(name);
+  TESSEL_CHECK(e, "{}: no tensor named '{}' ({} tensors in the file)", path_, name, header_.entries.size());
+  in_.clear();
+  FileSource src(in_);
+  return read_entry(src, data_start_, *e, path_);
 }
 
 SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& source) {

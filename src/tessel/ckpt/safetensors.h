@@ -4,11 +4,13 @@
 // then the packed little-endian data (offsets relative to the data section).
 // Reading checks every field (safetensors_header.h): a damaged file is a tessel::Error naming the
 // file and the tensor or field, never a crash.
+#include <fstream>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "tessel/ckpt/safetensors_header.h"
 #include "tessel/core/tensor.h"
 
 namespace tessel::ckpt {
@@ -21,6 +23,23 @@ struct SafetensorsFile {
 };
 
 SafetensorsFile read_safetensors(const std::string& path);
+
+// One file's header, with tensors read one at a time when asked for (a checkpoint piece is read
+// without the rest of its file in memory).
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(std::string path);  // reads and checks the header; throws naming the file
+  const std::vector<SafetensorsEntry>& entries() const { return header_.entries; }
+  const SafetensorsEntry* find(const std::string& name) const;  // null when the file has no such tensor
+  Tensor read(const std::string& name);                         // throws naming the file and the tensor
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+  SafetensorsHeader header_;
+  int64_t data_start_ = 0;
+};
 // The same for a whole file already in memory; source names it in messages. No global state: a
 // fuzz target for the complete format.
 SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& source);

@@ -137,6 +137,7 @@ struct Schema {
     ck["dir"] = bind_field(c.checkpoint.dir, "checkpoint.dir");
     ck["interval"] = bind_field(c.checkpoint.interval, "checkpoint.interval");
     ck["keep"] = bind_field(c.checkpoint.keep, "checkpoint.keep");
+    ck["distributed"] = bind_field(c.checkpoint.distributed, "checkpoint.distributed");
 
     auto& l = sections["log"];
     l["dir"] = bind_field(c.log.dir, "log.dir");

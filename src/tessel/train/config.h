@@ -77,6 +77,9 @@ struct CheckpointConfig {
   std::string dir;
   int64_t interval = 0;
   int64_t keep = 3;
+  // Every rank writes its own pieces (tessel-checkpoint-2, ckpt/distributed_checkpoint.h) instead of
+  // rank 0 writing whole tensors gathered from all. Either format loads under any layout.
+  bool distributed = false;
 };
 
 struct LogConfig {

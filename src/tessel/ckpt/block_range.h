@@ -1,0 +1,32 @@
+#pragma once
+// Where a checkpoint piece sits in its global tensor. A piece holds a box of the tensor (a
+// tensor-parallel slice: [begin, begin + shape) per dimension, row-major) or a contiguous part of
+// one, the elements [flat_begin, flat_end) of the box in row-major order (the distributed
+// optimizer's shard of the flat parameter buffer cuts tensors that way). Loading under another
+// layout copies the overlap of the pieces saved with the block a rank now needs.
+#include <cstdint>
+#include <vector>
+
+#include "tessel/core/tensor.h"
+
+namespace tessel::ckpt {
+
+struct BlockRange {
+  Shape begin, shape;
+  int64_t flat_begin = 0, flat_end = 0;  // elements of the box, row-major: [0, prod(shape)) is all of it
+};
+
+// The whole box [begin, begin + shape).
+BlockRange whole_box(Shape begin, Shape shape);
+
+// Whether r is a well-formed part of a tensor of global_shape (same rank, box inside the tensor,
+// flat range inside the box); "" if so, else what is wrong.
+std::string block_range_problem(const BlockRange& r, const Shape& global_shape);
+
+// Copies the elements `from` and `to` share: src[i] is element from.flat_begin + i of from's box and
+// dst[i] element to.flat_begin + i of to's box (both boxes of one global tensor). Sets written[i] for
+// every dst[i] written (written has to.flat_end - to.flat_begin entries) and returns their number.
+int64_t copy_block_overlap(const BlockRange& from, const float* src, const BlockRange& to, float* dst,
+                           std::vector<bool>& written);
+
+}  // namespace tessel::ckpt

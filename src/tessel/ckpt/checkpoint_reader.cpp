@@ -1,0 +1,168 @@
+#include "tessel/ckpt/checkpoint_reader.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "tessel/ckpt/checkpoint_files.h"
+#include "tessel/core/check.h"
+
+namespace tessel::ckpt {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "state.safetensors";
+constexpr const char* kStatePrefix = "state.";
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// Whether two ranges can share an element: their boxes meet, and (same box) their flat ranges do.
+bool may_overlap(const BlockRange& a, const BlockRange& b) {
+  for (size_t d = 0; d < a.shape.size(); ++d)
+    if (std::max(a.begin[d], b.begin[d]) >= std::min(a.begin[d] + a.shape[d], b.begin[d] + b.shape[d])) return false;
+  if (a.begin == b.begin && a.shape == b.shape)
+    return std::max(a.flat_begin, b.flat_begin) < std::min(a.flat_end, b.flat_end);
+  return true;
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(std::string ckpt_dir) : dir_(std::move(ckpt_dir)), md_(read_checkpoint_metadata(dir_)) {
+  if (md_.format == kFormatWhole)
+    index_whole_format();
+  else if (md_.format == kFormatDistributed)
+    index_distributed_format();
+  else
+    TESSEL_FAIL("checkpoint '{}': format '{}' is not '{}' or '{}'", dir_, md_.format, kFormatWhole, kFormatDistributed);
+}
+
+bool CheckpointReader::distributed() const { return md_.format == kFormatDistributed; }
+
+void CheckpointReader::index_whole_format() {
+  for (const char* f : {kModelFile, kOptimFile})
+    TESSEL_CHECK(md_.files.count(f), "checkpoint '{}': metadata.json does not list {}", dir_, f);
+  open(kModelFile);  // its tensors must agree with metadata.json before a shape there counts as the model's
+  for (const auto& [name, shape] : md_.global_shapes) {
+    keys_[name] = {shape, {{kModelFile, name, whole_box(Shape(shape.size(), 0), shape)}}};
+    for (const std::string& m : {"exp_avg." + name, "exp_avg_sq." + name})
+      keys_[m] = {shape, {{kOptimFile, m, whole_box(Shape(shape.size(), 0), shape)}}};
+  }
+  if (!md_.files.count(kStateFile)) return;
+  for (const SafetensorsEntry& e : open(kStateFile).entries())
+    keys_[kStatePrefix + e.name] = {e.shape, {{kStateFile, e.name, whole_box(Shape(e.shape.size(), 0), e.shape)}}};
+}
+
+void CheckpointReader::index_distributed_format() {
+  TESSEL_CHECK(!md_.pieces.empty(), "checkpoint '{}': metadata.json of format {} lists no pieces", dir_, md_.format);
+  for (const auto& p : md_.pieces) {
+    // A parameter's values and moments take the parameter's global shape from metadata.json's tensors.
+    std::string param = p.key;
+    for (const char* m : {"exp_avg.", "exp_avg_sq."})
+      if (starts_with(p.key, m)) param = p.key.substr(std::string(m).size());
+    if (!starts_with(p.key, kStatePrefix)) {
+      const auto it = md_.global_shapes.find(param);
+      TESSEL_CHECK(it != md_.global_shapes.end(), "checkpoint '{}': metadata.json has a piece of '{}', which its tensors "
+                   "do not list", dir_, p.key);
+      TESSEL_CHECK(it->second == p.global_shape, "checkpoint '{}': metadata.json has a piece of '{}' of a tensor of "
+                   "shape {}, its tensors say {}", dir_, p.key, shape_str(p.global_shape), shape_str(it->second));
+    }
+    Saved& s = keys_[p.key];
+    TESSEL_CHECK(s.pieces.empty() || s.global_shape == p.global_shape,
+                 "checkpoint '{}': metadata.json has pieces of '{}' with shapes {} and {}", dir_, p.key,
+                 shape_str(s.global_shape), shape_str(p.global_shape));
+    s.global_shape = p.global_shape;
+    s.pieces.push_back({p.file, p.key, p.range});
+  }
+}
+
+const Shape& CheckpointReader::global_shape(const std::string& key) const {
+  const auto it = keys_.find(key);
+  TESSEL_CHECK(it != keys_.end(), "checkpoint '{}' holds no tensor '{}'", dir_, key);
+  return it->second.global_shape;
+}
+
+SafetensorsReader& CheckpointReader::open(const std::string& file) {
+  auto& slot = open_[file];
+  if (slot) return *slot;
+  const auto want = md_.files.find(file);
+  TESSEL_CHECK(want != md_.files.end(), "checkpoint '{}': metadata.json does not list {}", dir_, file);
+  const fs::path path = fs::path(dir_) / file;
+  TESSEL_CHECK(fs::exists(path), "checkpoint '{}': {} is missing", dir_, file);
+  const auto [crc, size] = file_crc(path);
+  TESSEL_CHECK(size == want->second.bytes, "checkpoint '{}': {} is truncated or altered ({} bytes, expected {})", dir_,
+               file, size, want->second.bytes);
+  TESSEL_CHECK(crc == want->second.crc32, "checkpoint '{}': {} is corrupted (CRC-32 {:08x}, expected {:08x})", dir_,
+               file, crc, want->second.crc32);
+  auto reader = std::make_unique<SafetensorsReader>(path.string());
+  if (file == kModelFile) {
+    // The saved tensors agree with metadata.json's global shapes (a disagreement is damage, not another model).
+    for (const SafetensorsEntry& e : reader->entries()) {
+      const auto it = md_.global_shapes.find(e.name);
+      TESSEL_CHECK(it != md_.global_shapes.end(), "checkpoint '{}': {} holds '{}', which metadata.json does not list",
+                   dir_, kModelFile, e.name);
+      TESSEL_CHECK(it->second == e.shape, "checkpoint '{}': {} holds '{}' as {}{}, metadata.json says {}", dir_,
+                   kModelFile, e.name, dtype_name(e.dtype), shape_str(e.shape), shape_str(it->second));
+    }
+    TESSEL_CHECK(md_.global_shapes.size() == reader->entries().size(),
+                 "checkpoint '{}': metadata.json lists {} tensors, {} holds {}", dir_, md_.global_shapes.size(),
+                 kModelFile, reader->entries().size());
+  }
+  slot = std::move(reader);
+  return *slot;
+}
+
+Tensor CheckpointReader::read_piece(const std::string& key, const Piece& p, bool f32) {
+  SafetensorsReader& f = open(p.file);
+  const SafetensorsEntry* e = f.find(p.tensor);
+  TESSEL_CHECK(e, "checkpoint '{}': {} has no '{}'", dir_, p.file, p.tensor);
+  int64_t numel = 1;
+  for (int64_t d : e->shape) numel *= d;
+  TESSEL_CHECK(numel == p.range.flat_end - p.range.flat_begin, "checkpoint '{}': {} holds '{}' with {} elements, "
+               "metadata.json says {}", dir_, p.file, p.tensor, numel, p.range.flat_end - p.range.flat_begin);
+  TESSEL_CHECK(!f32 || e->dtype == DType::f32, "checkpoint '{}': {} holds '{}' as {}, expected f32", dir_, p.file,
+               key, dtype_name(e->dtype));
+  return f.read(p.tensor);
+}
+
+void CheckpointReader::read(const std::string& key, const BlockRange& want, float* dst) {
+  const auto it = keys_.find(key);
+  TESSEL_CHECK(it != keys_.end(), "checkpoint '{}' holds no tensor '{}'", dir_, key);
+  const std::string problem = block_range_problem(want, it->second.global_shape);
+  TESSEL_CHECK(problem.empty(), "checkpoint '{}': asked for a block of '{}' (shape {}) that does not fit it: {}", dir_,
+               key, shape_str(it->second.global_shape), problem);
+  const int64_t n = want.flat_end - want.flat_begin;
+  std::vector<bool> written(static_cast<size_t>(n), false);
+  for (const Piece& p : it->second.pieces) {
+    if (!may_overlap(p.range, want)) continue;
+    const Tensor t = read_piece(key, p, true);
+    copy_block_overlap(p.range, t.data<float>(), want, dst, written);
+  }
+  const int64_t have = std::count(written.begin(), written.end(), true);
+  TESSEL_CHECK(have == n, "checkpoint '{}': its pieces of '{}' hold {} of the {} elements asked for (the box at {} of "
+               "shape {}, elements [{}, {})): a rank's file is missing from it", dir_, key, have, n,
+               shape_str(want.begin), shape_str(want.shape), want.flat_begin, want.flat_end);
+}
+
+Tensor CheckpointReader::read_whole(const std::string& key) {
+  const Shape shape = global_shape(key);
+  const Saved& s = keys_.at(key);
+  if (starts_with(key, kStatePrefix)) {  // other training state is saved whole, in its own dtype
+    TESSEL_CHECK(s.pieces.size() == 1, "checkpoint '{}': '{}' is saved in {} pieces, expected one", dir_, key,
+                 s.pieces.size());
+    return read_piece(key, s.pieces[0], false).reshape(shape);
+  }
+  Tensor t = Tensor::empty(shape, DType::f32);
+  read(key, whole_box(Shape(shape.size(), 0), shape), t.data<float>());
+  return t;
+}
+
+std::vector<std::pair<std::string, Tensor>> CheckpointReader::state() {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [key, saved] : keys_)
+    if (starts_with(key, kStatePrefix)) out.emplace_back(key.substr(std::string(kStatePrefix).size()), read_whole(key));
+  return out;
+}
+
+}  // namespace tessel::ckpt

@@ -1,0 +1,209 @@
+#include "tessel/ckpt/distributed_checkpoint.h"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <cstring>
+#include <map>
+
+#include "tessel/ckpt/checkpoint_files.h"
+#include "tessel/ckpt/checkpoint_reader.h"
+#include "tessel/ckpt/safetensors.h"
+#include "tessel/core/fault_injection.h"
+
+namespace tessel::ckpt {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kTagLength = 9101, kTagText = 9102, kTagKeep = 9103, kTagFile = 9104;
+
+// Text between ranks as i64 words (the communicators move typed elements; text is a few KB per rank).
+void send_text(comm::Communicator& c, const std::string& text, int dst) {
+  int64_t n = int64_t(text.size());
+  c.send(&n, 1, DType::i64, dst, kTagLength);
+  std::vector<int64_t> words(size_t((n + 7) / 8), 0);
+  std::memcpy(words.data(), text.data(), text.size());
+  c.send(words.data(), int64_t(words.size()), DType::i64, dst, kTagText);
+}
+
+std::string recv_text(comm::Communicator& c, int src) {
+  int64_t n = 0;
+  c.recv(&n, 1, DType::i64, src, kTagLength);
+  std::vector<int64_t> words(size_t((n + 7) / 8), 0);
+  c.recv(words.data(), int64_t(words.size()), DType::i64, src, kTagText);
+  return std::string(reinterpret_cast<const char*>(words.data()), size_t(n));
+}
+
+// One piece this rank holds: values of the range `range` of tensor `key` (a view of its buffers).
+struct LocalPiece {
+  std::string key;
+  Shape global_shape;
+  BlockRange range;
+  Tensor values;  // 1-D, range.flat_end - range.flat_begin elements
+};
+
+json describe(const LocalPiece& p) {
+  return {{"key", p.key}, {"global_shape", p.global_shape}, {"begin", p.range.begin}, {"shape", p.range.shape},
+          {"flat", {p.range.flat_begin, p.range.flat_end}}};
+}
+
+// What this rank holds: each parameter's fp32 masters and moments over its optimizer shard (the
+// whole tensor-parallel slice when the optimizer owns everything), and its other training state.
+std::vector<LocalPiece> local_pieces(const nn::ParamStore& params, const optim::AdamW& opt,
+                                     const NamedTensors& extra_state) {
+  const int64_t own_begin = opt.own_begin(), own_end = opt.own_end();
+  // A sharded store holds masters for the optimizer's range only: element 0 is own_begin's.
+  const float* masters = params.masters().data<float>();
+  const int64_t masters_begin = params.masters_sharded() ? params.master_begin() : 0;
+  TESSEL_CHECK(!params.masters_sharded() || params.master_begin() == own_begin,
+               "distributed checkpoint: the masters' shard starts at {}, the optimizer's at {}", params.master_begin(),
+               own_begin);
+  std::vector<LocalPiece> out;
+  for (const auto& s : params.specs()) {
+    if (s.tied_copy) continue;  // the first stage's copy is the one saved
+    const int64_t b = std::max(own_begin, s.offset), e = std::min(own_end, s.offset + s.numel);
+    if (b >= e) continue;
+    const BlockRange range{s.slice_begin, s.shape, b - s.offset, e - s.offset};
+    const auto view = [&](const float* base, int64_t base_begin) {
+      return Tensor::from_blob(const_cast<float*>(base) + (b - base_begin), {e - b}, DType::f32);
+    };
+    out.push_back({s.name, s.global_shape, range, view(masters, masters_begin)});
+    out.push_back({"exp_avg." + s.name, s.global_shape, range, view(opt.exp_avg_data(), own_begin)});
+    out.push_back({"exp_avg_sq." + s.name, s.global_shape, range, view(opt.exp_avg_sq_data(), own_begin)});
+  }
+  for (const auto& [name, t] : extra_state) {
+    const Tensor flat = (t.is_contiguous() ? t : t.clone()).reshape({t.numel()});
+    out.push_back({"state." + name, t.shape(), whole_box(Shape(t.shape().size(), 0), t.shape()), flat});
+  }
+  return out;
+}
+
+std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
+
+}  // namespace
+
+std::string save_distributed_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
+                                        const TrainState& state, const std::string& config_yaml, int64_t keep,
+                                        comm::Communicator& world, const NamedTensors& extra_state,
+                                        const std::vector<std::pair<std::string, int64_t>>& layout) {
+  const DeviceAccessScope host_copy;  // a checkpoint save copies device memory to the host
+  TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
+  const int rank = world.rank(), n = world.size();
+  // Rank 0 makes the temporary directory and names it (its PID) before any rank writes there.
+  int64_t pid = ::getpid();
+  if (rank == 0) {
+    fs::create_directories(dir);
+    fs::remove_all(temporary_step_dir(dir, state.step, pid));
+    fs::create_directories(temporary_step_dir(dir, state.step, pid));
+  }
+  world.broadcast(&pid, 1, DType::i64, 0);
+  const fs::path tmp = temporary_step_dir(dir, state.step, pid);
+
+  // 1. Rank 0 learns every rank's pieces and picks, for each distinct one, the lowest rank holding it.
+  const std::vector<LocalPiece> mine = local_pieces(params, opt, extra_state);
+  json my_list = json::array();
+  for (const auto& p : mine) my_list.push_back(describe(p));
+  std::vector<json> lists(size_t(rank == 0 ? n : 0));
+  std::vector<int32_t> keep_mine(mine.size(), 1);
+  if (rank == 0) {
+    lists[0] = my_list;
+    for (int r = 1; r < n; ++r) lists[size_t(r)] = json::parse(recv_text(world, r));
+    std::map<std::string, int> writer;  // a piece's description -> the rank that writes it
+    for (int r = 0; r < n; ++r)
+      for (const json& d : lists[size_t(r)]) writer.emplace(d.dump(), r);
+    for (int r = 0; r < n; ++r) {
+      std::vector<int32_t> keep_r;
+      for (const json& d : lists[size_t(r)]) keep_r.push_back(writer.at(d.dump()) == r ? 1 : 0);
+      if (r == 0)
+        keep_mine = keep_r;
+      else
+        world.send(keep_r.data(), int64_t(keep_r.size()), DType::i32, r, kTagKeep);
+    }
+  } else {
+    send_text(world, my_list.dump(), 0);
+    world.recv(keep_mine.data(), int64_t(keep_mine.size()), DType::i32, 0, kTagKeep);
+  }
+
+  // 2. Every rank writes its file (if it writes any piece), fsyncs it and reports its size and CRC-32.
+  NamedTensors to_write;
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (keep_mine[i]) to_write.emplace_back(mine[i].key, mine[i].values);
+  int64_t report[3] = {0, 0, 0};  // wrote a file, its CRC-32, its size
+  if (!to_write.empty()) {
+    const fs::path file = tmp / rank_file_name(rank);
+    write_safetensors(file.string(), {{"format", kFormatDistributed}, {"rank", std::to_string(rank)}}, to_write);
+    fsync_path(file, false);
+    const auto [crc, size] = file_crc(file);
+    report[0] = 1;
+    report[1] = crc;
+    report[2] = size;
+  }
+  fault_point("checkpoint-save", rank);
+
+  // 3. Rank 0 writes metadata.json once every file is complete, and publishes.
+  if (rank == 0) {
+    json files = json::object(), pieces = json::array(), tensors = json::object();
+    for (int r = 0; r < n; ++r) {
+      int64_t rep[3] = {report[0], report[1], report[2]};
+      if (r > 0) world.recv(rep, 3, DType::i64, r, kTagFile);
+      // Parameters by name with their global shapes (every rank's, whether or not it wrote them).
+      for (const json& d : lists[size_t(r)]) {
+        const std::string key = d.at("key");
+        if (key.rfind("exp_avg", 0) != 0 && key.rfind("state.", 0) != 0)
+          tensors[key] = {{"global_shape", d.at("global_shape")}};
+      }
+      if (rep[0]) files[rank_file_name(r)] = {{"crc32", rep[1]}, {"bytes", rep[2]}};
+    }
+    // Pieces, in writer order: the first rank listing each one wrote it.
+    std::map<std::string, int> written;
+    for (int r = 0; r < n; ++r)
+      for (const json& d : lists[size_t(r)])
+        if (written.emplace(d.dump(), r).second) {
+          json piece = d;
+          piece["file"] = rank_file_name(r);
+          pieces.push_back(std::move(piece));
+        }
+    json parallel = json::object();
+    for (const auto& [name, size] : layout) parallel[name] = size;
+    const json md = {{"format", kFormatDistributed},
+                     {"step", state.step},
+                     {"consumed_samples", state.consumed_samples},
+                     {"optimizer_steps", opt.steps_taken()},
+                     {"seed", state.seed},
+                     {"parallel", parallel},
+                     {"files", files},
+                     {"tensors", tensors},
+                     {"pieces", pieces},
+                     {"config", config_yaml}};
+    write_text_file(tmp / "metadata.json", md.dump(1) + "\n");
+    fsync_path(tmp, true);
+    publish_checkpoint(dir, state.step, tmp, keep);
+  } else {
+    world.send(report, 3, DType::i64, 0, kTagFile);
+  }
+  // Every rank returns once the checkpoint is published (the next save cannot overtake this one).
+  int64_t done = 1;
+  world.broadcast(&done, 1, DType::i64, 0);
+  return (fs::path(dir) / step_name(state.step)).string();
+}
+
+std::string consolidate_checkpoint(const std::string& ckpt_dir, const std::string& out_dir) {
+  const DeviceAccessScope host_copy;  // the consolidated tensors live on the host
+  CheckpointReader ck(ckpt_dir);
+  const CheckpointMetadata& md = ck.metadata();
+  NamedTensors model, optim;
+  for (const auto& [name, shape] : md.global_shapes) {
+    model.emplace_back(name, ck.read_whole(name));
+    optim.emplace_back("exp_avg." + name, ck.read_whole("exp_avg." + name));
+    optim.emplace_back("exp_avg_sq." + name, ck.read_whole("exp_avg_sq." + name));
+  }
+  return write_whole_checkpoint(out_dir, model, optim, ck.state(),
+                                {md.step, md.consumed_samples, md.seed, 0}, md.optimizer_steps, md.config, 1);
+}
+
+}  // namespace tessel::ckpt

@@ -1,0 +1,223 @@
+// tessel-checkpoint-2 in one process: the pieces a rank writes load back exactly (parameters,
+// moments, optimizer steps, extra state), consolidate to the whole-tensor form with the same values,
+// and damage to a piece's description or a missing piece is named and skipped. The pieces of many
+// ranks and their resharding are tested end to end under mpirun (distributed_checkpoint_test.sh).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "support/error_of.h"
+#include "support/host_access.h"
+#include "support/scratch_dir.h"
+#include "checkpoint_fixtures.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "tessel/ckpt/checkpoint_files.h"
+#include "tessel/ckpt/checkpoint_reader.h"
+#include "tessel/ckpt/distributed_checkpoint.h"
+#include "tessel/nn/model.h"
+
+using namespace tessel;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+nn::ModelConfig cfg(int64_t hidden = 32) { return tessel::testing::tiny_checkpoint_model(hidden); }
+
+struct Scratch : tessel::testing::ScratchDir {
+  Scratch() : ScratchDir("tessel-dckpt") {}
+};
+
+using tessel::testing::perturb;
+std::vector<float> values(const float* p, int64_t n) { return tessel::testing::host_values(p, n); }
+
+const ckpt::NamedTensors kState = [] {
+  const tessel::testing::HostAccess host;
+  Tensor h = Tensor::empty({3}, DType::f32);
+  for (int i = 0; i < 3; ++i) h.data<float>()[i] = 0.25f * float(i + 1);
+  return ckpt::NamedTensors{{"model.layers.0.fp8.amax_history", h}};
+}();
+
+std::string save(const std::string& dir, nn::Model& m, optim::AdamW& opt, int64_t step) {
+  auto world = comm::make_local_communicator();
+  return ckpt::save_distributed_checkpoint(dir, m.params(), opt, {step, 8 * step, 1}, "model: {}\n", 3, *world, kState,
+                                           {{"world", 1}});
+}
+
+TEST(DistributedCheckpoint, OneRankSavesEveryTensorOnceAndLoadsItBack) {
+  Scratch s;
+  nn::Model a(cfg());
+  a.params().initialize(1);
+  optim::AdamW oa(a.params(), {});
+  perturb(a, oa, 0.5f);
+  const std::string where = save(s.dir, a, oa, 2);
+  EXPECT_EQ(where, s.dir + "/step_00000002");
+  EXPECT_TRUE(fs::exists(where + "/rank_00000.safetensors"));
+  EXPECT_FALSE(fs::exists(where + "/model.safetensors"));
+  const json md = json::parse(std::ifstream(where + "/metadata.json"));
+  EXPECT_EQ(md["format"], "tessel-checkpoint-2");
+  // One piece per parameter and moment (tied copies excluded), and one per state tensor.
+  EXPECT_EQ(md["pieces"].size(), 3 * a.params().specs().size() + 1);
+
+  nn::Model b(cfg());
+  b.params().initialize(2);
+  optim::AdamW ob(b.params(), {});
+  ckpt::NamedTensors state;
+  const auto st = ckpt::load_latest_checkpoint(s.dir, b.params(), &ob, [](const std::string& w) { FAIL() << w; },
+                                               false, &state);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->step, 2);
+  EXPECT_EQ(st->consumed_samples, 16);
+  const int64_t n = a.params().numel();
+  EXPECT_EQ(values(b.params().params_data(), n), values(a.params().params_data(), n));
+  EXPECT_EQ(values(ob.exp_avg_data(), n), values(oa.exp_avg_data(), n));
+  EXPECT_EQ(values(ob.exp_avg_sq_data(), n), values(oa.exp_avg_sq_data(), n));
+  EXPECT_EQ(ob.steps_taken(), 1);
+  ASSERT_EQ(state.size(), 1u);
+  EXPECT_EQ(state[0].first, "model.layers.0.fp8.amax_history");
+  EXPECT_EQ(values(state[0].second.data<float>(), 3), values(kState[0].second.data<float>(), 3));
+}
+
+TEST(DistributedCheckpoint, ConsolidatesToWholeTensorsWithTheSameValues) {
+  Scratch s, out;
+  nn::Model a(cfg());
+  a.params().initialize(3);
+  optim::AdamW oa(a.params(), {});
+  perturb(a, oa, 0.25f);
+  const std::string where = save(s.dir, a, oa, 4);
+  const std::string whole = ckpt::consolidate_checkpoint(where, out.dir);
+  EXPECT_EQ(whole, out.dir + "/step_00000004");
+  ckpt::CheckpointReader r(whole);
+  EXPECT_FALSE(r.distributed());
+  EXPECT_EQ(r.metadata().config, "model: {}\n");
+  EXPECT_EQ(r.metadata().consumed_samples, 32);
+  nn::Model b(cfg());
+  optim::AdamW ob(b.params(), {});
+  ckpt::NamedTensors state;
+  ckpt::load_checkpoint(whole, b.params(), &ob, false, &state);
+  const int64_t n = a.params().numel();
+  EXPECT_EQ(values(b.params().params_data(), n), values(a.params().params_data(), n));
+  EXPECT_EQ(values(ob.exp_avg_sq_data(), n), values(oa.exp_avg_sq_data(), n));
+  EXPECT_EQ(state.size(), 1u);
+}
+
+// Saves steps 1 and 2, edits step 2's metadata.json, loads: the load must fall back to step 1.
+std::string load_after_editing_step2(const std::function<void(json&)>& edit) {
+  Scratch s;
+  nn::Model a(cfg());
+  a.params().initialize(1);
+  optim::AdamW oa(a.params(), {});
+  save(s.dir, a, oa, 1);
+  perturb(a, oa, 0.5f);
+  save(s.dir, a, oa, 2);
+  const fs::path md_path = fs::path(s.dir) / "step_00000002" / "metadata.json";
+  json md = json::parse(std::ifstream(md_path));
+  edit(md);
+  std::ofstream(md_path, std::ios::trunc) << md.dump(1);
+  nn::Model b(cfg());
+  optim::AdamW ob(b.params(), {});
+  std::string warning;
+  const auto st = ckpt::load_latest_checkpoint(s.dir, b.params(), &ob, [&](const std::string& w) { warning += w; });
+  EXPECT_TRUE(st.has_value() && st->step == 1) << warning;
+  return warning;
+}
+
+json& piece_of(json& md, const std::string& key) {
+  for (json& p : md["pieces"])
+    if (p["key"] == key) return p;
+  throw std::runtime_error("no piece " + key);
+}
+
+TEST(DistributedCheckpoint, APieceMissingOrOutsideItsTensorIsDamage) {
+  EXPECT_HAS(load_after_editing_step2([](json& m) {
+               auto& list = m["pieces"];
+               for (size_t i = 0; i < list.size(); ++i)
+                 if (list[i]["key"] == "exp_avg.model.norm.weight") list.erase(i);
+             }),
+             "has no 'exp_avg.model.norm.weight'");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { piece_of(m, "model.norm.weight")["flat"] = {0, 16}; }),
+             "holds 'model.norm.weight' with 32 elements, metadata.json says 16");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { piece_of(m, "model.norm.weight")["begin"] = {20}; }),
+             "pieces[");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { piece_of(m, "model.norm.weight")["begin"] = {20}; }),
+             "('model.norm.weight') does not fit its tensor of shape [32]: dimension 0 spans [20, 52) of 32");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { piece_of(m, "model.norm.weight")["file"] = "rank_00009.safetensors"; }),
+             "is in 'rank_00009.safetensors', which 'files' does not list");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { m["pieces"] = json::array(); }), "lists no pieces");
+}
+
+// A hand-made checkpoint of one [4, 6] tensor t (element value = its row-major global index) in
+// two pieces of two files: rank 0 holds rows 0-1 whole, rank 1 the first half of rows 2-3 (a
+// distributed-optimizer shard of that slice). The reader assembles any box from both and names
+// what is not there.
+TEST(DistributedCheckpoint, TheReaderAssemblesBoxesFromPiecesAndNamesTheGaps) {
+  Scratch s;
+  const tessel::testing::HostAccess host;
+  const auto piece = [&](const std::string& file, int64_t row0, int64_t flat_end) {
+    Tensor t = Tensor::empty({flat_end}, DType::f32);
+    for (int64_t i = 0; i < flat_end; ++i) t.data<float>()[i] = float(row0 * 6 + i);
+    ckpt::write_safetensors(s / file, {}, {{"t", t}});
+    const auto [crc, bytes] = ckpt::file_crc(s / file);
+    return std::make_pair(json{{"crc32", crc}, {"bytes", bytes}},
+                          json{{"key", "t"}, {"file", file}, {"global_shape", {4, 6}}, {"begin", {row0, 0}},
+                               {"shape", {2, 6}}, {"flat", {0, flat_end}}});
+  };
+  const auto [f0, p0] = piece("rank_00000.safetensors", 0, 12);
+  const auto [f1, p1] = piece("rank_00001.safetensors", 2, 6);
+  const json md = {{"format", "tessel-checkpoint-2"}, {"step", 1}, {"consumed_samples", 0}, {"optimizer_steps", 0},
+                   {"seed", 0}, {"config", ""},
+                   {"files", {{"rank_00000.safetensors", f0}, {"rank_00001.safetensors", f1}}},
+                   {"tensors", {{"t", {{"global_shape", {4, 6}}}}}}, {"pieces", {p0, p1}}};
+  std::ofstream(s / "metadata.json") << md.dump();
+  ckpt::CheckpointReader r(s.dir);
+  // Columns 1-3 of rows 1-2 (a tensor-parallel slice crossing both pieces).
+  std::vector<float> got(6);
+  r.read("t", ckpt::whole_box({1, 1}, {2, 3}), got.data());
+  EXPECT_EQ(got, (std::vector<float>{7, 8, 9, 13, 14, 15}));
+  // Elements 2-4 of that box only (a shard of it).
+  std::vector<float> part(3);
+  r.read("t", {{1, 1}, {2, 3}, 2, 5}, part.data());
+  EXPECT_EQ(part, (std::vector<float>{9, 13, 14}));
+  // Row 3 is nowhere.
+  EXPECT_HAS(tessel::testing::error_of([&] { r.read_whole("t"); }),
+             "its pieces of 't' hold 18 of the 24 elements asked for (the box at [0, 0] of shape [4, 6], elements "
+             "[0, 24)): a rank's file is missing from it");
+}
+
+TEST(DistributedCheckpoint, ARankFileDamagedIsNamed) {
+  Scratch s;
+  nn::Model a(cfg());
+  a.params().initialize(1);
+  optim::AdamW oa(a.params(), {});
+  save(s.dir, a, oa, 1);
+  save(s.dir, a, oa, 2);
+  const fs::path f = fs::path(s.dir) / "step_00000002" / "rank_00000.safetensors";
+  {
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(-5, std::ios::end);
+    io.put('\x7f');
+  }
+  nn::Model b(cfg());
+  optim::AdamW ob(b.params(), {});
+  std::string warning;
+  const auto st = ckpt::load_latest_checkpoint(s.dir, b.params(), &ob, [&](const std::string& w) { warning += w; });
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->step, 1);
+  EXPECT_HAS(warning, "rank_00000.safetensors is corrupted (CRC-32");
+}
+
+TEST(DistributedCheckpoint, AnotherModelIsRefusedNotSkipped) {
+  Scratch s;
+  nn::Model small(cfg(32)), large(cfg(48));
+  optim::AdamW os(small.params(), {}), ol(large.params(), {});
+  save(s.dir, small, os, 1);
+  EXPECT_HAS(tessel::testing::error_of([&] {
+               ckpt::load_latest_checkpoint(s.dir, large.params(), &ol, [](const std::string& w) { FAIL() << w; });
+             }),
+             "the checkpoint is of another model shape");
+}
+
+}  // namespace
