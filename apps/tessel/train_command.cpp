@@ -88,6 +88,7 @@ int run_train(const TrainOptions& o) {
   int64_t consumed = 0;  // samples taken from the training data so far: the next step starts here
   if (!cfg.checkpoint.dir.empty()) {
     ckpt::NamedTensors extra;
+    const auto began = std::chrono::steady_clock::now();
     auto st = ckpt::load_latest_checkpoint(cfg.checkpoint.dir, trainer.model().params(), &trainer.optimizer(),
                                            [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); },
                                            !trainer.model().plan().whole() || pstate.ep_size() > 1, &extra, world.get());
@@ -103,8 +104,9 @@ int run_train(const TrainOptions& o) {
                    st->seed, cfg.train.seed);
       start = st->step;
       consumed = st->consumed_samples;
-      if (lead) std::printf("resumed from checkpoint.dir %s at step %lld (%lld samples consumed)\n",
-                  cfg.checkpoint.dir.c_str(), (long long)start, (long long)st->consumed_samples);
+      if (lead) std::printf("resumed from checkpoint.dir %s at step %lld (%lld samples consumed); loaded in %.2f s\n",
+                  cfg.checkpoint.dir.c_str(), (long long)start, (long long)st->consumed_samples,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
     }
   }
   const std::string metrics_path = (fs::path(cfg.log.dir) / "metrics.jsonl").string();
@@ -117,6 +119,7 @@ int run_train(const TrainOptions& o) {
   auto save = [&](int64_t step) {
     if (cfg.checkpoint.dir.empty()) return;
     const ckpt::TrainState st{step, consumed, uint64_t(cfg.train.seed)};
+    const auto began = std::chrono::steady_clock::now();
     std::string where;
     if (cfg.checkpoint.distributed) {
       // Every rank writes what it owns; rank 0 adds the metadata and publishes (collective).
@@ -138,11 +141,12 @@ int run_train(const TrainOptions& o) {
                                     cfg.checkpoint.keep, &pstate.tp(), lead, stages, trainer.model().state_tensors(),
                                     &pstate.ep());
     }
+    world->barrier();
     if (lead) {
-      std::printf("saved checkpoint %s\n", where.c_str());
+      std::printf("saved checkpoint %s in %.2f s\n", where.c_str(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
       std::fflush(stdout);
     }
-    world->barrier();
   };
 
   if (lead && start >= cfg.train.train_iters)
