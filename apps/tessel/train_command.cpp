@@ -90,7 +90,8 @@ int run_train(const TrainOptions& o) {
     ckpt::NamedTensors extra;
     const auto began = std::chrono::steady_clock::now();
     auto st = ckpt::load_latest_checkpoint(cfg.checkpoint.dir, trainer.model().params(), &trainer.optimizer(),
-                                           [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); },
+                                           // the ranks decide together, with one reason: rank 0 says it
+                                           [&](const std::string& w) { if (lead) std::fprintf(stderr, "warning: %s\n", w.c_str()); },
                                            !trainer.model().plan().whole() || pstate.ep_size() > 1, &extra, world.get());
     ckpt::check_ranks_loaded_same(*world, cfg.checkpoint.dir, st);
     if (st)

@@ -139,7 +139,7 @@ TEST(DistributedCheckpoint, APieceMissingOrOutsideItsTensorIsDamage) {
              }),
              "has no 'exp_avg.model.norm.weight'");
   EXPECT_HAS(load_after_editing_step2([](json& m) { piece_of(m, "model.norm.weight")["flat"] = {0, 16}; }),
-             "holds 'model.norm.weight' with 32 elements, metadata.json says 16");
+             "metadata.json's pieces of 'model.norm.weight' hold 16 elements, the tensor [32] has 32");
   EXPECT_HAS(load_after_editing_step2([](json& m) { piece_of(m, "model.norm.weight")["begin"] = {20}; }),
              "pieces[");
   EXPECT_HAS(load_after_editing_step2([](json& m) { piece_of(m, "model.norm.weight")["begin"] = {20}; }),
@@ -147,44 +147,64 @@ TEST(DistributedCheckpoint, APieceMissingOrOutsideItsTensorIsDamage) {
   EXPECT_HAS(load_after_editing_step2([](json& m) { piece_of(m, "model.norm.weight")["file"] = "rank_00009.safetensors"; }),
              "is in 'rank_00009.safetensors', which 'files' does not list");
   EXPECT_HAS(load_after_editing_step2([](json& m) { m["pieces"] = json::array(); }), "lists no pieces");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { piece_of(m, "model.norm.weight").erase("crc32"); }),
+             "metadata.json has no key 'pieces[");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { piece_of(m, "model.norm.weight")["shape"] = {0, int64_t(1) << 62, 4}; }),
+             "has more elements than fit in 64 bits");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { m["files"]["rank_00000.safetensors"]["bytes"] = 7; }),
+             "rank_00000.safetensors is truncated or altered");
 }
 
 // A hand-made checkpoint of one [4, 6] tensor t (element value = its row-major global index) in
-// two pieces of two files: rank 0 holds rows 0-1 whole, rank 1 the first half of rows 2-3 (a
-// distributed-optimizer shard of that slice). The reader assembles any box from both and names
-// what is not there.
-TEST(DistributedCheckpoint, TheReaderAssemblesBoxesFromPiecesAndNamesTheGaps) {
-  Scratch s;
+// two pieces of two files: rank 0 holds rows 0-1 whole, rank 1 rows `row1` and `row1 + 1` (with
+// row1 = 2 the pieces tile the tensor). The reader assembles any box or part of one from both.
+void write_two_piece_checkpoint(const std::string& dir, int64_t row1) {
   const tessel::testing::HostAccess host;
-  const auto piece = [&](const std::string& file, int64_t row0, int64_t flat_end) {
-    Tensor t = Tensor::empty({flat_end}, DType::f32);
-    for (int64_t i = 0; i < flat_end; ++i) t.data<float>()[i] = float(row0 * 6 + i);
-    ckpt::write_safetensors(s / file, {}, {{"t", t}});
-    const auto [crc, bytes] = ckpt::file_crc(s / file);
+  const auto piece = [&](const std::string& file, int64_t row0) {
+    Tensor t = Tensor::empty({12}, DType::f32);
+    for (int64_t i = 0; i < 12; ++i) t.data<float>()[i] = float(row0 * 6 + i);
+    ckpt::write_safetensors(dir + "/" + file, {}, {{"t", t}});
+    const auto [crc, bytes] = ckpt::file_crc(dir + "/" + file);
     return std::make_pair(json{{"crc32", crc}, {"bytes", bytes}},
                           json{{"key", "t"}, {"file", file}, {"global_shape", {4, 6}}, {"begin", {row0, 0}},
-                               {"shape", {2, 6}}, {"flat", {0, flat_end}}});
+                               {"shape", {2, 6}}, {"flat", {0, 12}}, {"crc32", ckpt::bytes_crc32(t.raw(), t.nbytes())}});
   };
-  const auto [f0, p0] = piece("rank_00000.safetensors", 0, 12);
-  const auto [f1, p1] = piece("rank_00001.safetensors", 2, 6);
+  const auto [f0, p0] = piece("rank_00000.safetensors", 0);
+  const auto [f1, p1] = piece("rank_00001.safetensors", row1);
   const json md = {{"format", "tessel-checkpoint-2"}, {"step", 1}, {"consumed_samples", 0}, {"optimizer_steps", 0},
                    {"seed", 0}, {"config", ""},
                    {"files", {{"rank_00000.safetensors", f0}, {"rank_00001.safetensors", f1}}},
                    {"tensors", {{"t", {{"global_shape", {4, 6}}}}}}, {"pieces", {p0, p1}}};
-  std::ofstream(s / "metadata.json") << md.dump();
+  std::ofstream(dir + "/metadata.json") << md.dump();
+}
+
+TEST(DistributedCheckpoint, TheReaderAssemblesBoxesFromPieces) {
+  Scratch s;
+  write_two_piece_checkpoint(s.dir, 2);
   ckpt::CheckpointReader r(s.dir);
   // Columns 1-3 of rows 1-2 (a tensor-parallel slice crossing both pieces).
   std::vector<float> got(6);
   r.read("t", ckpt::whole_box({1, 1}, {2, 3}), got.data());
   EXPECT_EQ(got, (std::vector<float>{7, 8, 9, 13, 14, 15}));
-  // Elements 2-4 of that box only (a shard of it).
+  // Elements 2-4 of that box only (a distributed-optimizer shard of it).
   std::vector<float> part(3);
   r.read("t", {{1, 1}, {2, 3}, 2, 5}, part.data());
   EXPECT_EQ(part, (std::vector<float>{9, 13, 14}));
-  // Row 3 is nowhere.
+  const Tensor whole = r.read_whole("t");
+  const tessel::testing::HostAccess host;
+  for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(whole.data<float>()[i], float(i));
+}
+
+TEST(DistributedCheckpoint, PiecesThatOverlapAndLeaveAGapAreDamage) {
+  Scratch s;
+  write_two_piece_checkpoint(s.dir, 1);  // rows 0-1 and 1-2: 24 elements in all, row 3 in none
+  ckpt::CheckpointReader r(s.dir);
+  std::vector<float> row0(6);
+  r.read("t", ckpt::whole_box({0, 0}, {1, 6}), row0.data());  // what is there reads
+  EXPECT_EQ(row0, (std::vector<float>{0, 1, 2, 3, 4, 5}));
   EXPECT_HAS(tessel::testing::error_of([&] { r.read_whole("t"); }),
-             "its pieces of 't' hold 18 of the 24 elements asked for (the box at [0, 0] of shape [4, 6], elements "
-             "[0, 24)): a rank's file is missing from it");
+             "metadata.json's pieces of 't' cover only 18 of the 24 elements asked for (the box at [0, 0] of shape "
+             "[4, 6], elements [0, 24))");
 }
 
 TEST(DistributedCheckpoint, ARankFileDamagedIsNamed) {
@@ -197,7 +217,7 @@ TEST(DistributedCheckpoint, ARankFileDamagedIsNamed) {
   const fs::path f = fs::path(s.dir) / "step_00000002" / "rank_00000.safetensors";
   {
     std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
-    io.seekp(-5, std::ios::end);
+    io.seekp(-100, std::ios::end);  // in a moment's piece (the last piece, the state, is not read here)
     io.put('\x7f');
   }
   nn::Model b(cfg());
@@ -206,7 +226,7 @@ TEST(DistributedCheckpoint, ARankFileDamagedIsNamed) {
   const auto st = ckpt::load_latest_checkpoint(s.dir, b.params(), &ob, [&](const std::string& w) { warning += w; });
   ASSERT_TRUE(st.has_value());
   EXPECT_EQ(st->step, 1);
-  EXPECT_HAS(warning, "rank_00000.safetensors is corrupted (CRC-32");
+  EXPECT_HAS(warning, "rank_00000.safetensors is corrupted: its piece '");
 }
 
 TEST(DistributedCheckpoint, AnotherModelIsRefusedNotSkipped) {

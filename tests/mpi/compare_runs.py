@@ -101,26 +101,30 @@ def read_safetensors(path):
 
 def assemble_pieces(step_dir, name):
     """The whole tensors of a distributed checkpoint (tessel-checkpoint-2), assembled here from every
-    rank's pieces independently of tessel's reader: NAME "model" gives the parameters, "state" the
-    state.* tensors (without the prefix). Each piece is the flat range [b, e) of a box of its tensor."""
+    rank's pieces independently of tessel's reader: NAME "model" gives the parameters, "optimizer"
+    the moments (exp_avg.*, exp_avg_sq.*), "state" the state.* tensors (without the prefix). Each
+    piece is the flat range [b, e) of a box of its tensor; every element must be in exactly one."""
+    assert name in ("model", "optimizer", "state"), name
     md = json.load(open(f"{step_dir}/metadata.json"))
     files = {f: read_safetensors(f"{step_dir}/{f}") for f in md["files"]}
-    out = {}
+    out, held = {}, {}
     for p in md["pieces"]:
         key = p["key"]
-        if name == "state":
-            if not key.startswith("state."):
-                continue
-            key = key[len("state."):]
-        elif key.startswith(("exp_avg.", "exp_avg_sq.", "state.")):
+        kind = ("state" if key.startswith("state.") else
+                "optimizer" if key.startswith(("exp_avg.", "exp_avg_sq.")) else "model")
+        if kind != name:
             continue
-        whole = out.setdefault(key, np.full(p["global_shape"], np.nan, dtype=np.float32))
+        if kind == "state":
+            key = key[len("state."):]
+        whole = out.setdefault(key, np.zeros(p["global_shape"], dtype=np.float32))
+        count = held.setdefault(key, np.zeros(p["global_shape"], dtype=np.int64))
         box = tuple(slice(b, b + s) for b, s in zip(p["begin"], p["shape"]))
-        block = whole[box].reshape(-1).copy()
+        block, times = whole[box].reshape(-1).copy(), count[box].reshape(-1).copy()
         block[p["flat"][0]:p["flat"][1]] = files[p["file"]][p["key"]]
-        whole[box] = block.reshape(p["shape"])
-    missing = [k for k, v in out.items() if np.isnan(v).any()]
-    assert not missing, f"{step_dir}: elements of {missing} are in no piece"
+        times[p["flat"][0]:p["flat"][1]] += 1
+        whole[box], count[box] = block.reshape(p["shape"]), times.reshape(p["shape"])
+    wrong = {k: (int((c == 0).sum()), int((c > 1).sum())) for k, c in held.items() if (c != 1).any()}
+    assert not wrong, f"{step_dir}: elements in no piece / in more than one: {wrong}"
     return out
 
 

@@ -16,6 +16,7 @@
 #include "tessel/ckpt/checkpoint_files.h"
 #include "tessel/ckpt/checkpoint_reader.h"
 #include "tessel/ckpt/safetensors.h"
+#include "tessel/comm/text.h"
 
 namespace tessel::ckpt {
 namespace fs = std::filesystem;
@@ -347,12 +348,14 @@ std::optional<TrainState> load_latest_checkpoint(const std::string& dir, nn::Par
     int64_t worst = outcome;
     if (together) world->all_reduce(&worst, 1, DType::i64, comm::ReduceOp::max);
     if (worst == loaded) return st;
-    if (worst == other_model)
-      throw ModelMismatch(outcome == other_model ? msg
-                                                 : fmt::format("checkpoint {} in '{}' is of another model (another "
-                                                               "rank found the tensor that differs)", c, dir));
-    if (outcome == loaded)
-      msg = fmt::format("checkpoint '{}' is damaged in a part another rank read", (fs::path(dir) / c).string());
+    if (together) {
+      // Every rank reports the reason the lowest rank that failed the worst way found.
+      int64_t first = outcome == worst ? world->rank() : world->size();
+      world->all_reduce(&first, 1, DType::i64, comm::ReduceOp::min);
+      msg = comm::broadcast_text(*world, msg, int(first));
+      if (int(first) != world->rank()) msg = fmt::format("(rank {}) {}", first, msg);
+    }
+    if (worst == other_model) throw ModelMismatch(msg);
     warn(fmt::format("skipping damaged checkpoint {}: {}", c, msg));
     errors += "\n  " + msg;
   }

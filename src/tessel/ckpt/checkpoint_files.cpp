@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -44,6 +45,17 @@ std::pair<uint32_t, int64_t> file_crc(const fs::path& p) {
     total += got;
   }
   return {uint32_t(crc), total};
+}
+
+uint32_t bytes_crc32(const void* data, size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  for (size_t at = 0; at < n;) {  // zlib takes 32-bit lengths
+    const size_t step = std::min<size_t>(n - at, size_t(1) << 30);
+    crc = crc32(crc, p + at, uInt(step));
+    at += step;
+  }
+  return uint32_t(crc);
 }
 
 void write_text_file(const fs::path& p, const std::string& text) {

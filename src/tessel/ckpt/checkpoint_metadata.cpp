@@ -64,18 +64,22 @@ class Reader {
     TESSEL_CHECK(v.is_string(), "{}: metadata.json key '{}' must be a string, got {}", where_, key_path(key), shown(v));
     return v.get<std::string>();
   }
-  // A list of non-negative dimensions whose product fits in int64.
+  // A list of non-negative dimensions whose product of non-zero ones fits in int64 with room for
+  // 8-byte elements (a zero dimension does not excuse an overflowing product of the others: strides
+  // and byte sizes would overflow), as safetensors headers are checked.
   Shape shape(const std::string& key) const {
     const json& v = at(key);
     const std::string path = key_path(key);
     TESSEL_CHECK(v.is_array(), "{}: metadata.json key '{}' must be a list of dimensions, got {}", where_, path, shown(v));
     Shape s;
-    int64_t elements = 1;
+    int64_t elements = 1, bytes = 0;
     for (const json& d : v) {
       s.push_back(non_negative_value(d, path));
-      TESSEL_CHECK(!__builtin_mul_overflow(elements, s.back(), &elements),
+      TESSEL_CHECK(s.back() == 0 || !__builtin_mul_overflow(elements, s.back(), &elements),
                    "{}: metadata.json key '{}' = {} has more elements than fit in 64 bits", where_, path, v.dump());
     }
+    TESSEL_CHECK(!__builtin_mul_overflow(elements, int64_t(8), &bytes),
+                 "{}: metadata.json key '{}' = {} has more bytes than fit in 64 bits", where_, path, v.dump());
     return s;
   }
   const json& raw() const { return obj_; }
@@ -117,8 +121,15 @@ CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std:
     TESSEL_CHECK(list.is_array(), "{}: metadata.json key 'pieces' must be a list, got {}", where, shown(list));
     for (size_t i = 0; i < list.size(); ++i) {
       const Reader p(list[i], where, fmt::format("pieces[{}]", i));
-      CheckpointMetadata::Piece piece{p.string("key"), p.string("file"), p.shape("global_shape"),
-                                      {p.shape("begin"), p.shape("shape"), 0, 0}};
+      // Member by member: GCC 12 destroys already-built members twice when a braced aggregate
+      // initializer throws part-way (a damaged key here), a double free.
+      CheckpointMetadata::Piece piece;
+      piece.key = p.string("key");
+      piece.file = p.string("file");
+      piece.global_shape = p.shape("global_shape");
+      piece.range.begin = p.shape("begin");
+      piece.range.shape = p.shape("shape");
+      piece.crc32 = p.unsigned32("crc32");
       const json& flat = p.at("flat");
       TESSEL_CHECK(flat.is_array() && flat.size() == 2, "{}: metadata.json key '{}' must be [begin, end], got {}", where,
                    p.key_path("flat"), shown(flat));

@@ -33,6 +33,7 @@ struct CheckpointMetadata {
     std::string key, file;
     Shape global_shape;
     BlockRange range;
+    uint32_t crc32 = 0;  // of the piece's bytes: a rank verifies what it reads, not whole files
   };
   std::vector<Piece> pieces;
   std::string config;                          // the resolved config (YAML text)

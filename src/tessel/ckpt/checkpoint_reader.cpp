@@ -45,17 +45,27 @@ void CheckpointReader::index_whole_format() {
     TESSEL_CHECK(md_.files.count(f), "checkpoint '{}': metadata.json does not list {}", dir_, f);
   open(kModelFile);  // its tensors must agree with metadata.json before a shape there counts as the model's
   for (const auto& [name, shape] : md_.global_shapes) {
-    keys_[name] = {shape, {{kModelFile, name, whole_box(Shape(shape.size(), 0), shape)}}};
+    keys_[name] = {shape, {{kModelFile, name, whole_box(Shape(shape.size(), 0), shape), std::nullopt}}};
     for (const std::string& m : {"exp_avg." + name, "exp_avg_sq." + name})
-      keys_[m] = {shape, {{kOptimFile, m, whole_box(Shape(shape.size(), 0), shape)}}};
+      keys_[m] = {shape, {{kOptimFile, m, whole_box(Shape(shape.size(), 0), shape), std::nullopt}}};
   }
   if (!md_.files.count(kStateFile)) return;
   for (const SafetensorsEntry& e : open(kStateFile).entries())
-    keys_[kStatePrefix + e.name] = {e.shape, {{kStateFile, e.name, whole_box(Shape(e.shape.size(), 0), e.shape)}}};
+    keys_[kStatePrefix + e.name] = {e.shape, {{kStateFile, e.name, whole_box(Shape(e.shape.size(), 0), e.shape), std::nullopt}}};
 }
 
 void CheckpointReader::index_distributed_format() {
   TESSEL_CHECK(!md_.pieces.empty(), "checkpoint '{}': metadata.json of format {} lists no pieces", dir_, md_.format);
+  // Files first: each as large as metadata.json says, and holding at least its pieces' bytes, so no
+  // shape metadata.json claims allocates more than the files hold.
+  std::map<std::string, int64_t> piece_elements;
+  for (const auto& [file, want] : md_.files) {
+    std::error_code ec;
+    const auto size = fs::file_size(fs::path(dir_) / file, ec);
+    TESSEL_CHECK(!ec, "checkpoint '{}': {} is missing", dir_, file);
+    TESSEL_CHECK(int64_t(size) == want.bytes, "checkpoint '{}': {} is truncated or altered ({} bytes, expected {})",
+                 dir_, file, size, want.bytes);
+  }
   for (const auto& p : md_.pieces) {
     // A parameter's values and moments take the parameter's global shape from metadata.json's tensors.
     std::string param = p.key;
@@ -73,7 +83,19 @@ void CheckpointReader::index_distributed_format() {
                  "checkpoint '{}': metadata.json has pieces of '{}' with shapes {} and {}", dir_, p.key,
                  shape_str(s.global_shape), shape_str(p.global_shape));
     s.global_shape = p.global_shape;
-    s.pieces.push_back({p.file, p.key, p.range});
+    s.pieces.push_back({p.file, p.key, p.range, p.crc32});
+    int64_t& elements = piece_elements[p.file];  // at least a byte each (f32, or a state tensor's dtype)
+    elements += p.range.flat_end - p.range.flat_begin;
+    TESSEL_CHECK(elements <= md_.files.at(p.file).bytes, "checkpoint '{}': metadata.json puts more elements in {} "
+                 "than its {} bytes hold", dir_, p.file, md_.files.at(p.file).bytes);
+  }
+  // Every tensor's pieces add up to its elements (each element saved once).
+  for (const auto& [key, saved] : keys_) {
+    int64_t held = 0, numel = 1;
+    for (const Piece& p : saved.pieces) held += p.range.flat_end - p.range.flat_begin;
+    for (int64_t d : saved.global_shape) numel *= d;
+    TESSEL_CHECK(held == numel, "checkpoint '{}': metadata.json's pieces of '{}' hold {} elements, the tensor {} has {}",
+                 dir_, key, held, shape_str(saved.global_shape), numel);
   }
 }
 
@@ -90,6 +112,10 @@ SafetensorsReader& CheckpointReader::open(const std::string& file) {
   TESSEL_CHECK(want != md_.files.end(), "checkpoint '{}': metadata.json does not list {}", dir_, file);
   const fs::path path = fs::path(dir_) / file;
   TESSEL_CHECK(fs::exists(path), "checkpoint '{}': {} is missing", dir_, file);
+  if (distributed()) {  // sizes were checked up front, CRCs are per piece
+    slot = std::make_unique<SafetensorsReader>(path.string());
+    return *slot;
+  }
   const auto [crc, size] = file_crc(path);
   TESSEL_CHECK(size == want->second.bytes, "checkpoint '{}': {} is truncated or altered ({} bytes, expected {})", dir_,
                file, size, want->second.bytes);
@@ -123,7 +149,13 @@ Tensor CheckpointReader::read_piece(const std::string& key, const Piece& p, bool
                "metadata.json says {}", dir_, p.file, p.tensor, numel, p.range.flat_end - p.range.flat_begin);
   TESSEL_CHECK(!f32 || e->dtype == DType::f32, "checkpoint '{}': {} holds '{}' as {}, expected f32", dir_, p.file,
                key, dtype_name(e->dtype));
-  return f.read(p.tensor);
+  Tensor t = f.read(p.tensor);
+  if (p.crc32) {
+    const uint32_t crc = bytes_crc32(t.raw(), t.nbytes());
+    TESSEL_CHECK(crc == *p.crc32, "checkpoint '{}': {} is corrupted: its piece '{}' has CRC-32 {:08x}, expected {:08x}",
+                 dir_, p.file, p.tensor, crc, *p.crc32);
+  }
+  return t;
 }
 
 void CheckpointReader::read(const std::string& key, const BlockRange& want, float* dst) {
@@ -140,8 +172,8 @@ void CheckpointReader::read(const std::string& key, const BlockRange& want, floa
     copy_block_overlap(p.range, t.data<float>(), want, dst, written);
   }
   const int64_t have = std::count(written.begin(), written.end(), true);
-  TESSEL_CHECK(have == n, "checkpoint '{}': its pieces of '{}' hold {} of the {} elements asked for (the box at {} of "
-               "shape {}, elements [{}, {})): a rank's file is missing from it", dir_, key, have, n,
+  TESSEL_CHECK(have == n, "checkpoint '{}': metadata.json's pieces of '{}' cover only {} of the {} elements asked for "
+               "(the box at {} of shape {}, elements [{}, {}))", dir_, key, have, n,
                shape_str(want.begin), shape_str(want.shape), want.flat_begin, want.flat_end);
 }
 

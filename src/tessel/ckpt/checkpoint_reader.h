@@ -10,9 +10,13 @@
 // scaling, MoE expert biases; always whole).
 //
 // Every failure is a tessel::Error naming the checkpoint (damage: the loader falls back to the
-// previous checkpoint). Each file's size and CRC-32 are verified when it is first opened.
+// previous checkpoint). Every file's size is checked against metadata.json up front; tessel-
+// checkpoint-1 verifies a file's CRC-32 when it is first opened, tessel-checkpoint-2 each piece's
+// when it is read, so a rank reads only the pieces it needs (whole pieces: a rank needing part of
+// one reads all of it).
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +46,7 @@ class CheckpointReader {
   struct Piece {
     std::string file, tensor;  // the file, and the name of the piece's tensor in it
     BlockRange range;
+    std::optional<uint32_t> crc32;  // of the piece's bytes (tessel-checkpoint-2; format 1 checks whole files)
   };
   struct Saved {
     Shape global_shape;

@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <cstring>
 #include <map>
 
 #include "tessel/ckpt/checkpoint_files.h"
 #include "tessel/ckpt/checkpoint_reader.h"
 #include "tessel/ckpt/safetensors.h"
+#include "tessel/comm/text.h"
 #include "tessel/core/fault_injection.h"
 
 namespace tessel::ckpt {
@@ -20,24 +20,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kTagLength = 9101, kTagText = 9102, kTagKeep = 9103, kTagFile = 9104;
-
-// Text between ranks as i64 words (the communicators move typed elements; text is a few KB per rank).
-void send_text(comm::Communicator& c, const std::string& text, int dst) {
-  int64_t n = int64_t(text.size());
-  c.send(&n, 1, DType::i64, dst, kTagLength);
-  std::vector<int64_t> words(size_t((n + 7) / 8), 0);
-  std::memcpy(words.data(), text.data(), text.size());
-  c.send(words.data(), int64_t(words.size()), DType::i64, dst, kTagText);
-}
-
-std::string recv_text(comm::Communicator& c, int src) {
-  int64_t n = 0;
-  c.recv(&n, 1, DType::i64, src, kTagLength);
-  std::vector<int64_t> words(size_t((n + 7) / 8), 0);
-  c.recv(words.data(), int64_t(words.size()), DType::i64, src, kTagText);
-  return std::string(reinterpret_cast<const char*>(words.data()), size_t(n));
-}
+constexpr int kTagList = 9101, kTagKeep = 9103, kTagFile = 9104;  // kTagList + 1: the list's words
 
 // One piece this rank holds: values of the range `range` of tensor `key` (a view of its buffers).
 struct LocalPiece {
@@ -104,28 +87,44 @@ std::string save_distributed_checkpoint(const std::string& dir, const nn::ParamS
   world.broadcast(&pid, 1, DType::i64, 0);
   const fs::path tmp = temporary_step_dir(dir, state.step, pid);
 
-  // 1. Rank 0 learns every rank's pieces and picks, for each distinct one, the lowest rank holding it.
+  // 1. Rank 0 learns every rank's pieces, one rank at a time, and picks for each distinct one (same
+  // key, box and range) the lowest rank holding it as its writer; it keeps only the descriptions
+  // and the pieces metadata.json will list.
   const std::vector<LocalPiece> mine = local_pieces(params, opt, extra_state);
   json my_list = json::array();
-  for (const auto& p : mine) my_list.push_back(describe(p));
-  std::vector<json> lists(size_t(rank == 0 ? n : 0));
+  for (const auto& p : mine) {
+    json d = describe(p);
+    d["crc32"] = bytes_crc32(p.values.raw(), p.values.nbytes());
+    my_list.push_back(std::move(d));
+  }
   std::vector<int32_t> keep_mine(mine.size(), 1);
+  json pieces = json::array(), tensors = json::object();
   if (rank == 0) {
-    lists[0] = my_list;
-    for (int r = 1; r < n; ++r) lists[size_t(r)] = json::parse(recv_text(world, r));
-    std::map<std::string, int> writer;  // a piece's description -> the rank that writes it
-    for (int r = 0; r < n; ++r)
-      for (const json& d : lists[size_t(r)]) writer.emplace(d.dump(), r);
+    std::map<std::string, int> writer;  // a piece's description (without its CRC) -> the rank writing it
     for (int r = 0; r < n; ++r) {
+      const json list = r == 0 ? my_list : json::parse(comm::recv_text(world, r, kTagList));
       std::vector<int32_t> keep_r;
-      for (const json& d : lists[size_t(r)]) keep_r.push_back(writer.at(d.dump()) == r ? 1 : 0);
+      for (const json& d : list) {
+        json what = d;
+        what.erase("crc32");  // replicas are equal; the description alone decides
+        const bool first = writer.emplace(what.dump(), r).second;
+        keep_r.push_back(first ? 1 : 0);
+        const std::string key = d.at("key");
+        if (key.rfind("exp_avg", 0) != 0 && key.rfind("state.", 0) != 0)
+          tensors[key] = {{"global_shape", d.at("global_shape")}};  // the parameters, by name
+        if (first) {
+          json piece = d;
+          piece["file"] = rank_file_name(r);
+          pieces.push_back(std::move(piece));
+        }
+      }
       if (r == 0)
         keep_mine = keep_r;
       else
         world.send(keep_r.data(), int64_t(keep_r.size()), DType::i32, r, kTagKeep);
     }
   } else {
-    send_text(world, my_list.dump(), 0);
+    comm::send_text(world, my_list.dump(), 0, kTagList);
     world.recv(keep_mine.data(), int64_t(keep_mine.size()), DType::i32, 0, kTagKeep);
   }
 
@@ -147,27 +146,19 @@ std::string save_distributed_checkpoint(const std::string& dir, const nn::ParamS
 
   // 3. Rank 0 writes metadata.json once every file is complete, and publishes.
   if (rank == 0) {
-    json files = json::object(), pieces = json::array(), tensors = json::object();
+    json files = json::object();
     for (int r = 0; r < n; ++r) {
       int64_t rep[3] = {report[0], report[1], report[2]};
       if (r > 0) world.recv(rep, 3, DType::i64, r, kTagFile);
-      // Parameters by name with their global shapes (every rank's, whether or not it wrote them).
-      for (const json& d : lists[size_t(r)]) {
-        const std::string key = d.at("key");
-        if (key.rfind("exp_avg", 0) != 0 && key.rfind("state.", 0) != 0)
-          tensors[key] = {{"global_shape", d.at("global_shape")}};
-      }
-      if (rep[0]) files[rank_file_name(r)] = {{"crc32", rep[1]}, {"bytes", rep[2]}};
+      if (!rep[0]) continue;
+      // The file must be where rank 0 sees it (checkpoint.dir on a file system every rank shares).
+      std::error_code ec;
+      const auto size = fs::file_size(tmp / rank_file_name(r), ec);
+      TESSEL_CHECK(!ec && int64_t(size) == rep[2], "distributed checkpoint: rank {} wrote {} ({} bytes) into '{}', "
+                   "which rank 0 {}: checkpoint.dir must be one file system every rank shares", r, rank_file_name(r),
+                   rep[2], tmp.string(), ec ? "cannot see" : fmt::format("sees with {} bytes", size));
+      files[rank_file_name(r)] = {{"crc32", rep[1]}, {"bytes", rep[2]}};
     }
-    // Pieces, in writer order: the first rank listing each one wrote it.
-    std::map<std::string, int> written;
-    for (int r = 0; r < n; ++r)
-      for (const json& d : lists[size_t(r)])
-        if (written.emplace(d.dump(), r).second) {
-          json piece = d;
-          piece["file"] = rank_file_name(r);
-          pieces.push_back(std::move(piece));
-        }
     json parallel = json::object();
     for (const auto& [name, size] : layout) parallel[name] = size;
     const json md = {{"format", kFormatDistributed},
