@@ -57,24 +57,29 @@ BF16=(--set precision.compute=bf16 --set train.clip_grad=0)
 ZERO=(--set parallel.use_distributed_optimizer=true)
 run 2 bf16-dp2 "${BF16[@]}"
 run 2 bf16-zero2 "${BF16[@]}" "${ZERO[@]}"
-run 2 bf16-zero2-overlap "${BF16[@]}" "${ZERO[@]}" --set parallel.overlap_grad_reduce=true
-# FP8 (block scaling) quantises the bf16 copy, which the shards' gather rebuilds: the same bits too.
+# Both overlaps: gradient buckets reduced during backward, parameters gathered layer by layer during
+# the next forward (parallel.overlap_param_gather).
+PGATHER=(--set parallel.overlap_param_gather=true)
+run 2 bf16-zero2-overlap "${BF16[@]}" "${ZERO[@]}" --set parallel.overlap_grad_reduce=true "${PGATHER[@]}"
+# FP8 (block scaling) quantises the bf16 copy, which the shards' gather rebuilds (here during the
+# forward, each Linear's weights once its layer's bucket arrived): the same bits too.
 run 2 bf16-fp8-dp2 "${BF16[@]}" --set precision.fp8.recipe=block
-run 2 bf16-fp8-zero2 "${BF16[@]}" "${ZERO[@]}" --set precision.fp8.recipe=block
+run 2 bf16-fp8-zero2 "${BF16[@]}" "${ZERO[@]}" --set precision.fp8.recipe=block "${PGATHER[@]}"
 # Under tensor parallelism (tp2 x dp2), overlapped so that the data-parallel sums come before the
 # tensor-parallel ones as in plain data parallelism: the same bits too.
 run 4 bf16-tp2-dp2 "${BF16[@]}" --set $TP=2 --set train.train_iters=4
-run 4 bf16-tp2-zero2 "${BF16[@]}" "${ZERO[@]}" --set parallel.overlap_grad_reduce=true --set $TP=2 --set train.train_iters=4
+run 4 bf16-tp2-zero2 "${BF16[@]}" "${ZERO[@]}" --set parallel.overlap_grad_reduce=true --set $TP=2 --set train.train_iters=4 \
+  "${PGATHER[@]}"
 # DeepSeek-V3's structure (MLA's norms, the fp32 router, MoE, the MTP module): the same bits too.
 # Untied, so that the MTP module adds to the output head's own gradient, with buckets (20,000
 # elements) smaller than the head: dp2 all-reduces the head's bucket only once MTP has added to it.
 DSV3=(--set train.train_iters=4 --set model.seq_length=64 --set train.global_batch_size=8 --set model.tie_embeddings=false)
 CONFIG=$CONFIGS/deepseek-v3-tiny.yaml run 2 dsv3-dp2 "${BF16[@]}" "${DSV3[@]}"
-CONFIG=$CONFIGS/deepseek-v3-tiny.yaml run 2 dsv3-zero2 "${BF16[@]}" "${DSV3[@]}" "${ZERO[@]}"
+CONFIG=$CONFIGS/deepseek-v3-tiny.yaml run 2 dsv3-zero2 "${BF16[@]}" "${DSV3[@]}" "${ZERO[@]}" "${PGATHER[@]}"
 run 2 bf16-zero2-at-3 "${BF16[@]}" "${ZERO[@]}" --set train.exit_interval=3
 run 2 bf16-dp2-at-3 "${BF16[@]}" --set train.exit_interval=3
 cp -r bf16-zero2-at-3/ckpt bf16-zero-ckpt-at-3  # each resumed run saves into its own copy
-run 2 bf16-zero2-resumed "${BF16[@]}" "${ZERO[@]}" --set checkpoint.dir=bf16-zero2-at-3/ckpt
+run 2 bf16-zero2-resumed "${BF16[@]}" "${ZERO[@]}" --set checkpoint.dir=bf16-zero2-at-3/ckpt "${PGATHER[@]}"
 run 2 bf16-dp2-from-zero "${BF16[@]}" --set checkpoint.dir=bf16-zero-ckpt-at-3
 run 2 bf16-zero2-from-dp "${BF16[@]}" "${ZERO[@]}" --set checkpoint.dir=bf16-dp2-at-3/ckpt
 grep -q "resumed from checkpoint.dir bf16-zero-ckpt-at-3 at step 3" bf16-dp2-from-zero.log
@@ -91,7 +96,7 @@ assert l('dsv3-zero2') == l('dsv3-dp2') and len(l('dsv3-dp2')) == 4, (l('dsv3-ze
 assert l('bf16-tp2-zero2') == l('bf16-tp2-dp2') and len(l('bf16-tp2-dp2')) == 4, (l('bf16-tp2-zero2'), l('bf16-tp2-dp2'))
 for resumed in ['bf16-zero2-resumed', 'bf16-dp2-from-zero', 'bf16-zero2-from-dp']:
     assert l(resumed)[-2:] == ref[-2:], (resumed, l(resumed), ref)
-print('bf16 zero2 (sharded masters, also overlapped, also FP8, also DeepSeek-V3-tiny, also under tp2) = dp2 bit for bit; its checkpoint resumes with and '
+print('bf16 zero2 (sharded masters, also with both overlaps, also FP8, also DeepSeek-V3-tiny, also under tp2) = dp2 bit for bit; its checkpoint resumes with and '
       'without ZeRO, bit for bit')"
 
 # tessel bench under mpirun reports the data-parallel traffic: one all-reduce of every fp32 gradient

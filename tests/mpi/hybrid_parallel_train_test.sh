@@ -26,7 +26,8 @@ run 8 tp2-pp2-dp2 --set $TP=2 --set $PP=2
 grep -q "tp 2 x cp 1 x dp 2 x pp 2" tp2-pp2-dp2.log
 compare llama tp2-pp2-dp2
 # Overlapped: each stage reduces its gradient buckets to their owners during its W ops.
-run 4 pp2-dp2-zero --set $PP=2 --set parallel.use_distributed_optimizer=true --set parallel.overlap_grad_reduce=true
+run 4 pp2-dp2-zero --set $PP=2 --set parallel.use_distributed_optimizer=true --set parallel.overlap_grad_reduce=true \
+  --set parallel.overlap_param_gather=true
 compare llama pp2-dp2-zero
 run 4 tp2-dp2-zero --set $TP=2 --set parallel.use_distributed_optimizer=true
 compare llama tp2-dp2-zero
@@ -61,6 +62,11 @@ run 8 gpt2-tp2-sp-cp2-pp2 "${GPT2[@]}" --set $TP=2 --set $SP=true --set $CP=2 --
 compare gpt2 gpt2-tp2-sp-cp2-pp2
 run 8 gpt2-tp2-pp2-vpp2-dp2 "${GPT2[@]}" --set $TP=2 --set $PP=2 --set $VPP=2
 compare gpt2 gpt2-tp2-pp2-vpp2-dp2
+# The distributed optimizer gathering the parameters chunk by chunk, layer by layer during the
+# interleaved schedule's forwards, with the embedding tied across the stages.
+run 4 gpt2-pp2-vpp2-dp2-zero "${GPT2[@]}" --set $PP=2 --set $VPP=2 --set parallel.use_distributed_optimizer=true \
+  --set parallel.overlap_param_gather=true
+compare gpt2 gpt2-pp2-vpp2-dp2-zero
 
 # Checkpoints hold whole tensors gathered from every stage: stop at step 3, resume on pp2 (bit-exact
 # with the uninterrupted pp2 run), and resume the same checkpoint in one process.

@@ -61,6 +61,7 @@ class RecordingComm final : public comm::Communicator {
   }
   void reduce_scatter_v(const void*, void*, const std::vector<int64_t>&, DType, comm::ReduceOp) override { unused(); }
   void all_gather_v(const void*, void*, const std::vector<int64_t>&, DType) override { unused(); }
+  std::unique_ptr<comm::Work> all_gather_v_async(void*, const std::vector<int64_t>&, DType) override { unused(); }
   void broadcast(void*, int64_t, DType, int) override { unused(); }
   void send(const void*, int64_t, DType, int, int) override { unused(); }
   void recv(void*, int64_t, DType, int, int) override { unused(); }

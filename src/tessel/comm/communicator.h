@@ -77,6 +77,11 @@ class Communicator {
   // was. f32, i32, i64. (The distributed optimizer reduces each gradient bucket to the ranks owning
   // its parts: the bytes of a reduce-scatter, launched during backward.) Counted as "reduce".
   virtual std::unique_ptr<Work> reduce_async(void* buf, int64_t count, DType t, ReduceOp op, int root) = 0;
+  // all_gather_v in place without blocking: rank r's block already sits at its offset in out (the
+  // sum of the counts before r). Any dtype. (The distributed optimizer gathers the updated
+  // parameters bucket by bucket while the next forward runs: parallel.overlap_param_gather.)
+  // Counted as "all_gather".
+  virtual std::unique_ptr<Work> all_gather_v_async(void* out, const std::vector<int64_t>& counts, DType t) = 0;
 
   // Ranks with the same color form a new communicator, ordered by key. A negative color returns
   // null (the rank joins no group). Collective over this communicator.

@@ -268,6 +268,35 @@ class MpiCommunicator : public Communicator {
               "all_reduce");
     return std::make_unique<MpiWork>(req, nullptr);
   }
+  std::unique_ptr<Work> all_gather_v_async(void* out, const std::vector<int64_t>& counts, DType t) override {
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
+    TESSEL_CHECK(int(counts.size()) == size_, "all_gather_v: {} counts for {} ranks", counts.size(), size_);
+    int64_t at = 0, total = 0;
+    for (int r = 0; r < size_; ++r) {
+      TESSEL_CHECK(counts[size_t(r)] >= 0, "all_gather_v: a count of {} elements", counts[size_t(r)]);
+      if (r < rank_) at += counts[size_t(r)];
+      total += counts[size_t(r)];
+    }
+    if (total > mpi_max_count()) {  // beyond int displacements: the chunked blocking path
+      all_gather_v(static_cast<char*>(out) + size_t(at) * dtype_size(t), out, counts, t);
+      return std::make_unique<MpiWork>(MPI_REQUEST_NULL, nullptr);
+    }
+    count_op("all_gather", counts[size_t(rank_)], t);
+    // The count and displacement arrays must stay unchanged until the operation completes: the
+    // work's completion hook owns them.
+    auto arrays = std::make_shared<std::pair<std::vector<int>, std::vector<int>>>(int_counts(counts, "all_gather_v"),
+                                                                                  std::vector<int>(counts.size()));
+    int64_t off = 0;
+    for (size_t j = 0; j < counts.size(); ++j) {
+      arrays->second[j] = as_int(off, "all_gather_v");
+      off += counts[j];
+    }
+    MPI_Request req;
+    check_mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, arrays->first.data(), arrays->second.data(),
+                              move_type(t), comm_, &req),
+              "all_gather_v");
+    return std::make_unique<MpiWork>(req, [arrays] {});
+  }
   std::unique_ptr<Work> reduce_async(void* buf, int64_t count, DType t, ReduceOp op, int root) override {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_reducible_v(t, "reduce");

@@ -164,15 +164,33 @@ void Model::report(const GradsReady& ready, int64_t begin, int64_t end) const {
   if (ready && end > begin) ready(begin, end);
 }
 
+void Model::need(int64_t begin, int64_t end) const {
+  if (params_needed_ && end > begin) params_needed_(begin, end);
+}
+
+std::vector<std::pair<int64_t, int64_t>> Model::forward_order_ranges() const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const auto add = [&](int64_t b, int64_t e) {
+    if (e > b) out.emplace_back(b, e);
+  };
+  add(0, layers_.empty() ? layers_end_ : layer_begin_[0]);
+  for (size_t l = 0; l < layers_.size(); ++l) add(layer_begin_[l], layer_end(l));
+  add(layers_end_, ps_->numel());
+  return out;
+}
+
 // Evaluation forward of the whole model up to the final norm's output.
 Tensor Model::hidden(const Tensor& tokens, Activations& saved) {
   require_whole("Model::hidden");
+  need(0, layers_.empty() ? layers_end_ : layer_begin_[0]);
   Tensor x = embed_->forward(tokens, saved);
   const int64_t batch = tokens.size(0);
   for (size_t i = 0; i < layers_.size(); ++i) {
+    need(layer_begin_[i], layer_end(i));
     Activations dropped;  // evaluation only: nothing is kept for a backward
     x = layers_[i]->forward(x, batch, dropped);
   }
+  need(layers_end_, ps_->numel());
   Tensor xf;
   return final_norm_->forward(x, Tensor(), xf, saved);
 }
@@ -181,12 +199,14 @@ Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens
                             float grad_scale, Activations& saved, double* loss) {
   TESSEL_CHECK(chunk >= 0 && chunk < num_chunks(), "chunk {} outside [0, {})", chunk, num_chunks());
   MemoryPhaseScope phase("forward");
+  if (first_chunk_is_first_stage(chunk)) need(0, layers_.empty() ? layers_end_ : layer_begin_[0]);
   Tensor x = first_chunk_is_first_stage(chunk) ? embed_->forward(tokens, saved) : input;
   const int64_t batch = batch_of(x.size(0));
   const size_t first = chunk_first_[size_t(chunk)];
   const size_t end = first + size_t(plan_.chunks[size_t(chunk)].size());
   for (size_t i = first; i < end; ++i) {
     MemoryLayerScope at{static_cast<int>(i)};
+    need(layer_begin_[i], layer_end(i));
     if (cfg_.recompute) {
       // Keep only the layer input (and the loss scale MoE layers weigh their auxiliary losses by);
       // backward re-runs the layer forward to rebuild the rest.
@@ -199,6 +219,7 @@ Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens
     }
   }
   if (!chunk_is_last_stage(chunk)) return x;
+  need(layers_end_, ps_->numel());
   MemoryPhaseScope head_phase("forward: final norm, output head and loss");
   Tensor xf;
   const Tensor y = final_norm_->forward(x, Tensor(), xf, saved);
@@ -212,7 +233,7 @@ std::pair<double, int64_t> Model::take_mtp_loss() { return mtp_ ? mtp_->take_los
 
 void Model::layer_weights(size_t l, Activations& saved, const GradsReady& ready) {
   layers_[l]->backward_weight(saved);
-  report(ready, layer_begin_[l], l + 1 < layers_.size() ? layer_begin_[l + 1] : layers_end_);
+  report(ready, layer_begin_[l], layer_end(l));
 }
 
 Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, bool weights, const GradsReady& ready) {
@@ -239,6 +260,7 @@ Tensor Model::backward_chunk(int chunk, const Tensor& dout, Activations& saved, 
   const size_t first = chunk_first_[size_t(chunk)];
   for (size_t i = first + size_t(plan_.chunks[size_t(chunk)].size()); i-- > first;) {
     MemoryLayerScope at{static_cast<int>(i)};
+    need(layer_begin_[i], layer_end(i));
     if (cfg_.recompute) {
       const Tensor input = saved.get(recompute_key(i));
       const float grad_scale = saved.take_scalar(recompute_key(i) + ".grad_scale");

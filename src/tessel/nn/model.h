@@ -61,6 +61,15 @@ class Model {
   //   backward_weight_chunk ("W").
   Tensor forward_chunk(int chunk, const Tensor& input, const Tensor& tokens, const Tensor& targets, float grad_scale,
                        Activations& saved, double* loss);
+
+  // The flat parameter ranges in the order the forward reads them, tiling [0, params().numel()):
+  // everything before the first layer (the embedding), each layer, everything after (final norm,
+  // head, MTP modules). Empty ranges are left out.
+  std::vector<std::pair<int64_t, int64_t>> forward_order_ranges() const;
+  // Called with each of those ranges just before the forward reads it (the distributed optimizer's
+  // overlapped parameter all-gather waits there); null: the parameters are always in place.
+  using ParamsNeeded = std::function<void(int64_t begin, int64_t end)>;
+  void set_params_needed(ParamsNeeded f) { params_needed_ = std::move(f); }
   Tensor backward_chunk(int chunk, const Tensor& dout, Activations& saved, bool weights,
                         const GradsReady& ready = nullptr);
   void backward_weight_chunk(int chunk, Activations& saved, const GradsReady& ready = nullptr);
@@ -112,6 +121,9 @@ class Model {
   // Layer l's (an index into layers_) weight gradients, then its range reported as ready.
   void layer_weights(size_t l, Activations& saved, const GradsReady& ready);
   void report(const GradsReady& ready, int64_t begin, int64_t end) const;
+  void need(int64_t begin, int64_t end) const;  // params_needed_, when set, for a non-empty range
+  int64_t layer_end(size_t l) const { return l + 1 < layers_.size() ? layer_begin_[l + 1] : layers_end_; }
+  ParamsNeeded params_needed_;
   ModelConfig cfg_;
   StagePlan plan_;
   comm::Communicator* tp_ = nullptr;

@@ -111,6 +111,7 @@ struct Schema {
         bind_field(c.parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage");
     p["ddp_bucket_size"] = bind_field(c.parallel.ddp_bucket_size, "parallel.ddp_bucket_size");
     p["overlap_grad_reduce"] = bind_field(c.parallel.overlap_grad_reduce, "parallel.overlap_grad_reduce");
+    p["overlap_param_gather"] = bind_field(c.parallel.overlap_param_gather, "parallel.overlap_param_gather");
 
     auto& pr = sections["precision"];
     pr["compute"] = bind_field(c.precision.compute, "precision.compute");

@@ -50,6 +50,9 @@ struct ParallelConfig {
   // parts (plain data parallelism always all-reduces its buckets during backward); false: one
   // reduce-scatter after backward.
   bool overlap_grad_reduce = false;
+  // The distributed optimizer's parameter all-gather runs layer by layer during the next forward,
+  // each layer waiting for its own weights (optim/param_gather.h); false: one all-gather after the step.
+  bool overlap_param_gather = false;
 };
 
 struct PrecisionConfig {

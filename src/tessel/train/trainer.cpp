@@ -65,6 +65,10 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
   } else {
     opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, 0, -1, optim::NormGroups{nullptr, tp, pp_, ep_});
   }
+  if (shard_ && cfg_.parallel.overlap_param_gather) {
+    param_gather_ = std::make_unique<optim::ParamGather>(*shard_, shard_counts(), model_->forward_order_ranges());
+    model_->set_params_needed([this](int64_t b, int64_t e) { param_gather_->wait_for(b, e); });
+  }
   schedule_.lr = cfg_.train.lr;
   schedule_.min_lr = cfg_.train.min_lr;
   schedule_.warmup_iters = cfg_.train.lr_warmup_iters;
@@ -198,26 +202,41 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
     r.moe_aux_loss = aux;
   }
   if (sharded) {
-    // All-gather the updated shards so every replica holds the whole model again.
+    // All-gather the updated shards so every replica holds the whole model again: now, or (overlapped)
+    // bucket by bucket while the next forward runs, each layer waiting for its own weights.
     MemoryPhaseScope gathering("parameter all-gather");
+    ProfileScope prof(param_gather_ ? "param_gather_launch" : "param_gather_wait");
+    if (param_gather_) param_gather_->wait_all();  // the forward took every bucket; this is a safeguard
     if (ps.masters_sharded()) {
       // The update wrote this shard's part of the compute copy and of the fp32 copy (adamw.cpp): the
       // rest comes from the other shards, in bf16 (half the bytes of gathering the masters).
       const Tensor copy = ps.compute_at(0, {ps.numel()});
-      shard_->all_gather_v(copy.slice(0, opt_->own_begin(), opt_->own_end()).device_ptr(), copy.device_ptr(),
-                           shard_counts(), copy.dtype());
       const std::vector<int64_t> f32_counts = ps.f32_copy_counts();
-      int64_t at = 0;
-      for (int r = 0; r < shard_->rank(); ++r) at += f32_counts[size_t(r)];
       const Tensor& f32 = ps.f32_copy();
-      shard_->all_gather_v(f32.slice(0, at, at + f32_counts[size_t(shard_->rank())]).device_ptr(), f32.device_ptr(),
-                           f32_counts, DType::f32);
-      ps.mark_updated();
+      if (param_gather_) {
+        // The fp32 copy (norms, biases, embedding, router) first: the forward's first wait takes it.
+        std::vector<std::unique_ptr<comm::Work>> first;
+        first.push_back(shard_->all_gather_v_async(f32.device_ptr(), f32_counts, DType::f32));
+        param_gather_->launch(copy, std::move(first));
+      } else {
+        shard_->all_gather_v(copy.slice(0, opt_->own_begin(), opt_->own_end()).device_ptr(), copy.device_ptr(),
+                             shard_counts(), copy.dtype());
+        int64_t at = 0;
+        for (int r = 0; r < shard_->rank(); ++r) at += f32_counts[size_t(r)];
+        shard_->all_gather_v(f32.slice(0, at, at + f32_counts[size_t(shard_->rank())]).device_ptr(),
+                             f32.device_ptr(), f32_counts, DType::f32);
+      }
+      ps.mark_updated();  // derived forms (FP8 weights) are rebuilt when next read, after the waits
     } else {
       const Tensor& p = ps.params_flat();
-      shard_->all_gather_v(p.slice(0, opt_->own_begin(), opt_->own_end()).device_ptr(), p.device_ptr(),
-                           shard_counts(), DType::f32);
-      ps.refresh_compute_copy();
+      if (param_gather_) {
+        param_gather_->launch(p);  // fp32: the masters are what the forward reads
+        ps.mark_updated();
+      } else {
+        shard_->all_gather_v(p.slice(0, opt_->own_begin(), opt_->own_end()).device_ptr(), p.device_ptr(),
+                             shard_counts(), DType::f32);
+        ps.refresh_compute_copy();
+      }
     }
   }
   return r;
@@ -237,7 +256,12 @@ void Trainer::reduce_tied_embedding() {
                          spec.numel, DType::f32, comm::ReduceOp::sum);
 }
 
+void Trainer::wait_for_parameters() {
+  if (param_gather_) param_gather_->wait_all();
+}
+
 double Trainer::eval_loss_sum(const data::Batch& whole) {
+  wait_for_parameters();  // the forward would wait layer by layer; evaluation between steps need not
   const data::Batch batch = local_part(whole);
   const double loss =
       pp_ ? pipeline::forward_only_loss(*model_, *pp_, batch) : model_->loss_sum(batch.tokens, batch.targets);
@@ -249,6 +273,7 @@ std::vector<int64_t> Trainer::shard_counts() const {
 }
 
 GatheredOptimizerState Trainer::full_optimizer_state() {
+  wait_for_parameters();  // its gathers must not interleave with the ones in flight on other ranks' order
   const DeviceAccessScope host_copy;  // the moments, for a checkpoint's copy to the host
   GatheredOptimizerState g;
   if (!distributed_optimizer()) {

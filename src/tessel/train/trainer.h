@@ -11,6 +11,7 @@
 #include "tessel/nn/model.h"
 #include "tessel/optim/adamw.h"
 #include "tessel/optim/lr_schedule.h"
+#include "tessel/optim/param_gather.h"
 #include "tessel/pipeline/schedule.h"
 #include "tessel/train/config.h"
 
@@ -69,6 +70,9 @@ class Trainer {
   // parallel.use_distributed_optimizer over a group of more than one rank (decided alike on every
   // rank, whatever each one's shard holds).
   bool distributed_optimizer() const { return shard_ != nullptr; }
+  // With parallel.overlap_param_gather the all-gather of the updated parameters runs during the
+  // next forward; this waits for all of it (before reading the parameters outside a forward).
+  void wait_for_parameters();
   // Evaluation loss summed over a batch's tokens, the same on every rank (collective over the
   // pipeline group when the model is split into stages).
   double eval_loss_sum(const data::Batch& batch);
@@ -92,6 +96,9 @@ class Trainer {
   pipeline::Schedule schedule_ops_;
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<optim::AdamW> opt_;
+  // The overlapped parameter all-gather (null: gathered after the step); declared after the model,
+  // so it is destroyed (waiting for what is in flight) before the buffers it writes.
+  std::unique_ptr<optim::ParamGather> param_gather_;
   optim::LrSchedule schedule_;
 };
 

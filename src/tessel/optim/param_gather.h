@@ -1,0 +1,46 @@
+#pragma once
+// The distributed optimizer's parameter all-gather, overlapped with the next forward
+// (parallel.overlap_param_gather, as Megatron-LM's overlap_param_gather): after the update each rank
+// holds the new values of its own shard only. launch() starts one non-blocking in-place all-gather
+// per bucket of the flat compute copy, in the order the forward reads them (the embedding, each
+// layer, then the final norm, head and MTP modules), and the forward waits for a bucket just before
+// the part that reads it (wait_for), testing the later ones on the way so MPI progresses them.
+// Buckets are gathered whole even where a rank owns none of them (its count is 0 there).
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "tessel/comm/communicator.h"
+#include "tessel/core/tensor.h"
+
+namespace tessel::optim {
+
+class ParamGather {
+ public:
+  // owner_counts: elements of the flat range each rank of `shard` owns, contiguous in rank order;
+  // buckets: flat ranges [begin, end) covering it, in forward order.
+  ParamGather(comm::Communicator& shard, std::vector<int64_t> owner_counts,
+              std::vector<std::pair<int64_t, int64_t>> buckets);
+  ~ParamGather();  // waits for anything still in flight (the buffers outlive it)
+
+  // Starts the gather of every bucket of flat (element i: parameter i), after `first` (gathers that
+  // every wait_for waits for before its own buckets: the fp32 copy of the parameters read in fp32).
+  void launch(const Tensor& flat, std::vector<std::unique_ptr<comm::Work>> first = {});
+  // Returns once every bucket overlapping [begin, end) has arrived. Cheap when nothing is pending.
+  void wait_for(int64_t begin, int64_t end);
+  void wait_all();
+  bool pending() const { return pending_ > 0; }
+  const std::vector<std::pair<int64_t, int64_t>>& buckets() const { return buckets_; }
+
+ private:
+  void wait_first();
+  comm::Communicator& shard_;
+  std::vector<int64_t> owner_begin_;  // where each rank's part starts, and the end
+  std::vector<std::pair<int64_t, int64_t>> buckets_;
+  std::vector<std::unique_ptr<comm::Work>> first_, inflight_;  // inflight_[b]: bucket b (null: arrived)
+  int64_t pending_ = 0;
+  size_t next_test_ = 0;
+};
+
+}  // namespace tessel::optim
