@@ -31,11 +31,16 @@ inline void perturb(nn::Model& m, optim::AdamW& opt, float g) {
   opt.step(1e-2);
 }
 
-inline std::vector<float> host_values(const float* p, int64_t n) {
+// n values from where pointer() says, both under host access (a device pointer is reached inside it).
+template <class F>
+std::vector<float> host_values(F&& pointer, int64_t n) {
   const HostAccess host;
+  const float* p = pointer();
   return {p, p + n};
 }
 
-inline std::vector<float> snapshot(const nn::Model& m) { return host_values(m.params().params_data(), m.params().numel()); }
+inline std::vector<float> snapshot(const nn::Model& m) {
+  return host_values([&] { return m.params().params_data(); }, m.params().numel());
+}
 
 }  // namespace tessel::testing

@@ -32,7 +32,7 @@ struct Scratch : tessel::testing::ScratchDir {
 };
 
 using tessel::testing::perturb;
-std::vector<float> values(const float* p, int64_t n) { return tessel::testing::host_values(p, n); }
+using tessel::testing::host_values;
 
 const ckpt::NamedTensors kState = [] {
   const tessel::testing::HostAccess host;
@@ -72,13 +72,13 @@ TEST(DistributedCheckpoint, OneRankSavesEveryTensorOnceAndLoadsItBack) {
   EXPECT_EQ(st->step, 2);
   EXPECT_EQ(st->consumed_samples, 16);
   const int64_t n = a.params().numel();
-  EXPECT_EQ(values(b.params().params_data(), n), values(a.params().params_data(), n));
-  EXPECT_EQ(values(ob.exp_avg_data(), n), values(oa.exp_avg_data(), n));
-  EXPECT_EQ(values(ob.exp_avg_sq_data(), n), values(oa.exp_avg_sq_data(), n));
+  EXPECT_EQ(host_values([&] { return b.params().params_data(); }, n), host_values([&] { return a.params().params_data(); }, n));
+  EXPECT_EQ(host_values([&] { return ob.exp_avg_data(); }, n), host_values([&] { return oa.exp_avg_data(); }, n));
+  EXPECT_EQ(host_values([&] { return ob.exp_avg_sq_data(); }, n), host_values([&] { return oa.exp_avg_sq_data(); }, n));
   EXPECT_EQ(ob.steps_taken(), 1);
   ASSERT_EQ(state.size(), 1u);
   EXPECT_EQ(state[0].first, "model.layers.0.fp8.amax_history");
-  EXPECT_EQ(values(state[0].second.data<float>(), 3), values(kState[0].second.data<float>(), 3));
+  EXPECT_EQ(host_values([&] { return state[0].second.data<float>(); }, 3), host_values([&] { return kState[0].second.data<float>(); }, 3));
 }
 
 TEST(DistributedCheckpoint, ConsolidatesToWholeTensorsWithTheSameValues) {
@@ -99,8 +99,8 @@ TEST(DistributedCheckpoint, ConsolidatesToWholeTensorsWithTheSameValues) {
   ckpt::NamedTensors state;
   ckpt::load_checkpoint(whole, b.params(), &ob, false, &state);
   const int64_t n = a.params().numel();
-  EXPECT_EQ(values(b.params().params_data(), n), values(a.params().params_data(), n));
-  EXPECT_EQ(values(ob.exp_avg_sq_data(), n), values(oa.exp_avg_sq_data(), n));
+  EXPECT_EQ(host_values([&] { return b.params().params_data(); }, n), host_values([&] { return a.params().params_data(); }, n));
+  EXPECT_EQ(host_values([&] { return ob.exp_avg_sq_data(); }, n), host_values([&] { return oa.exp_avg_sq_data(); }, n));
   EXPECT_EQ(state.size(), 1u);
 }
 

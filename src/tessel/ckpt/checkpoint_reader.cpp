@@ -159,6 +159,7 @@ Tensor CheckpointReader::read_piece(const std::string& key, const Piece& p, bool
 }
 
 void CheckpointReader::read(const std::string& key, const BlockRange& want, float* dst) {
+  const DeviceAccessScope host_copy;  // file contents assembled into dst on the host: an upload
   const auto it = keys_.find(key);
   TESSEL_CHECK(it != keys_.end(), "checkpoint '{}' holds no tensor '{}'", dir_, key);
   const std::string problem = block_range_problem(want, it->second.global_shape);
@@ -178,6 +179,7 @@ void CheckpointReader::read(const std::string& key, const BlockRange& want, floa
 }
 
 Tensor CheckpointReader::read_whole(const std::string& key) {
+  const DeviceAccessScope host_copy;  // the tensor is filled from the file on the host
   const Shape shape = global_shape(key);
   const Saved& s = keys_.at(key);
   if (starts_with(key, kStatePrefix)) {  // other training state is saved whole, in its own dtype
