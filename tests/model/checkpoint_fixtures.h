@@ -22,6 +22,11 @@ inline nn::ModelConfig tiny_checkpoint_model(int64_t hidden = 32) {
   return c;
 }
 
+// A scratch directory for one checkpoint test, /tmp/<tag>-XXXXXX.
+struct CheckpointScratch : ScratchDir {
+  explicit CheckpointScratch(const std::string& tag = "tessel-ckpt") : ScratchDir(tag) {}
+};
+
 // Moves the model and optimizer state one (deterministic) update away.
 inline void perturb(nn::Model& m, optim::AdamW& opt, float g) {
   {

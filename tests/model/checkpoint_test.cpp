@@ -24,8 +24,8 @@ namespace {
 
 nn::ModelConfig cfg(int64_t hidden = 32) { return tessel::testing::tiny_checkpoint_model(hidden); }
 
-struct Scratch : tessel::testing::ScratchDir {
-  Scratch() : ScratchDir("tessel-ckpt") {}
+struct Scratch : tessel::testing::CheckpointScratch {
+  Scratch() : CheckpointScratch("tessel-ckpt") {}
 };
 
 using tessel::testing::perturb;

@@ -27,8 +27,8 @@ namespace {
 
 nn::ModelConfig cfg(int64_t hidden = 32) { return tessel::testing::tiny_checkpoint_model(hidden); }
 
-struct Scratch : tessel::testing::ScratchDir {
-  Scratch() : ScratchDir("tessel-dckpt") {}
+struct Scratch : tessel::testing::CheckpointScratch {
+  Scratch() : CheckpointScratch("tessel-dckpt") {}
 };
 
 using tessel::testing::perturb;
