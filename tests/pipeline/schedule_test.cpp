@@ -66,7 +66,7 @@ TEST(Schedule, DeadlocksAreReportedByTheSimulator) {
   // rank 0 only sends after its own backward: a cycle.
   s.ranks[0] = {{OpKind::B, 0, 0}, {OpKind::F, 0, 0}};
   try {
-    simulate(s, {});
+    simulate(s, Costs{});
     FAIL() << "expected a deadlock";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("deadlocks"), std::string::npos) << e.what();
@@ -76,8 +76,8 @@ TEST(Schedule, DeadlocksAreReportedByTheSimulator) {
 TEST(Schedule, CommunicationDelaysCrossRankDependencies) {
   Schedule s = make_1f1b(4, 8);
   add_p2p(s);
-  const double without = simulate(s, {1, 1, 1, 0}).makespan;
-  const double with = simulate(s, {1, 1, 1, 0.5}).makespan;
+  const double without = simulate(s, Costs{1, 1, 1, 0}).makespan;
+  const double with = simulate(s, Costs{1, 1, 1, 0.5}).makespan;
   // The critical path crosses 3 forward and 3 backward links at least once each.
   EXPECT_GE(with, without + 6 * 0.5 - 1e-9);
 }

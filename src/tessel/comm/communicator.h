@@ -8,8 +8,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "tessel/comm/comm_log.h"
 #include "tessel/core/dtype.h"
 
 namespace tessel::comm {
@@ -41,6 +43,9 @@ class Communicator {
   virtual ~Communicator() = default;
   const std::map<std::string, CommStats>& stats() const { return stats_; }
   void reset_stats() { stats_.clear(); }
+  // The group's name in the collective log ("tp", "dp", ...; ParallelState names its groups).
+  const std::string& label() const { return label_; }
+  void set_label(std::string label) { label_ = std::move(label); }
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend() const = 0;
@@ -100,10 +105,12 @@ class Communicator {
     CommStats& st = stats_[kind];
     ++st.calls;
     st.bytes += elements * int64_t(dtype_size(t));
+    if (comm_log().enabled()) comm_log().add({label_, kind, elements * int64_t(dtype_size(t)), size(), false, {}});
   }
 
  private:
   std::map<std::string, CommStats> stats_;
+  std::string label_;
 };
 
 // The dtypes every backend reduces (all_reduce, reduce_scatter: f32, bf16, i32, i64; the uneven

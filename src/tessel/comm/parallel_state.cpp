@@ -60,6 +60,8 @@ ParallelState::ParallelState(Communicator& world, ParallelSizes s) : world_(worl
     const bool edge = m.pp == 0 || m.pp == s.pp - 1;
     return CK{edge ? m.tp + s.tp * (m.cp + s.cp * m.dp) : -1, m.pp};
   });
+  for (auto& [name, g] : named_groups())
+    if (g) g->set_label(name);
 }
 
 std::string ParallelState::describe() const {

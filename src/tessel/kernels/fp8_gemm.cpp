@@ -23,7 +23,8 @@ void fp8_gemm(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b
   if (op_log().enabled())
     op_log().add({"fp8_gemm", {a.data.shape(), b.data.shape(), c.shape()}, {a.format(), b.format(), c.dtype()},
                   2.0 * double(M) * double(N) * double(K), int64_t(a.nbytes() + b.nbytes()) +
-                  (accumulate ? int64_t(c.nbytes()) : 0), int64_t(c.nbytes())});
+                  (accumulate ? int64_t(c.nbytes()) : 0), int64_t(c.nbytes()), {}, -1,
+                  gemm_variant(trans_a, trans_b, accumulate)});
   // The cpu emulation's scratch, allocated here on every device (kernels/workspace.h).
   const std::vector<Tensor> workspace = fp8_gemm_emulation_workspace(a, trans_a, b, trans_b, c, accumulate, M, N, K);
   if (device == Device::meta) return;

@@ -26,7 +26,7 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
   const Device device = common_device("matmul", {&a, &b, &c, &bias});
   if (op_log().enabled()) {
     OpRecord r{"gemm", {a.shape(), b.shape(), c.shape()}, {a.dtype(), b.dtype(), c.dtype()}, 2.0 * double(M) * double(N) * double(K),
-               int64_t(a.nbytes() + b.nbytes()) + (accumulate ? int64_t(c.nbytes()) : 0), int64_t(c.nbytes())};
+               int64_t(a.nbytes() + b.nbytes()) + (accumulate ? int64_t(c.nbytes()) : 0), int64_t(c.nbytes()), {}, -1, gemm_variant(trans_a, trans_b, accumulate)};
     if (bias.defined()) {
       r.shapes.insert(r.shapes.begin() + 2, bias.shape());
       r.dtypes.insert(r.dtypes.begin() + 2, bias.dtype());

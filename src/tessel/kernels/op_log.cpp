@@ -3,10 +3,20 @@
 #include <utility>
 
 namespace tessel::kernels {
+namespace {
+thread_local int64_t t_last_record = -1;  // index in records_ of this thread's last add()
+}  // namespace
 
 void OpLog::add(OpRecord r) {
+  r.phase = current_memory_phase();
   std::lock_guard<std::mutex> lock(mu_);
+  t_last_record = int64_t(records_.size());
   records_.push_back(std::move(r));
+}
+
+void OpLog::set_seconds_of_last(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (t_last_record >= 0 && t_last_record < int64_t(records_.size())) records_[size_t(t_last_record)].seconds = seconds;
 }
 
 std::vector<OpRecord> OpLog::records() const {
@@ -30,6 +40,7 @@ std::map<std::string, OpTotals> OpLog::totals_by_op() const {
 void OpLog::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   records_.clear();
+  t_last_record = -1;
 }
 
 OpLog& op_log() {
@@ -40,7 +51,7 @@ OpLog& op_log() {
 void record_op(const char* op, std::initializer_list<const Tensor*> inputs, std::initializer_list<const Tensor*> outputs,
                double flops) {
   if (!op_log().enabled()) return;
-  OpRecord r{op, {}, {}, flops, 0, 0};
+  OpRecord r{op, {}, {}, flops, 0, 0, {}, -1};
   for (const Tensor* t : inputs)
     if (t->defined()) {
       r.shapes.push_back(t->shape());
@@ -54,6 +65,11 @@ void record_op(const char* op, std::initializer_list<const Tensor*> inputs, std:
       r.bytes_written += int64_t(t->nbytes());
     }
   op_log().add(std::move(r));
+}
+
+std::string gemm_variant(bool trans_a, bool trans_b, bool accumulate) {
+  std::string v{trans_a ? 'T' : 'N', trans_b ? 'T' : 'N'};
+  return accumulate ? v + "+acc" : v;
 }
 
 Device common_device(const char* op, std::initializer_list<const Tensor*> operands) {

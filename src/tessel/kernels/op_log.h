@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/core/memory.h"
 #include "tessel/core/tensor.h"
 
 namespace tessel::kernels {
@@ -21,6 +22,15 @@ struct OpRecord {
   double flops = 0;           // arithmetic operations (a multiply-add counts 2)
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
+  // Where in the step the call was made (the calling thread's phase: forward or backward, which
+  // micro-batch and chunk): the planner prices each pipeline pass from the calls made in it.
+  MemoryPhase phase{};
+  // The kernel's own run time on a cpu run with timing on (OpLog::set_timing), -1 where not timed:
+  // `tessel plan calibrate` fits each op family's cost from these.
+  double seconds = -1;
+  // The call's variant where the op family has several: for gemm and fp8_gemm the transposes of a
+  // and b ("NT": a as stored, b transposed; row-major) and "+acc" when c accumulates.
+  std::string variant{};
 };
 
 struct OpTotals {
@@ -36,13 +46,20 @@ class OpLog {
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
 
-  void add(OpRecord r);
+  // Timing (off by default, and only with the log on): launch_cpu_kernel times each kernel body it
+  // runs synchronously and stores the time in the record this thread added last.
+  bool timing() const { return timing_.load(std::memory_order_relaxed); }
+  void set_timing(bool on) { timing_.store(on, std::memory_order_relaxed); }
+  void set_seconds_of_last(double seconds);  // this thread's last record
+
+  void add(OpRecord r);  // stamps the calling thread's phase
   std::vector<OpRecord> records() const;
   std::map<std::string, OpTotals> totals_by_op() const;
   void clear();
 
  private:
   std::atomic<bool> enabled_{false};
+  std::atomic<bool> timing_{false};
   mutable std::mutex mu_;
   std::vector<OpRecord> records_;
 };
@@ -54,6 +71,9 @@ OpLog& op_log();
 // read = the inputs' bytes, bytes written = the outputs'.
 void record_op(const char* op, std::initializer_list<const Tensor*> inputs, std::initializer_list<const Tensor*> outputs,
                double flops);
+
+// OpRecord::variant of a GEMM call: "NN", "NT", "TN" or "TT" (op(a), op(b)), then "+acc".
+std::string gemm_variant(bool trans_a, bool trans_b, bool accumulate);
 
 // The device every operand of one kernel call is on; operands on different devices are refused,
 // naming the op and each operand. Undefined tensors (an absent bias) are skipped.

@@ -104,6 +104,7 @@ std::vector<float> pack_kv(const Ring& r, const float* k, int64_t ldk, const flo
 struct RingTransfer {
   std::unique_ptr<comm::Work> send, recv;
   void start(comm::Communicator& cp, const Ring& r, const float* out, float* in, int tag) {
+    const comm::OverlappedCommScope behind_attention;  // the ring's next block moves while this one is computed
     recv = cp.recv_async(in, r.kv_block(), DType::f32, r.prev, tag);
     send = cp.send_async(out, r.kv_block(), DType::f32, r.next, tag);
   }

@@ -30,6 +30,7 @@ void GradReducer::launch() {
     const auto each_call = [&](int64_t b, int64_t e, auto&& launch_one) {
       for (int64_t c = b; c < e; c += kMaxCall) launch_one(c, std::min(e, c + kMaxCall));
     };
+    const comm::OverlappedCommScope behind_backward;
     if (owner_begin_.empty()) {
       each_call(lo_, hi_, [&](int64_t b, int64_t e) {
         inflight_.push_back(

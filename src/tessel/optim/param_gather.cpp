@@ -39,6 +39,7 @@ void ParamGather::launch(const Tensor& flat, std::vector<std::unique_ptr<comm::W
   inflight_.clear();
   const size_t es = dtype_size(flat.dtype());
   char* base = static_cast<char*>(flat.device_ptr());
+  const comm::OverlappedCommScope behind_forward;
   for (const auto& [b, e] : buckets_) {
     // Each rank contributes the part of [b, e) its shard holds (possibly none).
     std::vector<int64_t> counts(static_cast<size_t>(shard_.size()));

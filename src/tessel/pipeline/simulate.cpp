@@ -15,11 +15,26 @@ Timeline simulate(const Schedule& s, const Costs& c) {
   for (const double v : {c.f, c.b, c.w, c.comm})
     TESSEL_CHECK(std::isfinite(v) && v >= 0, "pipeline costs must be finite and >= 0, got F {} B {} W {} comm {}",
                  c.f, c.b, c.w, c.comm);
+  TESSEL_CHECK(s.vpp >= 1 && s.pp >= 1, "schedule '{}': pp {} and vpp {} must be >= 1", s.kind, s.pp, s.vpp);
+  const double scale = 1.0 / s.vpp;
+  const size_t stages = size_t(s.stages());
+  return simulate(s, StageCosts{std::vector<double>(stages, c.f * scale), std::vector<double>(stages, c.b * scale),
+                                std::vector<double>(stages, c.w * scale), c.comm});
+}
+
+Timeline simulate(const Schedule& s, const StageCosts& c) {
   TESSEL_CHECK(s.pp >= 1 && s.vpp >= 1 && s.micro_batches >= 1 && int(s.ranks.size()) == s.pp,
                "schedule '{}' has {} ranks for pp {} (vpp {}, {} micro-batches)", s.kind, s.ranks.size(), s.pp, s.vpp,
                s.micro_batches);
+  const size_t stages = size_t(s.stages());
+  TESSEL_CHECK(c.f.size() == stages && c.b.size() == stages && c.w.size() == stages,
+               "pipeline costs: {} F, {} B and {} W costs for {} virtual stages", c.f.size(), c.b.size(), c.w.size(),
+               stages);
+  for (const auto* list : {&c.f, &c.b, &c.w})
+    for (const double v : *list)
+      TESSEL_CHECK(std::isfinite(v) && v >= 0, "pipeline costs must be finite and >= 0, got {}", v);
+  TESSEL_CHECK(std::isfinite(c.comm) && c.comm >= 0, "pipeline comm cost must be finite and >= 0, got {}", c.comm);
   const int P = s.pp, last = s.stages() - 1;
-  const double scale = 1.0 / s.vpp;
   // End time of each (F/B/W, micro-batch, virtual stage); NaN: not run yet. Flat, so pricing stays
   // linear in the schedule's size (the generators bound it).
   const size_t per_kind = size_t(s.micro_batches) * size_t(s.stages());
@@ -58,7 +73,7 @@ Timeline simulate(const Schedule& s, const Costs& c) {
               ok = finished(OpKind::F, op.mb, v - 1, &dep);
               ready = dep + c.comm;
             }
-            dur = c.f * scale;
+            dur = c.f[size_t(v)];
             break;
           case OpKind::B:
             if (v < last) {
@@ -68,12 +83,12 @@ Timeline simulate(const Schedule& s, const Costs& c) {
               ok = finished(OpKind::F, op.mb, v, &dep);
               ready = dep;
             }
-            dur = c.b * scale;
+            dur = c.b[size_t(v)];
             break;
           case OpKind::W:
             ok = finished(OpKind::B, op.mb, v, &dep);
             ready = dep;
-            dur = c.w * scale;
+            dur = c.w[size_t(v)];
             break;
           default:  // send / recv: the dependency rules above carry their cost
             ++next[size_t(r)];

@@ -27,7 +27,17 @@ struct Timeline {
   std::vector<int> peak_activations;      // per rank: micro-batch chunks forwarded but not yet through B
 };
 
+// Costs per virtual stage (index chunk * pp + rank): the time of one micro-batch's F, B and W through
+// that chunk alone, so stages may differ (the first holds the embedding, the last the output head
+// and loss); comm is the time of one activation (or gradient) transfer between neighbours.
+struct StageCosts {
+  std::vector<double> f, b, w;
+  double comm = 0;
+};
+
 // Throws tessel::Error naming the blocked operations if the schedule deadlocks.
+Timeline simulate(const Schedule& s, const StageCosts& c);
+// Uniform costs: every rank's whole stage costs c.f (B c.b, W c.w), a chunk 1/V of it.
 Timeline simulate(const Schedule& s, const Costs& c);
 
 // A text chart: one row per rank, one character per time unit (F, B, W, '.' idle; lower case for

@@ -31,33 +31,39 @@ void count_parameters(const Config& cfg, DryRunResult& out) {
   out.parameters_active_per_token = total - inactive;
 }
 
-// Switches the process-wide op log on (cleared) for a scope, and back as it was.
-class OpLogSession {
+// Switches a process-wide log (kernels::op_log(), comm::comm_log()) on, cleared, for a scope, and
+// back as it was.
+template <class Log>
+class LogSession {
  public:
-  OpLogSession() : was_(kernels::op_log().enabled()) {
-    kernels::op_log().clear();
-    kernels::op_log().set_enabled(true);
+  explicit LogSession(Log& log) : log_(log), was_(log.enabled()) {
+    log_.clear();
+    log_.set_enabled(true);
   }
-  ~OpLogSession() {
-    kernels::op_log().set_enabled(was_);
-    kernels::op_log().clear();
+  ~LogSession() {
+    log_.set_enabled(was_);
+    log_.clear();
   }
+  LogSession(const LogSession&) = delete;
+  LogSession& operator=(const LogSession&) = delete;
 
  private:
+  Log& log_;
   bool was_;
 };
 
 }  // namespace
 
 StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
-                                      nn::MoeRoutingTrace* routing) {
+                                      nn::MoeRoutingTrace* routing, bool keep_records) {
   TESSEL_CHECK(steps >= 1, "measure_training_step: steps must be >= 1, got {}", steps);
   DefaultDeviceScope on(device);
   nn::MoeRoutingTraceScope routed(routing);
   Allocator& a = allocator(device);
   for (auto& [name, g] : groups.named_groups())
     if (g) g->reset_stats();
-  OpLogSession log;
+  const LogSession ops(kernels::op_log());
+  const LogSession collectives(comm::comm_log());
   a.reset_peak();
   const MemoryStats before = a.stats();
   StepMeasurement m;
@@ -83,6 +89,10 @@ StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& gr
   for (const auto& [op, t] : m.ops) m.flops += t.flops;
   for (auto& [name, g] : groups.named_groups())
     if (g && !g->stats().empty()) m.comm_by_group[name] = g->stats();
+  if (keep_records) {
+    m.op_records = kernels::op_log().records();
+    m.comm_records = comm::comm_log().records();
+  }
   return m;
 }
 

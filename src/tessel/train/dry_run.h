@@ -34,6 +34,10 @@ struct StepMeasurement {
   std::map<std::string, kernels::OpTotals> ops;       // per op family (kernels::OpRecord::op)
   double flops = 0;
   std::map<std::string, std::map<std::string, comm::CommStats>> comm_by_group;  // group -> kind -> totals
+  // Every kernel call and collective of setup and the steps, in order, each with its phase (only
+  // with keep_records: the planner prices them one by one).
+  std::vector<kernels::OpRecord> op_records;
+  std::vector<comm::CommRecord> comm_records;
 };
 
 // Sets the Trainer up for this rank of `groups` with its tensors on `device` and runs `steps`
@@ -42,7 +46,7 @@ struct StepMeasurement {
 // the duration. routing (optional): the MoE blocks record their routing to it (cpu) or replay it
 // (meta), so a meta run can be given a real run's token counts; without one meta routes in balance.
 StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
-                                      nn::MoeRoutingTrace* routing = nullptr);
+                                      nn::MoeRoutingTrace* routing = nullptr, bool keep_records = false);
 
 // Ranks that hold the same model state: one pipeline stage (tensor-, context-, data- and
 // expert-parallel ranks of a stage hold equal shares). Evaluated on the stage's first rank, which

@@ -216,6 +216,7 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
       if (param_gather_) {
         // The fp32 copy (norms, biases, embedding, router) first: the forward's first wait takes it.
         std::vector<std::unique_ptr<comm::Work>> first;
+        const comm::OverlappedCommScope behind_forward;
         first.push_back(shard_->all_gather_v_async(f32.device_ptr(), f32_counts, DType::f32));
         param_gather_->launch(copy, std::move(first));
       } else {

@@ -1,0 +1,35 @@
+#include "tessel/comm/comm_log.h"
+
+#include <utility>
+
+namespace tessel::comm {
+namespace {
+thread_local bool t_overlapped = false;
+}  // namespace
+
+void CommLog::add(CommRecord r) {
+  r.phase = current_memory_phase();
+  r.overlapped = t_overlapped;
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.push_back(std::move(r));
+}
+
+std::vector<CommRecord> CommLog::records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_;
+}
+
+void CommLog::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.clear();
+}
+
+CommLog& comm_log() {
+  static CommLog* log = new CommLog;  // never destroyed, like the op log
+  return *log;
+}
+
+OverlappedCommScope::OverlappedCommScope() : previous_(t_overlapped) { t_overlapped = true; }
+OverlappedCommScope::~OverlappedCommScope() { t_overlapped = previous_; }
+
+}  // namespace tessel::comm

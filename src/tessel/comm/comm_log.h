@@ -1,0 +1,54 @@
+#pragma once
+// The collectives of a run, one record each (group, kind, payload bytes, group size, whether it was
+// launched to overlap computation, and the step phase it was issued in), written by every backend's
+// Communicator::count when the log is on. With the op log (kernels/op_log.h) this is a dry run's
+// whole step: the planner prices both with a hardware profile.
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tessel/core/memory.h"
+
+namespace tessel::comm {
+
+struct CommRecord {
+  std::string group;  // the communicator's label: "tp", "dp", "pp", ... (ParallelState), or "" unnamed
+  std::string kind;   // all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send, reduce
+  int64_t bytes = 0;  // payload as Communicator counts it (communicator.h: what this rank contributes)
+  int group_size = 1;
+  bool overlapped = false;  // launched inside an OverlappedCommScope (it may run behind computation)
+  MemoryPhase phase{};
+};
+
+class CommLog {
+ public:
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
+  void add(CommRecord r);  // stamps the calling thread's phase and overlap scope
+  std::vector<CommRecord> records() const;
+  void clear();
+
+ private:
+  std::atomic<bool> enabled_{false};
+  mutable std::mutex mu_;
+  std::vector<CommRecord> records_;
+};
+
+CommLog& comm_log();
+
+// Collectives launched while the scope lives are meant to run behind computation (the gradient
+// reducer's buckets, the overlapped parameter all-gather, the context-parallel ring's transfers).
+class OverlappedCommScope {
+ public:
+  OverlappedCommScope();
+  ~OverlappedCommScope();
+  OverlappedCommScope(const OverlappedCommScope&) = delete;
+  OverlappedCommScope& operator=(const OverlappedCommScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace tessel::comm
