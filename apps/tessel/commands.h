@@ -18,5 +18,6 @@ Action add_import_hf_command(CLI::App& app);
 Action add_schedule_command(CLI::App& app);
 Action add_dry_run_command(CLI::App& app);
 Action add_ckpt_command(CLI::App& app);
+Action add_plan_command(CLI::App& app);
 
 }  // namespace tessel::app

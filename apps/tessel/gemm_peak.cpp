@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tessel/core/cpu_model.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/kernels/gemm_peak_check.h"
 
@@ -25,14 +26,6 @@ constexpr int64_t kSize = 2048;        // square GEMM measured
 constexpr int kAttempts = 3;           // measurements at most per call
 constexpr int kTrustedWanted = 2;      // stop after this many trusted ones (the best is kept)
 constexpr double kMaxAgeDays = 30;     // older cache entries are measured again
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown-cpu";
-}
 
 std::filesystem::path cache_file() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
@@ -144,7 +137,7 @@ void write_cache(const std::filesystem::path& path, const nlohmann::json& cache)
 
 std::pair<double, std::string> gemm_peak(DType dtype, bool remeasure) {
   const int threads = omp_get_max_threads();
-  const std::string key = fmt::format("{} | {} | threads {} | {}", cpu_model(), kernels::gemm_cpu_isa(), threads,
+  const std::string key = fmt::format("{} | {} | threads {} | {}", cpu_model_name(), kernels::gemm_cpu_isa(), threads,
                                       dtype_name(dtype));
   const auto path = cache_file();
   nlohmann::json cache = read_cache(path);

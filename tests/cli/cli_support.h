@@ -55,4 +55,11 @@ inline std::vector<double> metric_values(const std::string& metrics_path, const 
 
 inline std::string config(const std::string& name) { return std::string(TESSEL_CONFIG_DIR) + "/" + name; }
 
+// The last non-empty line of a command's output (the JSON summary of dry-run, plan, bench).
+inline std::string last_line(const std::string& out) {
+  const size_t end = out.find_last_not_of('\n');
+  const size_t start = out.rfind('\n', end);
+  return out.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
 }  // namespace tessel::testing

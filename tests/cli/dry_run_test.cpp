@@ -9,12 +9,6 @@ using namespace tessel::testing;
 
 namespace {
 
-std::string last_line(const std::string& out) {
-  const size_t end = out.find_last_not_of('\n');
-  const size_t start = out.rfind('\n', end);
-  return out.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
-}
-
 TEST(DryRunCli, DeepSeekV3OnTwoThousandRanksReportsEveryStageAndEndsInJson) {
   TempDir d;
   const auto r = run_tessel("dry-run " + config("deepseek-v3.yaml") + " --world 2048 --steps 0", d.path(), 60);

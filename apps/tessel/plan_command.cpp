@@ -1,0 +1,164 @@
+// tessel plan estimate CONFIG --hardware HW --world N [--set k=v ...] [--memory-gib M]: the step time
+// and memory of one layout on one hardware profile, predicted from the meta device's records of the
+// real step (src/tessel/plan/estimate.h). CONFIG: a tessel YAML or a SimuMax model JSON; HW: a tessel
+// profile (configs/hardware/, `tessel plan calibrate`) or a SimuMax system JSON. The last line
+// printed is JSON.
+// tessel plan calibrate --out FILE: measures this machine into a profile (src/tessel/plan/calibrate.h).
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "option_checks.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/core/check.h"
+#include "tessel/plan/calibrate.h"
+#include "tessel/plan/estimate.h"
+#include "tessel/plan/planner_config.h"
+
+namespace tessel::app {
+namespace {
+
+struct EstimateOptions {
+  std::string config, hardware;
+  std::vector<std::string> sets;
+  int world = 1;
+  double memory_gib = 0;
+  bool ops = false;
+};
+
+// "name 1.23 ms (45%)" lines, the largest first.
+void print_shares(const char* title, const std::map<std::string, double>& seconds, double total) {
+  std::vector<std::pair<double, std::string>> sorted;
+  for (const auto& [name, t] : seconds) sorted.emplace_back(t, name);
+  std::sort(sorted.rbegin(), sorted.rend());
+  std::printf("  %s:\n", title);
+  for (const auto& [t, name] : sorted)
+    std::printf("    %-40s %10.3f ms  %5.1f%%\n", name.c_str(), 1e3 * t, total > 0 ? 100 * t / total : 0.0);
+}
+
+double gib(int64_t bytes) { return double(bytes) / double(int64_t(1) << 30); }
+
+nlohmann::json categories_json(const MemoryStats::PerCategory& bytes) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int c = 0; c < kMemoryCategories; ++c)
+    j[std::string(memory_category_name(MemoryCategory(c)))] = gib(bytes[size_t(c)]);
+  return j;
+}
+
+int run_estimate(const EstimateOptions& o) {
+  const plan::HardwareProfile hw = plan::load_hardware_profile(o.hardware);
+  const train::Config cfg = plan::load_plan_config(o.config, o.sets);
+  const plan::Estimate e = plan::estimate_step(cfg, hw, o.world);
+  std::printf("tessel plan estimate: %s on %d ranks of %s (%s)\n", o.config.c_str(), e.world, hw.name.c_str(),
+              e.layout.c_str());
+  const double memory_limit = o.memory_gib > 0 ? o.memory_gib : hw.memory_gib;
+  nlohmann::json stages = nlohmann::json::array();
+  std::vector<std::string> too_big;
+  for (const plan::StageEstimate& s : e.stages) {
+    std::string comm;
+    double exposed = 0;
+    nlohmann::json comm_j = nlohmann::json::object();
+    for (const auto& [group, t] : s.exposed_comm_s) {
+      comm += fmt::format("{}{} {:.2f}", comm.empty() ? "" : ", ", group, 1e3 * t);
+      exposed += t;
+      comm_j[group] = 1e3 * t;
+    }
+    std::printf("%s (%zu ranks): step %.2f ms = passes %.2f ms (per micro-batch F %.2f, B %.2f, W %.2f) + bubble "
+                "%.2f + optimizer %.2f + exposed communication %.2f ms (%s)\n",
+                s.role.c_str(), s.ranks.size(), 1e3 * s.step_s, 1e3 * (s.pipeline_end_s - s.bubble_s),
+                1e3 * s.forward_s, 1e3 * s.backward_s, 1e3 * s.weight_s, 1e3 * s.bubble_s, 1e3 * s.optimizer_s,
+                1e3 * exposed, comm.empty() ? "none" : (comm + " ms").c_str());
+    std::string cats;
+    for (int c = 0; c < kMemoryCategories; ++c)
+      if (s.peak_bytes_by_category[size_t(c)] > 0)
+        cats += fmt::format("{}{} {:.2f}", cats.empty() ? "" : ", ", memory_category_name(MemoryCategory(c)),
+                            gib(s.peak_bytes_by_category[size_t(c)]));
+    std::printf("  peak memory %.2f GiB at %s (%s GiB)\n", gib(s.peak_bytes), s.peak_at.c_str(), cats.c_str());
+    if (o.ops) {
+      double kernels = 0;
+      for (const auto& [op, t] : s.kernel_s_by_op) kernels += t;
+      print_shares("kernels by op family (per step)", s.kernel_s_by_op, kernels);
+      print_shares("collectives by group and kind (per step, exposed or not)", s.comm_s_by_kind, kernels);
+    }
+    if (memory_limit > 0 && gib(s.peak_bytes) > memory_limit)
+      too_big.push_back(fmt::format("{}: peak {:.2f} GiB exceeds {:.2f} GiB per device ({})", s.role, gib(s.peak_bytes),
+                                    memory_limit, o.memory_gib > 0 ? "--memory-gib" : "the profile's memory_gib"));
+    stages.push_back({{"role", s.role},
+                      {"ranks", s.ranks.size()},
+                      {"step_ms", 1e3 * s.step_s},
+                      {"compute_ms", 1e3 * s.compute_s},
+                      {"forward_ms", 1e3 * s.forward_s},
+                      {"backward_ms", 1e3 * s.backward_s},
+                      {"weight_ms", 1e3 * s.weight_s},
+                      {"bubble_ms", 1e3 * s.bubble_s},
+                      {"optimizer_ms", 1e3 * s.optimizer_s},
+                      {"exposed_comm_ms", comm_j},
+                      {"peak_memory_gib", gib(s.peak_bytes)},
+                      {"peak_memory_gib_by_category", categories_json(s.peak_bytes_by_category)},
+                      {"peak_at", s.peak_at}});
+  }
+  std::printf("step %.2f ms | %.1f tokens/s | MFU %.1f%% | peak memory %.2f GiB (max over ranks) | estimated in "
+              "%.2f s\n",
+              1e3 * e.step_s, e.tokens_per_s, 100 * e.mfu, gib(e.peak_bytes), e.seconds);
+  for (const auto& line : too_big) std::fprintf(stderr, "does not fit: %s\n", line.c_str());
+  const nlohmann::json out{{"step_ms", 1e3 * e.step_s},
+                           {"peak_memory_gib", gib(e.peak_bytes)},
+                           {"tokens_per_s", e.tokens_per_s},
+                           {"mfu", e.mfu},
+                           {"world", e.world},
+                           {"hardware", hw.name},
+                           {"fits", too_big.empty()},
+                           {"stages", stages},
+                           {"seconds", e.seconds}};
+  std::printf("%s\n", out.dump().c_str());
+  return too_big.empty() ? 0 : 1;
+}
+
+int run_calibration(const plan::CalibrateOptions& o) {
+  auto world = comm::mpi_launched() ? comm::make_mpi_world() : comm::make_local_communicator();
+  const plan::HardwareProfile p = plan::calibrate_machine(*world, o);
+  if (world->rank() == 0) {
+    plan::save_hardware_profile(p, o.out);
+    std::printf("wrote %s: %s | gemm bf16 peak %.1f GFLOP/s, f32 %.1f GFLOP/s | memory %.1f GB/s | kernel latency "
+                "%.1f us | %s\n",
+                o.out.c_str(), p.name.c_str(), p.compute.at("gemm.bf16").peak_flops / 1e9,
+                p.compute.at("gemm.f32").peak_flops / 1e9, p.memory_bandwidth / 1e9, p.kernel_latency_s * 1e6,
+                p.networks.empty() ? "no collectives (run under mpirun -np 2 to measure them)"
+                                   : "collectives measured");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action add_plan_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plan", "Predict step time and memory of a layout on given hardware (estimate, calibrate)");
+  cmd->require_subcommand(1);
+  auto e = std::make_shared<EstimateOptions>();
+  auto* est = cmd->add_subcommand("estimate", "Step time, its breakdown and memory per stage of one layout");
+  est->add_option("config", e->config, "tessel YAML config, or a SimuMax model JSON")->required();
+  est->add_option("--hardware", e->hardware, "hardware profile: configs/hardware/*.json or a SimuMax system JSON")
+      ->required();
+  est->add_option("--world", e->world, "number of ranks")->required()->check(integer_at_least(1));
+  est->add_option("--set", e->sets, "config override key=value (repeatable)");
+  est->add_flag("--ops", e->ops, "also print each stage's time by op family and by collective");
+  est->add_option("--memory-gib", e->memory_gib, "memory per device (default: the profile's); exit 1 when a stage exceeds it")
+      ->check(finite_non_negative());
+  auto c = std::make_shared<plan::CalibrateOptions>();
+  auto* cal = cmd->add_subcommand("calibrate", "Measure this machine into a hardware profile (under mpirun -np 2 "
+                                                "it also measures the collectives)");
+  cal->add_option("--out", c->out, "profile to write (JSON)")->required();
+  cal->add_option("--name", c->name, "the profile's name (default: the CPU model)");
+  cal->add_option("--repeats", c->repeats, "timed repetitions per point (the best counts)")->check(integer_at_least(1));
+  auto ran = std::make_shared<int>(0);
+  est->callback([ran] { *ran = 1; });
+  cal->callback([ran] { *ran = 2; });
+  return [e, c, ran] { return *ran == 1 ? run_estimate(*e) : run_calibration(*c); };
+}
+
+}  // namespace tessel::app

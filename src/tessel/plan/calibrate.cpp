@@ -1,0 +1,253 @@
+#include "tessel/plan/calibrate.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <thread>
+
+#include <fmt/ranges.h>
+
+#include "tessel/comm/parallel_state.h"
+#include "tessel/core/check.h"
+#include "tessel/core/cpu_model.h"
+#include "tessel/kernels/cast.h"
+#include "tessel/kernels/gemm.h"
+#include "tessel/plan/cost_model.h"
+#include "tessel/train/dry_run.h"
+
+namespace tessel::plan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <class F>
+double best_seconds(int repeats, F&& run) {
+  run();  // warm-up: primitive creation, first touch
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = Clock::now();
+    run();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+// The GEMM grid: {128, 512, 2048}^3 x variants, per dtype.
+void measure_gemms(HardwareProfile& p, int repeats) {
+  const std::vector<int64_t> sizes = {128, 512, 2048};
+  struct Variant {
+    bool ta, tb, acc;
+  };
+  const std::vector<Variant> variants = {{false, true, false}, {false, false, false}, {true, false, true}};
+  for (const DType dt : {DType::bf16, DType::f32}) {
+    std::vector<ShapePoint> points;
+    std::vector<double> flops_per_s;
+    for (const int64_t M : sizes)
+      for (const int64_t N : sizes)
+        for (const int64_t K : sizes)
+          for (const Variant& v : variants) {
+            const Tensor a = Tensor::zeros(v.ta ? Shape{K, M} : Shape{M, K}, dt);
+            const Tensor b = Tensor::zeros(v.tb ? Shape{N, K} : Shape{K, N}, dt);
+            const Tensor c = Tensor::zeros({M, N}, DType::f32);
+            const double t = best_seconds(repeats, [&] { kernels::matmul(a, v.ta, b, v.tb, c, v.acc, Tensor()); });
+            points.push_back({{double(M), double(N), double(K)}, kernels::gemm_variant(v.ta, v.tb, v.acc), 0});
+            flops_per_s.push_back(2.0 * double(M) * double(N) * double(K) / t);
+          }
+    const double peak = *std::max_element(flops_per_s.begin(), flops_per_s.end());
+    ComputeOpProfile c;
+    c.peak_flops = peak;
+    double sum = 0;
+    for (size_t i = 0; i < points.size(); ++i) {
+      points[i].efficiency = flops_per_s[i] / peak;
+      sum += points[i].efficiency;
+    }
+    c.efficiency.fallback = sum / double(points.size());
+    c.efficiency.points = std::move(points);
+    p.compute[dt == DType::bf16 ? "gemm.bf16" : "gemm.f32"] = std::move(c);
+  }
+}
+
+void measure_memory(HardwareProfile& p, int repeats) {
+  const int64_t big = int64_t(1) << 24;  // 64 MiB per operand
+  const Tensor a = Tensor::zeros({big}, DType::f32), b = Tensor::zeros({big}, DType::f32);
+  const double t = best_seconds(repeats, [&] { kernels::add(a, b, a); });
+  p.memory_bandwidth = 3.0 * 4.0 * double(big) / t;
+  const Tensor s = Tensor::zeros({16}, DType::f32);
+  std::vector<double> small;
+  for (int i = 0; i < 200; ++i) small.push_back(best_seconds(1, [&] { kernels::add(s, s, s); }));
+  std::nth_element(small.begin(), small.begin() + long(small.size() / 2), small.end());
+  p.kernel_latency_s = small[small.size() / 2];
+}
+
+// The calibration models: fixed here, small enough for a few seconds a step on 2 cores.
+const char* kCalibrationModels[] = {
+    "model:\n  arch: llama\n  num_layers: 2\n  hidden_size: 320\n  num_attention_heads: 5\n  num_query_groups: 5\n"
+    "  ffn_hidden_size: 896\n  vocab_size: 3072\n  seq_length: 192\n"
+    "train:\n  micro_batch_size: 2\n  global_batch_size: 2\nprecision:\n  compute: bf16\n",
+    "model:\n  arch: mixtral\n  num_layers: 2\n  hidden_size: 192\n  num_attention_heads: 6\n  num_query_groups: 2\n"
+    "  ffn_hidden_size: 384\n  num_experts: 6\n  moe_router_topk: 2\n  vocab_size: 1536\n  seq_length: 320\n"
+    "train:\n  micro_batch_size: 1\n  global_batch_size: 1\nprecision:\n  compute: bf16\n",
+    "model:\n  arch: deepseek_v3\n  num_layers: 2\n  hidden_size: 160\n  num_attention_heads: 4\n"
+    "  num_query_groups: 4\n  ffn_hidden_size: 320\n  q_lora_rank: 96\n  kv_lora_rank: 64\n  qk_head_dim: 32\n"
+    "  qk_pos_emb_head_dim: 16\n  v_head_dim: 32\n  num_experts: 4\n  moe_router_topk: 2\n  moe_ffn_hidden_size: 128\n"
+    "  moe_shared_expert_intermediate_size: 128\n  moe_first_dense_layers: 1\n  vocab_size: 1024\n  seq_length: 128\n"
+    "train:\n  micro_batch_size: 2\n  global_batch_size: 2\nprecision:\n  compute: bf16\n",
+};
+
+// Every op family other than the GEMMs, timed inside real training steps: per distinct call
+// (family, shapes) the fastest of its calls (the first step's are cold), then per family
+// efficiency = its bytes (attention: FLOPs) over its time less the kernel latency.
+void measure_step_kernels(HardwareProfile& p) {
+  struct Sum {
+    double work = 0, seconds = 0;
+  };
+  std::map<std::string, Sum> memory_ops;
+  std::vector<std::pair<kernels::OpRecord, double>> attention;
+  for (const char* yaml : kCalibrationModels) {
+    const train::Config cfg = train::Config::from_yaml_text(yaml, {}, "calibration model");
+    auto local = comm::make_local_communicator();
+    comm::ParallelState groups(*local, cfg.parallel_sizes());
+    kernels::op_log().set_timing(true);
+    const train::StepMeasurement m = train::measure_training_step(cfg, groups, Device::cpu, 3, nullptr, true);
+    kernels::op_log().set_timing(false);
+    std::map<std::string, std::pair<kernels::OpRecord, double>> fastest;  // by family and shapes
+    for (const kernels::OpRecord& r : m.op_records) {
+      if (r.seconds < 0 || r.op == "gemm" || r.op == "fp8_gemm") continue;
+      std::string key = fmt::format("{} {}", r.op, r.variant);
+      for (const Shape& s : r.shapes) key += fmt::format(" [{}]", fmt::join(s, ","));
+      auto it = fastest.find(key);
+      if (it == fastest.end()) fastest.emplace(key, std::make_pair(r, r.seconds));
+      else it->second.second = std::min(it->second.second, r.seconds);
+    }
+    for (auto& [key, rec] : fastest) {
+      // Less the latency, but never below half the call: a call shorter than the latency measured
+      // elsewhere says the latency varies, not that the kernel is infinitely fast.
+      const double t = std::max(rec.second - p.kernel_latency_s, 0.5 * rec.second);
+      if (compute_kind(rec.first).empty()) {
+        Sum& s = memory_ops[rec.first.op];
+        s.work += double(rec.first.bytes_read + rec.first.bytes_written);
+        s.seconds += t;
+      } else {
+        attention.emplace_back(rec.first, t);
+      }
+    }
+  }
+  double work = 0, seconds = 0;
+  for (const auto& [op, s] : memory_ops) {
+    if (s.work <= 0) continue;
+    p.memory[op].efficiency = std::min(50.0, s.work / s.seconds / p.memory_bandwidth);  // cached data: above 1
+    work += s.work;
+    seconds += s.seconds;
+  }
+  p.memory["default"].efficiency = seconds > 0 ? work / seconds / p.memory_bandwidth : 1.0;
+  // Attention runs in fp32 on the cpu: its efficiency is relative to the f32 GEMM peak.
+  const double peak = p.compute.at("gemm.f32").peak_flops;
+  for (const char* kind : {"attention_fwd", "attention_bwd"}) {
+    ComputeOpProfile c;
+    c.peak_flops = peak;
+    double sum = 0;
+    for (const auto& [r, t] : attention) {
+      if (compute_kind(r) != kind) continue;
+      const double eff = std::min(1.0, r.flops / t / peak);
+      c.efficiency.points.push_back({efficiency_dims(r), "", eff});
+      sum += eff;
+    }
+    TESSEL_CHECK(!c.efficiency.points.empty(), "calibrate: the calibration models made no {} call", kind);
+    c.efficiency.fallback = sum / double(c.efficiency.points.size());
+    p.compute[kind] = std::move(c);
+  }
+}
+
+// One kind of collective over message sizes; a least-squares line t = fixed + bus bytes / bandwidth.
+CollectiveProfile fit_collective(comm::Communicator& w, const std::string& kind, int repeats) {
+  const int n = w.size();
+  CollectiveProfile c;
+  c.scale = kind == "all_reduce" ? 2 : 1;
+  c.offset = kind == "p2p" ? 0 : -1;
+  std::vector<double> xs, ys;
+  for (int64_t bytes = 4096; bytes <= (int64_t(16) << 20); bytes *= 4) {
+    const int64_t count = bytes / 4;
+    std::vector<float> a(size_t(count * n)), b(size_t(count * n));
+    double t = 0;
+    double bus = 0;
+    if (kind == "all_reduce") {
+      t = best_seconds(repeats, [&] { w.all_reduce(a.data(), count, DType::f32, comm::ReduceOp::sum); });
+      bus = double(bytes) * 2 * (n - 1) / n;
+    } else if (kind == "all_gather") {
+      t = best_seconds(repeats, [&] { w.all_gather(a.data(), b.data(), count / n, DType::f32); });
+      bus = double(bytes) * (n - 1) / n;
+    } else if (kind == "reduce_scatter") {
+      t = best_seconds(repeats, [&] { w.reduce_scatter(a.data(), b.data(), count / n, DType::f32, comm::ReduceOp::sum); });
+      bus = double(bytes) * (n - 1) / n;
+    } else if (kind == "all2all") {
+      t = best_seconds(repeats, [&] { w.all_to_all(a.data(), b.data(), count / n, DType::f32); });
+      bus = double(bytes) * (n - 1) / n;
+    } else {  // p2p: rank 0 to rank 1 and back (half the round trip)
+      t = best_seconds(repeats, [&] {
+            if (w.rank() == 0) {
+              w.send(a.data(), count, DType::f32, 1, 7);
+              w.recv(b.data(), count, DType::f32, 1, 8);
+            } else if (w.rank() == 1) {
+              w.recv(b.data(), count, DType::f32, 0, 7);
+              w.send(a.data(), count, DType::f32, 0, 8);
+            }
+          }) / 2;
+      bus = double(bytes);
+    }
+    // The slowest rank's time counts; every rank learns it (the fit must agree everywhere).
+    float slowest = float(t);
+    w.all_reduce(&slowest, 1, DType::f32, comm::ReduceOp::max);
+    t = double(slowest);
+    xs.push_back(bus);
+    ys.push_back(t);
+  }
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < xs.size(); ++i) mx += xs[i], my += ys[i];
+  mx /= double(xs.size());
+  my /= double(ys.size());
+  double sxy = 0, sxx = 0;
+  for (size_t i = 0; i < xs.size(); ++i) sxy += (xs[i] - mx) * (ys[i] - my), sxx += (xs[i] - mx) * (xs[i] - mx);
+  const double slope = std::max(sxy / sxx, 1e-15);
+  c.bandwidth = 1.0 / slope;
+  c.efficiency = 1;
+  c.fixed_latency_s = std::max(0.0, my - slope * mx);
+  c.latency_s = 0;
+  return c;
+}
+
+}  // namespace
+
+HardwareProfile calibrate_machine(comm::Communicator& world, const CalibrateOptions& o) {
+  TESSEL_CHECK(o.repeats >= 1, "calibrate: --repeats must be >= 1, got {}", o.repeats);
+  HardwareProfile p;
+  const int threads = omp_get_max_threads();
+  p.name = o.name.empty() ? fmt::format("{}, {} thread{} per rank, {} rank{}", cpu_model_name(), threads,
+                                        threads == 1 ? "" : "s", world.size(), world.size() == 1 ? "" : "s")
+                          : o.name;
+  p.source = o.out;
+  p.device = "cpu";
+  p.threads = threads;
+  p.devices_per_node = std::max(1, int(std::thread::hardware_concurrency()) / threads);
+  p.async_progress = false;  // MPI progresses only inside MPI calls (communicator.h)
+  const auto say = [&](const std::string& what) {
+    if (world.rank() == 0) std::printf("calibrate: %s\n", what.c_str()), std::fflush(stdout);
+  };
+  say("GEMM grid {128, 512, 2048}^3 x NT, NN, TN+acc, bf16 and f32");
+  measure_gemms(p, o.repeats);
+  say("memory bandwidth and kernel latency");
+  measure_memory(p, o.repeats);
+  say("the other kernels, in training steps of 3 calibration models");
+  measure_step_kernels(p);
+  if (world.size() >= 2) {
+    say(fmt::format("collectives over {} ranks", world.size()));
+    NetworkProfile net;
+    for (const std::string& kind : kCollectiveKinds) net.ops[kind] = fit_collective(world, kind, o.repeats);
+    p.networks["intra_node"] = std::move(net);
+  }
+  return p;
+}
+
+}  // namespace tessel::plan

@@ -1,0 +1,113 @@
+#include "tessel/plan/cost_model.h"
+
+#include <algorithm>
+
+#include "tessel/core/check.h"
+
+namespace tessel::plan {
+namespace {
+
+bool is_attention(const std::string& op, bool* backward) {
+  // attention_fwd / attention_bwd, ring_attention_fwd / ring_attention_bwd
+  const bool fwd = op == "attention_fwd" || op == "ring_attention_fwd";
+  const bool bwd = op == "attention_bwd" || op == "ring_attention_bwd";
+  *backward = bwd;
+  return fwd || bwd;
+}
+
+}  // namespace
+
+std::string compute_kind(const kernels::OpRecord& r) {
+  if (r.op == "fp8_gemm") return "fp8_gemm";
+  if (r.op == "gemm") {
+    TESSEL_CHECK(!r.dtypes.empty() && (r.dtypes[0] == DType::bf16 || r.dtypes[0] == DType::f32),
+                 "planner: a gemm of inputs {} has no profile entry (gemm.bf16 and gemm.f32 only)",
+                 r.dtypes.empty() ? "?" : std::string(dtype_name(r.dtypes[0])));
+    return r.dtypes[0] == DType::bf16 ? "gemm.bf16" : "gemm.f32";
+  }
+  bool backward = false;
+  if (is_attention(r.op, &backward)) return backward ? "attention_bwd" : "attention_fwd";
+  return "";
+}
+
+std::vector<double> efficiency_dims(const kernels::OpRecord& r) {
+  if (r.op == "gemm" || r.op == "fp8_gemm") {
+    // Operands a, b, (bias), c: c is [M, N]; K is a's second dim, or its first when a is transposed.
+    TESSEL_CHECK(r.shapes.size() >= 3 && r.shapes[0].size() == 2 && r.shapes.back().size() == 2,
+                 "planner: a {} record without 2-D operands", r.op);
+    const Shape& a = r.shapes[0];
+    const Shape& c = r.shapes.back();
+    const bool trans_a = !r.variant.empty() && r.variant[0] == 'T';
+    return {double(c[0]), double(c[1]), double(trans_a ? a[0] : a[1])};
+  }
+  // Attention: q [B*T, H*Dh], k [B*T, G*Dh], v, ..., lse [B, H, T] (the first 3-D operand).
+  const auto lse = std::find_if(r.shapes.begin(), r.shapes.end(), [](const Shape& s) { return s.size() == 3; });
+  TESSEL_CHECK(lse != r.shapes.end() && r.shapes.size() >= 3, "planner: an {} record without its lse operand", r.op);
+  const double B = double((*lse)[0]), H = double((*lse)[1]), T = double((*lse)[2]);
+  const double Dh = double(r.shapes[0][1]) / H, G = double(r.shapes[1][1]) / Dh;
+  const double Dv = double(r.shapes[2][1]) / G;
+  return {B, T, H, G, Dh, Dv};
+}
+
+double op_seconds(const HardwareProfile& hw, const kernels::OpRecord& r) {
+  const std::string kind = compute_kind(r);
+  if (!kind.empty()) {
+    const auto it = hw.compute.find(kind);
+    TESSEL_CHECK(it != hw.compute.end(), "hardware profile {} has no compute entry '{}' (needed by {} calls)",
+                 hw.source, kind, r.op);
+    const double eff = it->second.efficiency.at(efficiency_dims(r), r.variant);
+    TESSEL_CHECK(eff > 0, "hardware profile {}: compute.{} has efficiency 0 for {}", hw.source, kind, r.op);
+    return hw.kernel_latency_s + r.flops / (it->second.peak_flops * eff);
+  }
+  auto it = hw.memory.find(r.op);
+  if (it == hw.memory.end()) it = hw.memory.find("default");
+  TESSEL_CHECK(it != hw.memory.end(), "hardware profile {} has no memory efficiency for '{}' nor a default",
+               hw.source, r.op);
+  return hw.kernel_latency_s + hw.memory_latency_s +
+         double(r.bytes_read + r.bytes_written) / (hw.memory_bandwidth * it->second.efficiency);
+}
+
+std::string network_level(const HardwareProfile& hw, const std::string& group, const comm::ParallelSizes& s, int dp) {
+  // Ranks are ordered tp-cp-dp-pp (comm/parallel_state.h): a group's members are `size` ranks
+  // `stride` apart, spanning stride x (size - 1) + 1 consecutive ranks.
+  const int64_t tp = s.tp, cp = s.cp, pp = s.pp;
+  int64_t stride = 1, size = 1;
+  if (group == "tp") size = tp;
+  else if (group == "cp") stride = tp, size = cp;
+  else if (group == "dp") stride = tp * cp, size = dp;
+  else if (group == "pp" || group == "embedding") stride = tp * cp * dp, size = pp;
+  else if (group == "dp_cp") stride = tp, size = cp * dp;
+  else if (group == "ep") stride = tp, size = s.ep;
+  else if (group == "ep_dp") stride = tp * s.ep, size = cp * dp / s.ep;
+  else if (group == "world" || group.empty()) stride = 1, size = tp * cp * dp * pp;
+  else TESSEL_FAIL("planner: no network level for group '{}'", group);
+  const int64_t span = stride * (size - 1) + 1;
+  const std::string level = span <= hw.devices_per_node ? "intra_node" : "inter_node";
+  TESSEL_CHECK(hw.networks.count(level),
+               "hardware profile {} has no '{}' network level, and the {} group spans {} ranks (nodes of {})", hw.source,
+               level, group, span, hw.devices_per_node);
+  return level;
+}
+
+double collective_seconds(const HardwareProfile& hw, const std::string& level, const comm::CommRecord& r) {
+  const int64_t n = r.group_size;
+  if (n <= 1 || r.bytes == 0) return 0;
+  std::string kind;
+  double message = double(r.bytes);  // the payload this rank contributes (communicator.h)
+  if (r.kind == "all_reduce") kind = "all_reduce";
+  else if (r.kind == "all_gather") kind = "all_gather", message *= double(n);  // every rank's block
+  else if (r.kind == "broadcast") kind = "all_gather";
+  else if (r.kind == "reduce_scatter" || r.kind == "reduce") kind = "reduce_scatter";
+  else if (r.kind == "all_to_all") kind = "all2all";
+  else if (r.kind == "send") kind = "p2p";
+  else TESSEL_FAIL("planner: collective kind '{}' has no cost model", r.kind);
+  const auto net = hw.networks.find(level);
+  TESSEL_CHECK(net != hw.networks.end(), "hardware profile {} has no '{}' network level", hw.source, level);
+  const CollectiveProfile& c = net->second.ops.at(kind);
+  const bool p2p = kind == "p2p";
+  const double steps = p2p ? 1.0 : c.scale * double(n + int64_t(c.offset));
+  const double bus = p2p ? message : message * c.scale * (double(n) + c.offset) / double(n);
+  return c.fixed_latency_s + steps * c.latency_s + bus / (c.bandwidth * c.efficiency);
+}
+
+}  // namespace tessel::plan

@@ -1,0 +1,210 @@
+#include "tessel/plan/estimate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <tuple>
+
+#include "tessel/comm/communicator.h"
+#include "tessel/comm/parallel_state.h"
+#include "tessel/core/check.h"
+#include "tessel/pipeline/executor.h"
+#include "tessel/pipeline/simulate.h"
+#include "tessel/plan/cost_model.h"
+#include "tessel/train/dry_run.h"
+
+namespace tessel::plan {
+namespace {
+
+// Where a record's phase (core/memory.h, set by the trainer, the executor and the model) puts it.
+enum class Part { forward, backward, weights, pipeline_transfer, after_passes, setup };
+
+bool starts_with(const char* s, const char* prefix) { return std::string_view(s).rfind(prefix, 0) == 0; }
+
+Part part_of(const MemoryPhase& p) {
+  if (starts_with(p.what, "setup")) return Part::setup;
+  if (starts_with(p.what, "backward (weights)")) return Part::weights;
+  if (starts_with(p.what, "backward")) return Part::backward;
+  if (starts_with(p.what, "forward")) return Part::forward;
+  if (starts_with(p.what, "pipeline send") || starts_with(p.what, "pipeline receive")) return Part::pipeline_transfer;
+  return Part::after_passes;
+}
+
+bool is_pass(Part p) { return p == Part::forward || p == Part::backward || p == Part::weights; }
+
+using PassKey = std::tuple<int, int, int>;  // (Part, micro-batch, chunk)
+PassKey key_of(Part part, const MemoryPhase& p) { return {int(part), std::max(p.micro_batch, 0), std::max(p.chunk, 0)}; }
+
+// One stage's records, priced.
+struct PricedStage {
+  StageEstimate out;
+  std::map<PassKey, double> pass_s;         // kernels + blocking collectives (+ exposed ring transfers)
+  double dp_overlapped_s = 0;               // gradient buckets launched during backward
+  double dp_last_bucket_s = 0;
+  double gather_overlapped_s = 0;           // parameter all-gather launched to overlap the next forward
+  double after_comm_s = 0;                  // blocking collectives after the passes
+  double after_kernels_s = 0;               // kernels after the passes other than the optimizer's
+  double transfer_s = 0;                    // the largest pipeline send
+};
+
+PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s, int dp,
+                        const train::StepMeasurement& m) {
+  PricedStage st;
+  std::map<PassKey, double> attention_s, ring_s;
+  for (const kernels::OpRecord& r : m.op_records) {
+    const Part part = part_of(r.phase);
+    if (part == Part::setup) continue;
+    const double t = op_seconds(hw, r);
+    st.out.flops += r.flops;
+    const std::string kind = compute_kind(r);
+    st.out.kernel_s_by_op[kind.rfind("gemm", 0) == 0 ? kind + " " + r.variant : r.op] += t;
+    if (is_pass(part)) {
+      const PassKey k = key_of(part, r.phase);
+      st.pass_s[k] += t;
+      st.out.compute_s += t;
+      if (compute_kind(r).rfind("attention", 0) == 0) attention_s[k] += t;
+    } else if (starts_with(r.phase.what, "optimizer step")) {
+      st.out.optimizer_s += t;
+    } else {
+      st.after_kernels_s += t;
+    }
+  }
+  for (const comm::CommRecord& c : m.comm_records) {
+    const Part part = part_of(c.phase);
+    if (part == Part::setup || c.group_size <= 1) continue;  // a group of one moves nothing
+    const std::string group = c.group.empty() ? "world" : c.group;
+    const double t = collective_seconds(hw, network_level(hw, group, s, dp), c);
+    st.out.comm_s_by_kind[group + " " + c.kind] += t;
+    if (is_pass(part)) {
+      const PassKey k = key_of(part, c.phase);
+      if (!c.overlapped) {
+        st.pass_s[k] += t;
+        st.out.exposed_comm_s[group] += t;
+      } else if (group == "cp") {
+        ring_s[k] += t;
+      } else {  // the gradient reducer's buckets
+        st.dp_overlapped_s += t;
+        st.dp_last_bucket_s = t;
+      }
+    } else if (part == Part::pipeline_transfer) {
+      if (c.kind == "send") st.transfer_s = std::max(st.transfer_s, t);
+    } else if (c.overlapped) {
+      st.gather_overlapped_s += t;
+    } else {
+      st.after_comm_s += t;
+      st.out.exposed_comm_s[group] += t;
+    }
+  }
+  // The ring's next K/V block moves while this one is computed: only what attention does not cover
+  // is exposed (all of it where collectives do not progress during compute).
+  for (const auto& [k, t] : ring_s) {
+    const double exposed = hw.async_progress ? std::max(0.0, t - attention_s[k]) : t;
+    st.pass_s[k] += exposed;
+    st.out.exposed_comm_s["cp"] += exposed;
+  }
+  return st;
+}
+
+double pass_sum(const std::map<PassKey, double>& pass_s, Part part, int chunk, int micro_batch = -1) {
+  double t = 0;
+  for (const auto& [k, v] : pass_s)
+    if (std::get<0>(k) == int(part) && std::get<2>(k) == chunk && (micro_batch < 0 || std::get<1>(k) == micro_batch))
+      t += v;
+  return t;
+}
+
+}  // namespace
+
+Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int world) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TESSEL_CHECK(world >= 1, "--world must be >= 1, got {}", world);
+  const comm::ParallelSizes s = cfg.parallel_sizes();
+  auto world0 = comm::make_meta_communicator(0, world);
+  const comm::ParallelState layout(*world0, s);  // refuses sizes that do not divide the world
+  const int dp = layout.dp_size();
+  cfg.check_batch_splits(dp);
+  const int P = s.pp, V = int(cfg.parallel.virtual_pipeline_model_parallel_size);
+  const int local_mbs = int(cfg.grad_accumulation_steps() / dp);
+  Estimate est;
+  est.world = world;
+  est.layout = layout.describe();
+  est.hardware = hw.name;
+  DefaultDeviceScope on_meta(Device::meta);
+  std::vector<PricedStage> stages;
+  for (int stage = 0; stage < P; ++stage) {
+    const int rank = comm::ParallelState::rank_of({0, 0, 0, stage}, s, dp);
+    auto w = comm::make_meta_communicator(rank, world);
+    comm::ParallelState groups(*w, s);
+    const train::StepMeasurement m = train::measure_training_step(cfg, groups, Device::meta, 1, nullptr, true);
+    PricedStage st = price_stage(hw, s, dp, m);
+    st.out.role = fmt::format("pipeline stage {} of {}", stage, P);
+    for (int r = 0; r < world; ++r)
+      if (comm::ParallelState::coords_of(r, s, dp).pp == stage) st.out.ranks.push_back(r);
+    const bool cpu = hw.device == "cpu";
+    st.out.peak_bytes = cpu ? m.peak_bytes : m.peak_requested_bytes;
+    st.out.peak_bytes_by_category = cpu ? m.peak_bytes_by_category : m.peak_requested_bytes_by_category;
+    st.out.peak_at = m.peak_at;
+    for (int c = 0; c < V; ++c) {
+      st.out.forward_s += pass_sum(st.pass_s, Part::forward, c) / local_mbs;
+      st.out.backward_s += pass_sum(st.pass_s, Part::backward, c) / local_mbs;
+      st.out.weight_s += pass_sum(st.pass_s, Part::weights, c) / local_mbs;
+    }
+    stages.push_back(std::move(st));
+  }
+  // The passes: through the schedule simulator with each virtual stage's costs, or back to back.
+  std::vector<double> end(size_t(P), 0.0), own(size_t(P), 0.0);
+  for (int r = 0; r < P; ++r)
+    for (const auto& [k, t] : stages[size_t(r)].pass_s) own[size_t(r)] += t;
+  if (P > 1) {
+    pipeline::StageCosts costs;
+    costs.f.assign(size_t(P * V), 0);
+    costs.b = costs.w = costs.f;
+    for (int r = 0; r < P; ++r) {
+      for (int c = 0; c < V; ++c) {
+        const size_t v = size_t(c * P + r);
+        costs.f[v] = pass_sum(stages[size_t(r)].pass_s, Part::forward, c) / local_mbs;
+        costs.b[v] = pass_sum(stages[size_t(r)].pass_s, Part::backward, c) / local_mbs;
+        costs.w[v] = pass_sum(stages[size_t(r)].pass_s, Part::weights, c) / local_mbs;
+      }
+      costs.comm = std::max(costs.comm, stages[size_t(r)].transfer_s);
+    }
+    const pipeline::Schedule schedule = pipeline::make_training_schedule(P, V, local_mbs);
+    const pipeline::Timeline t = pipeline::simulate(schedule, costs);
+    for (int r = 0; r < P; ++r) end[size_t(r)] = t.ranks[size_t(r)].empty() ? 0 : t.ranks[size_t(r)].back().end;
+  } else {
+    end = own;
+  }
+  for (int r = 0; r < P; ++r) {
+    PricedStage& st = stages[size_t(r)];
+    StageEstimate& o = st.out;
+    o.pipeline_end_s = end[size_t(r)];
+    o.bubble_s = std::max(0.0, end[size_t(r)] - own[size_t(r)]);
+    // Gradient buckets launched during the last micro-batch's backward: hidden behind it as far as
+    // it lasts where collectives progress during compute; the last bucket always shows.
+    double dp_exposed = st.dp_overlapped_s;
+    if (hw.async_progress) {
+      double last_backward = 0;
+      for (int c = 0; c < V; ++c)
+        last_backward += pass_sum(st.pass_s, Part::backward, c, local_mbs - 1) +
+                         pass_sum(st.pass_s, Part::weights, c, local_mbs - 1);
+      dp_exposed = std::max(st.dp_last_bucket_s, st.dp_overlapped_s - last_backward);
+    }
+    if (dp_exposed > 0) o.exposed_comm_s["dp (gradient buckets)"] += dp_exposed;
+    double gather_exposed = st.gather_overlapped_s;
+    if (hw.async_progress) gather_exposed = std::max(0.0, st.gather_overlapped_s - pass_sum(st.pass_s, Part::forward, 0, 0));
+    if (gather_exposed > 0) o.exposed_comm_s["dp (parameter all-gather)"] += gather_exposed;
+    o.step_s = o.pipeline_end_s + dp_exposed + st.after_comm_s + o.optimizer_s + st.after_kernels_s + gather_exposed;
+    est.step_s = std::max(est.step_s, o.step_s);
+    est.peak_bytes = std::max(est.peak_bytes, o.peak_bytes);
+    est.stages.push_back(o);
+  }
+  const double tokens = double(cfg.train.global_batch_size) * double(cfg.model.seq_length);
+  est.tokens_per_s = est.step_s > 0 ? tokens / est.step_s : 0;
+  const auto peak = hw.compute.find(cfg.model.compute == DType::bf16 ? "gemm.bf16" : "gemm.f32");
+  if (peak != hw.compute.end() && est.step_s > 0)
+    est.mfu = cfg.model.train_flops_per_token() * est.tokens_per_s / (double(world) * peak->second.peak_flops);
+  est.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return est;
+}
+
+}  // namespace tessel::plan

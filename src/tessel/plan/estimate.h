@@ -1,0 +1,67 @@
+#pragma once
+// `tessel plan estimate`: the step time and memory of one layout on one hardware profile, without
+// running it. The real training step runs on the meta device once per pipeline stage (train/
+// dry_run.h), recording every kernel call and collective with the phase of the step it was made in;
+// cost_model.h prices each one; they are then assembled as tessel runs them:
+//   - each pipeline pass F(mb, chunk), B, W costs its kernels plus the blocking collectives made in
+//     it (tensor-, context-, expert-parallel: on the critical path); collectives launched to
+//     overlap (the context-parallel ring) cost only what their pass's compute does not cover, on a
+//     profile whose collectives progress during compute;
+//   - the pipeline's makespan comes from tessel's schedule simulator (pipeline/simulate.h) fed with
+//     each virtual stage's F, B and W times and the activation transfer time, for the schedule the
+//     trainer runs; without pipeline parallelism the passes run back to back;
+//   - after it, per stage: the exposed data-parallel gradient reduction (the buckets launched
+//     during backward hide behind the last micro-batch's backward where the profile progresses
+//     them), the optimizer step and the parameter all-gather (hidden behind the next forward with
+//     parallel.overlap_param_gather, as far as it covers it).
+// Memory: the meta run's exact per-rank peak by category (on a cpu profile the cpu pool's blocks;
+// on a gpu profile the bytes requested).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessel/core/memory.h"
+#include "tessel/plan/hardware_profile.h"
+#include "tessel/train/config.h"
+
+namespace tessel::plan {
+
+struct StageEstimate {
+  std::string role;  // "pipeline stage 0 of 2"
+  std::vector<int> ranks;
+  // One micro-batch through all of this rank's chunks.
+  double forward_s = 0, backward_s = 0, weight_s = 0;
+  // Over the step: kernels of the passes, and the collectives on their critical path by group.
+  double compute_s = 0;
+  std::map<std::string, double> exposed_comm_s;  // group -> seconds ("tp", "cp", "ep", "dp", "pp", ...)
+  double pipeline_end_s = 0;    // when this rank's last pass ends
+  double bubble_s = 0;          // idle time inside the pipeline (pipeline_end - its own passes)
+  double optimizer_s = 0;       // kernels of the optimizer step (the grad norm's all-reduce is in exposed_comm_s)
+  double step_s = 0;
+  int64_t peak_bytes = 0;
+  MemoryStats::PerCategory peak_bytes_by_category{};
+  std::string peak_at;
+  double flops = 0;             // this rank's kernels, per step
+  // Per step: kernel seconds by op family (gemm by its compute kind and variant: "gemm.bf16 NT"),
+  // and collective seconds by group and kind ("tp all_gather"), exposed or not.
+  std::map<std::string, double> kernel_s_by_op;
+  std::map<std::string, double> comm_s_by_kind;
+};
+
+struct Estimate {
+  int world = 1;
+  std::string layout;
+  std::string hardware;
+  std::vector<StageEstimate> stages;
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;                 // model FLOPs (ModelConfig::train_flops_per_token) over world x gemm peak
+  int64_t peak_bytes = 0;         // max over ranks
+  double seconds = 0;             // the estimate's own run time
+};
+
+// Throws, naming the setting, for a layout that cannot exist (train/dry_run.h) or a profile that
+// lacks what the step needs (an op kind, a network level).
+Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int world);
+
+}  // namespace tessel::plan

@@ -1,0 +1,330 @@
+#include "tessel/plan/hardware_profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "tessel/ckpt/checkpoint_files.h"
+#include "tessel/ckpt/json_fields.h"
+#include "tessel/core/check.h"
+
+namespace tessel::plan {
+
+using nlohmann::json;
+using ckpt::JsonFields;
+
+double EfficiencyTable::at(const std::vector<double>& dims, const std::string& variant) const {
+  if (points.empty()) return fallback;
+  bool variant_known = false;
+  for (const ShapePoint& p : points) variant_known |= p.variant == variant;
+  // Distance in log2 space over the dims both have; the 4 nearest points blend by 1 / d^2.
+  struct Near {
+    double d2, eff;
+  };
+  std::vector<Near> near;
+  for (const ShapePoint& p : points) {
+    if (variant_known && p.variant != variant) continue;
+    if (p.dims.size() != dims.size()) continue;
+    double d2 = 0;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      const double a = std::log2(std::max(dims[i], 1.0)), b = std::log2(std::max(p.dims[i], 1.0));
+      d2 += (a - b) * (a - b);
+    }
+    if (d2 < 1e-12) return p.efficiency;
+    near.push_back({d2, p.efficiency});
+  }
+  if (near.empty()) return fallback;
+  const size_t k = std::min<size_t>(4, near.size());
+  std::partial_sort(near.begin(), near.begin() + long(k), near.end(), [](const Near& a, const Near& b) { return a.d2 < b.d2; });
+  double wsum = 0, esum = 0;
+  for (size_t i = 0; i < k; ++i) {
+    const double w = 1.0 / near[i].d2;
+    wsum += w;
+    esum += w * near[i].eff;
+  }
+  return esum / wsum;
+}
+
+namespace {
+
+constexpr const char* kFormat = "tessel-hardware-1";
+
+double positive(const JsonFields& f, const std::string& key) { return f.number(key, 0, 1e30, true); }
+
+CollectiveProfile read_collective(const JsonFields& f) {
+  CollectiveProfile c;
+  c.bandwidth = f.number("gbps", 0, 1e9, true) * 1e9;
+  c.efficiency = f.number("efficiency", 0, 100, true);
+  c.latency_s = f.number_or("latency_us", 0, 0, 1e9) * 1e-6;
+  c.fixed_latency_s = f.number_or("fixed_latency_us", 0, 0, 1e9) * 1e-6;
+  c.scale = f.number_or("scale", 1, 0, 16, true);
+  c.offset = f.number_or("offset", -1, -1, 0);
+  return c;
+}
+
+// A tessel profile: see configs/hardware/README.md for the fields.
+HardwareProfile from_tessel_json(const json& j, const std::string& source) {
+  const JsonFields top(j, "hardware profile " + source);
+  TESSEL_CHECK(top.string("format") == kFormat, "hardware profile {}: format '{}', expected '{}'", source,
+               top.string("format"), kFormat);
+  HardwareProfile p;
+  p.source = source;
+  p.name = top.string("name");
+  p.device = top.string("device");
+  TESSEL_CHECK(p.device == "cpu" || p.device == "gpu", "hardware profile {}: device '{}': allowed cpu, gpu", source,
+               p.device);
+  p.devices_per_node = int(top.integer("devices_per_node", 1, 1 << 20));
+  p.memory_gib = top.number_or("memory_gib", 0, 0, 1e9);
+  p.threads = int(top.integer_or("threads", 0, 0, 4096));
+  p.kernel_latency_s = top.number_or("kernel_latency_us", 0, 0, 1e9) * 1e-6;
+  p.async_progress = top.boolean_or("async_progress", true);
+  const JsonFields compute = top.object("compute");
+  for (const auto& [kind, value] : compute.json().items()) {
+    TESSEL_CHECK(std::find(kComputeOpKinds.begin(), kComputeOpKinds.end(), kind) != kComputeOpKinds.end(),
+                 "hardware profile {}: compute op kind '{}' is not known; allowed: {}", source, kind,
+                 fmt::format("{}", fmt::join(kComputeOpKinds, ", ")));
+    const JsonFields op = compute.object(kind);
+    ComputeOpProfile c;
+    c.peak_flops = positive(op, "peak_tflops") * 1e12;
+    c.efficiency.fallback = op.number("efficiency", 0, 1, true);
+    if (op.has("points")) {
+      TESSEL_CHECK(op.raw("points").is_array(), "{}: compute.{}.points must be an array", top.where(), kind);
+      for (const json& pt : op.raw("points")) {
+        const JsonFields f(pt, fmt::format("{}: compute.{}.points[]", top.where(), kind));
+        ShapePoint s;
+        TESSEL_CHECK(f.has("dims") && f.raw("dims").is_array() && !f.raw("dims").empty(),
+                     "{}: 'dims' must be a non-empty array of sizes", f.where());
+        for (const json& d : f.raw("dims")) {
+          TESSEL_CHECK(d.is_number() && d.get<double>() >= 1, "{}: dims must be numbers >= 1, got {}", f.where(),
+                       d.dump());
+          s.dims.push_back(d.get<double>());
+        }
+        s.variant = f.string_or("variant", "");
+        s.efficiency = f.number("efficiency", 0, 1, true);
+        c.efficiency.points.push_back(std::move(s));
+      }
+    }
+    p.compute[kind] = std::move(c);
+  }
+  const JsonFields memory = top.object("memory");
+  p.memory_bandwidth = memory.number("bandwidth_gbps", 0, 1e9, true) * 1e9;
+  p.memory_latency_s = memory.number_or("latency_us", 0, 0, 1e9) * 1e-6;
+  const JsonFields eff = memory.object("efficiency");
+  for (const auto& [op, value] : eff.json().items()) p.memory[op].efficiency = eff.number(op, 0, 100, true);
+  TESSEL_CHECK(p.memory.count("default"), "{}: memory.efficiency needs a 'default' entry (op families not listed)",
+               top.where());
+  // Networks are optional (a profile measured in one process has none): a plan whose collectives
+  // need a missing level is refused then, naming it (cost_model.h).
+  const nlohmann::json no_networks = nlohmann::json::object();
+  const JsonFields nets = top.has("networks") ? top.object("networks") : JsonFields(no_networks, top.where());
+  for (const auto& [level, value] : nets.json().items()) {
+    TESSEL_CHECK(level == "intra_node" || level == "inter_node",
+                 "hardware profile {}: network level '{}' is not known; allowed: intra_node, inter_node", source, level);
+    const JsonFields lv = nets.object(level);
+    NetworkProfile n;
+    for (const auto& [kind, v] : lv.json().items()) {
+      TESSEL_CHECK(std::find(kCollectiveKinds.begin(), kCollectiveKinds.end(), kind) != kCollectiveKinds.end(),
+                   "hardware profile {}: networks.{}: collective '{}' is not known; allowed: {}", source, level, kind,
+                   fmt::format("{}", fmt::join(kCollectiveKinds, ", ")));
+      n.ops[kind] = read_collective(lv.object(kind));
+    }
+    for (const std::string& kind : kCollectiveKinds)
+      TESSEL_CHECK(n.ops.count(kind), "hardware profile {}: networks.{} has no '{}' entry (every level needs {})",
+                   source, level, kind, fmt::format("{}", fmt::join(kCollectiveKinds, ", ")));
+    p.networks[level] = std::move(n);
+  }
+  return p;
+}
+
+// "b=1, m=4096, k=8192, n=10240, layout=TN" -> {b: 1, m: 4096, ...}.
+std::map<std::string, std::string> key_values(const std::string& text) {
+  std::map<std::string, std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(at, end - at);
+    item.erase(0, item.find_first_not_of(' '));
+    const size_t eq = item.find('=');
+    if (eq != std::string::npos) out[item.substr(0, eq)] = item.substr(eq + 1);
+    at = end + 1;
+  }
+  return out;
+}
+
+double size_field(const std::map<std::string, std::string>& kv, const std::string& key, const std::string& where) {
+  const auto it = kv.find(key);
+  TESSEL_CHECK(it != kv.end(), "{}: shape key without '{}'", where, key);
+  try {
+    const double v = std::stod(it->second);
+    TESSEL_CHECK(v >= 1 && std::isfinite(v), "{}: '{}={}' must be a size >= 1", where, key, it->second);
+    return v;
+  } catch (const std::logic_error&) {
+    TESSEL_FAIL("{}: '{}={}' is not a number", where, key, it->second);
+  }
+}
+
+// SimuMax names a GEMM by cuBLAS's column-major layout of C = op(A) op(B) with C [m, n]; in tessel's
+// row-major terms the two letters swap (SimuMax "TN", a forward x W^T, is tessel's "NT").
+std::string tessel_variant(const std::map<std::string, std::string>& kv) {
+  const auto lay = kv.find("layout");
+  std::string v = lay != kv.end() && lay->second.size() == 2 ? std::string{lay->second[1], lay->second[0]} : "";
+  const auto acc = kv.find("accumulate");
+  if (acc != kv.end() && acc->second == "True") v += "+acc";
+  return v;
+}
+
+ComputeOpProfile simumax_compute(const JsonFields& op, const std::string& kind) {
+  ComputeOpProfile c;
+  c.peak_flops = op.number("tflops", 0, 1e9, true) * 1e12;
+  c.efficiency.fallback = op.number("efficient_factor", 0, 1);
+  if (!op.has("accurate_efficient_factor")) return c;
+  const JsonFields table = op.object("accurate_efficient_factor");
+  for (const auto& [key, value] : table.json().items()) {
+    const std::string where = fmt::format("{}.accurate_efficient_factor '{}'", op.where(), key);
+    const auto kv = key_values(key);
+    ShapePoint s;
+    if (kind == "matmul") {
+      const double b = kv.count("b") ? size_field(kv, "b", where) : 1.0;
+      s.dims = {b * size_field(kv, "m", where), size_field(kv, "n", where), size_field(kv, "k", where)};
+      s.variant = tessel_variant(kv);
+    } else {  // sdp_fwd, sdp_bwd
+      s.dims = {size_field(kv, "batch", where), size_field(kv, "seq_len", where), size_field(kv, "head_num", where),
+                size_field(kv, "kv_head_num", where), size_field(kv, "qk_head_dim", where),
+                size_field(kv, "v_head_dim", where)};
+    }
+    s.efficiency = table.number(key, 0, 2, true);  // measured: slightly above 1 where the peak is nominal
+    c.efficiency.points.push_back(std::move(s));
+  }
+  return c;
+}
+
+// SimuMax's system JSON (../shared/simumax/README.md). What tessel takes from it, and how:
+//   matmul -> gemm.bf16 (its table keyed by shape and layout); gemm.f32 at half the peak (TF32
+//   tensor cores) with the same efficiencies; fp8_matmul -> fp8_gemm where its efficiency is
+//   measured (non-zero), else the bf16 entry; sdp_fwd / sdp_bwd -> attention_fwd / attention_bwd;
+//   bandwidth.default -> the memory bandwidth and default efficiency, permute_fwd / permute_bwd ->
+//   the MoE row gathers and scatters, ce / ce_fusion -> the vocabulary-parallel and fused
+//   cross-entropy kernels; high_intra_node -> intra_node, inter_node -> inter_node (values an op
+//   leaves out come from the level's bandwidth entry). Kernel launch latency: none (a GPU queues
+//   kernels ahead of the device).
+HardwareProfile from_simumax_json(const json& j, const std::string& source) {
+  const JsonFields top(j, "SimuMax system " + source);
+  HardwareProfile p;
+  p.source = source;
+  p.name = top.string_or("sys_name", source);
+  p.device = "gpu";
+  p.devices_per_node = int(top.integer("num_per_node", 1, 1 << 20));
+  const JsonFields acc = top.object("accelerator");
+  p.memory_gib = acc.number_or("mem_gbs", 0, 0, 1e9);
+  const JsonFields ops = acc.object("op");
+  p.compute["gemm.bf16"] = simumax_compute(ops.object("matmul"), "matmul");
+  ComputeOpProfile f32 = p.compute["gemm.bf16"];
+  f32.peak_flops /= 2;
+  p.compute["gemm.f32"] = f32;
+  if (ops.has("fp8_matmul") && ops.object("fp8_matmul").number_or("efficient_factor", 0, 0, 1) > 0)
+    p.compute["fp8_gemm"] = simumax_compute(ops.object("fp8_matmul"), "matmul");
+  else
+    p.compute["fp8_gemm"] = p.compute["gemm.bf16"];
+  p.compute["attention_fwd"] = simumax_compute(ops.object("sdp_fwd"), "sdp");
+  p.compute["attention_bwd"] = simumax_compute(ops.object("sdp_bwd"), "sdp");
+  const JsonFields bw = acc.object("bandwidth");
+  const JsonFields def = bw.object("default");
+  p.memory_bandwidth = def.number("gbps", 0, 1e9, true) * 1e9;
+  p.memory["default"].efficiency = def.number("efficient_factor", 0, 100, true);
+  p.memory_latency_s = def.number_or("latency_us", 0, 0, 1e9) * 1e-6;
+  const auto ratio = [&](const char* key) {
+    // The class's efficiency relative to the default bandwidth (its own gbps may differ).
+    const JsonFields c = bw.object(key);
+    return c.number("efficient_factor", 0, 100, true) * c.number("gbps", 0, 1e9, true) * 1e9 / p.memory_bandwidth;
+  };
+  if (bw.has("permute_fwd"))
+    for (const char* op : {"gather_rows"}) p.memory[op].efficiency = ratio("permute_fwd");
+  if (bw.has("permute_bwd"))
+    for (const char* op : {"scatter_add_rows"}) p.memory[op].efficiency = ratio("permute_bwd");
+  if (bw.has("ce"))
+    for (const char* op : {"xent_local_max_and_target", "xent_local_sum_exp", "xent_vocab_parallel_finish"})
+      p.memory[op].efficiency = ratio("ce");
+  if (bw.has("ce_fusion")) p.memory["cross_entropy"].efficiency = ratio("ce_fusion");
+  const JsonFields nets = top.object("networks");
+  const std::vector<std::pair<std::string, std::string>> levels = {{"high_intra_node", "intra_node"},
+                                                                   {"inter_node", "inter_node"}};
+  for (const auto& [theirs, ours] : levels) {
+    if (!nets.has(theirs)) continue;
+    const JsonFields lv = nets.object(theirs);
+    const JsonFields lbw = lv.object("bandwidth");
+    const JsonFields lops = lv.object("op");
+    NetworkProfile n;
+    for (const std::string& kind : kCollectiveKinds) {
+      TESSEL_CHECK(lops.has(kind), "{}: networks.{}.op has no '{}' entry", top.where(), theirs, kind);
+      const JsonFields o = lops.object(kind);
+      CollectiveProfile c;
+      c.bandwidth = lbw.number("gbps", 0, 1e9, true) * 1e9;
+      c.efficiency = o.number_or("efficient_factor", lbw.number_or("efficient_factor", 1, 0, 100, true), 0, 100, true);
+      c.latency_s = o.number_or("latency_us", lbw.number_or("latency_us", 0, 0, 1e9), 0, 1e9) * 1e-6;
+      c.fixed_latency_s = o.number_or("fixed_latency_us", 0, 0, 1e9) * 1e-6;
+      c.scale = o.number_or("scale", 1, 0, 16, true);
+      c.offset = o.number_or("offset", -1, -1, 0);
+      n.ops[kind] = c;
+    }
+    p.networks[ours] = std::move(n);
+  }
+  TESSEL_CHECK(p.networks.count("intra_node"), "{}: networks has no 'high_intra_node' level", top.where());
+  return p;
+}
+
+}  // namespace
+
+HardwareProfile hardware_profile_from_json_text(const std::string& text, const std::string& source) {
+  const json j = ckpt::parse_json_text(text, source, "hardware profile");
+  TESSEL_CHECK(j.is_object(), "hardware profile {} must hold a JSON object", source);
+  return j.contains("accelerator") ? from_simumax_json(j, source) : from_tessel_json(j, source);
+}
+
+HardwareProfile load_hardware_profile(const std::string& path) {
+  std::error_code ec;
+  TESSEL_CHECK(std::filesystem::is_regular_file(path, ec), "hardware profile {} does not exist (or is not a file)",
+               path);
+  return hardware_profile_from_json_text(ckpt::read_text_file(path), path);
+}
+
+std::string hardware_profile_to_json_text(const HardwareProfile& p) {
+  json compute = json::object();
+  for (const auto& [kind, c] : p.compute) {
+    json points = json::array();
+    for (const ShapePoint& s : c.efficiency.points)
+      points.push_back({{"dims", s.dims}, {"variant", s.variant}, {"efficiency", s.efficiency}});
+    compute[kind] = {{"peak_tflops", c.peak_flops / 1e12}, {"efficiency", c.efficiency.fallback}, {"points", points}};
+  }
+  json eff = json::object();
+  for (const auto& [op, m] : p.memory) eff[op] = m.efficiency;
+  json nets = json::object();
+  for (const auto& [level, n] : p.networks)
+    for (const auto& [kind, c] : n.ops)
+      nets[level][kind] = {{"gbps", c.bandwidth / 1e9},          {"efficiency", c.efficiency},
+                           {"latency_us", c.latency_s * 1e6},    {"fixed_latency_us", c.fixed_latency_s * 1e6},
+                           {"scale", c.scale},                   {"offset", c.offset}};
+  const json j = {{"format", kFormat},
+                  {"name", p.name},
+                  {"device", p.device},
+                  {"devices_per_node", p.devices_per_node},
+                  {"memory_gib", p.memory_gib},
+                  {"threads", p.threads},
+                  {"kernel_latency_us", p.kernel_latency_s * 1e6},
+                  {"async_progress", p.async_progress},
+                  {"compute", compute},
+                  {"memory",
+                   {{"bandwidth_gbps", p.memory_bandwidth / 1e9},
+                    {"latency_us", p.memory_latency_s * 1e6},
+                    {"efficiency", eff}}},
+                  {"networks", nets}};
+  return j.dump(1) + "\n";
+}
+
+void save_hardware_profile(const HardwareProfile& p, const std::string& path) {
+  ckpt::write_text_file(path, hardware_profile_to_json_text(p));
+}
+
+}  // namespace tessel::plan

@@ -1,0 +1,20 @@
+#pragma once
+// The model a plan is made for: a tessel YAML config, or a SimuMax model JSON
+// (../shared/simumax/models/) read with SimuMax's common strategy (bf16, micro-batch 1, sequence
+// parallelism wherever tensor parallelism is on, the distributed optimizer, sequence length 4096, vocabulary padded to a multiple of
+// 128), each of which --set overrides like any key.
+#include <string>
+#include <vector>
+
+#include "tessel/train/config.h"
+
+namespace tessel::plan {
+
+// YAML text equivalent to a SimuMax model JSON file. Throws naming the file and the field for a
+// missing key, a wrong type, or an attention / model type tessel does not build.
+std::string simumax_model_yaml(const std::string& path);
+
+// A tessel YAML, or (a .json path) a SimuMax model, with overrides applied and validated.
+train::Config load_plan_config(const std::string& path, const std::vector<std::string>& overrides);
+
+}  // namespace tessel::plan

@@ -1,0 +1,82 @@
+// tessel plan end to end: calibrate writes a profile that estimate reads; estimate's report and JSON
+// last line; a SimuMax-style model JSON as the config; the refusals (a stage over the memory limit,
+// a layout that cannot exist, a profile without the network level a group needs).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "cli/cli_support.h"
+
+using namespace tessel::testing;
+
+namespace {
+
+std::string profile() { return config("hardware/cpu-2core-1thread-2ranks.json"); }
+
+TEST(PlanCli, EstimateReportsEveryStageAndEndsInJson) {
+  TempDir d;
+  const auto r = run_tessel("plan estimate " + config("bench/llama-tiny.yaml") + " --hardware " + profile() +
+                                " --world 2 --set parallel.pipeline_model_parallel_size=2 --set train.global_batch_size=16"
+                                " --set train.micro_batch_size=2 --ops",
+                            d.path(), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pipeline stage 1 of 2 (1 ranks): step"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kernels by op family (per step):"), std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(last_line(r.output));
+  for (const char* key : {"step_ms", "peak_memory_gib", "tokens_per_s", "mfu"}) EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_GT(j["step_ms"].get<double>(), 0);
+  ASSERT_EQ(j["stages"].size(), 2u);
+  EXPECT_GT(j["stages"][1]["bubble_ms"].get<double>(), 0);
+  EXPECT_NEAR(j["tokens_per_s"].get<double>(), 16 * 256 / (j["step_ms"].get<double>() / 1e3), 1e-6 * j["tokens_per_s"].get<double>());
+}
+
+TEST(PlanCli, SimuMaxModelJsonIsAConfigAndTooLittleMemoryExitsOne) {
+  TempDir d;
+  {
+    std::ofstream m(d.path() + "/tiny_llama.json");
+    m << R"({"model_type": "dense", "model_name": "tiny", "hidden_size": 256, "head_num": 4, "kv_head_num": 2,
+             "head_size": 64, "intermediate_size": 512, "layer_num": 2, "vocab_size": 1000, "use_swiglu": true})";
+  }
+  const auto r = run_tessel("plan estimate tiny_llama.json --hardware " + profile() +
+                                " --world 2 --set model.seq_length=128 --set parallel.tensor_model_parallel_size=2"
+                                " --memory-gib 0.001",
+                            d.path(), 120);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("does not fit: pipeline stage 0 of 1: peak"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exceeds 0.00 GiB per device (--memory-gib)"), std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(last_line(r.output));
+  EXPECT_FALSE(j["fits"].get<bool>());
+  // bf16, sequence parallelism with tp 2, the vocabulary padded to 1024: tp and its collectives ran.
+  EXPECT_GT(j["stages"][0]["exposed_comm_ms"]["tp"].get<double>(), 0);
+}
+
+TEST(PlanCli, ImpossibleLayoutAndMissingNetworkLevelAreNamed) {
+  TempDir d;
+  auto r = run_tessel("plan estimate " + config("bench/llama-tiny.yaml") + " --hardware " + profile() +
+                          " --world 3 --set parallel.tensor_model_parallel_size=2",
+                      d.path(), 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("world size 3 is not divisible by tensor_model_parallel_size 2"), std::string::npos) << r.output;
+  // The cpu profile's node is 2 ranks: 4 data-parallel ranks span two of them.
+  r = run_tessel("plan estimate " + config("bench/llama-tiny.yaml") + " --hardware " + profile() + " --world 4 --set train.global_batch_size=32",
+                 d.path(), 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("has no 'inter_node' network level, and the dp group spans 4 ranks (nodes of 2)"),
+            std::string::npos)
+      << r.output;
+  r = run_tessel("plan estimate " + config("bench/llama-tiny.yaml") + " --hardware missing.json --world 1", d.path(), 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("hardware profile missing.json does not exist"), std::string::npos) << r.output;
+}
+
+TEST(PlanCli, CalibrateWritesAProfileEstimateReads) {
+  TempDir d;
+  auto r = run_tessel("plan calibrate --out cal.json --repeats 1", d.path(), 240);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("no collectives (run under mpirun -np 2 to measure them)"), std::string::npos) << r.output;
+  r = run_tessel("plan estimate " + config("bench/llama-tiny.yaml") + " --hardware cal.json --world 1", d.path(), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_GT(nlohmann::json::parse(last_line(r.output))["step_ms"].get<double>(), 0);
+}
+
+}  // namespace

@@ -1,0 +1,202 @@
+// The planner's parts against references computed here by hand: shape interpolation, the ring
+// model of a collective, network levels, profile validation (tessel and SimuMax formats), and the
+// assembly of a one-process step from the meta device's records re-priced independently.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "support/error_of.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/plan/cost_model.h"
+#include "tessel/plan/estimate.h"
+#include "tessel/plan/hardware_profile.h"
+#include "tessel/train/dry_run.h"
+
+using namespace tessel;
+using namespace tessel::plan;
+using tessel::testing::error_of;
+
+namespace {
+
+EfficiencyTable two_points() {
+  EfficiencyTable t;
+  t.fallback = 0.1;
+  t.points = {{{256, 256, 256}, "NT", 0.4}, {{1024, 1024, 1024}, "NT", 0.8}, {{512, 512, 512}, "NN", 0.2}};
+  return t;
+}
+
+TEST(EfficiencyTable, ExactPointsAreReturnedAsMeasured) {
+  const EfficiencyTable t = two_points();
+  EXPECT_DOUBLE_EQ(t.at({256, 256, 256}, "NT"), 0.4);
+  EXPECT_DOUBLE_EQ(t.at({1024, 1024, 1024}, "NT"), 0.8);
+  EXPECT_DOUBLE_EQ(t.at({512, 512, 512}, "NN"), 0.2);
+}
+
+TEST(EfficiencyTable, BetweenTwoPointsTheBlendLiesBetweenThemAndOnlyItsVariantCounts) {
+  const EfficiencyTable t = two_points();
+  // 512^3 lies midway (in log2 space) between the NT points: equal weights, the mean; the NN point
+  // at exactly that shape is another variant and must not be taken.
+  EXPECT_NEAR(t.at({512, 512, 512}, "NT"), 0.6, 1e-12);
+  // Closer to 1024 (log2 distances sqrt(3 x 1.58^2) against sqrt(3 x 0.42^2)): nearer 0.8.
+  const double e = t.at({768, 768, 768}, "NT");
+  EXPECT_GT(e, 0.7);
+  EXPECT_LT(e, 0.8);
+  // A variant the table does not have: every point of the right arity counts (here the NN one).
+  EXPECT_DOUBLE_EQ(t.at({512, 512, 512}, "TT"), 0.2);
+  const EfficiencyTable empty{0.3, {}};
+  EXPECT_DOUBLE_EQ(empty.at({1, 2, 3}, "NT"), 0.3);  // no points: the fallback
+}
+
+HardwareProfile simple_profile() {
+  HardwareProfile hw;
+  hw.name = hw.source = "test profile";
+  hw.devices_per_node = 8;
+  hw.memory_bandwidth = 100e9;
+  hw.memory["default"].efficiency = 0.5;
+  for (const std::string& k : kComputeOpKinds) hw.compute[k] = {1e12, EfficiencyTable{0.25, {}}};
+  NetworkProfile net;
+  for (const std::string& k : kCollectiveKinds) net.ops[k] = {100e9, 0.5, 2e-6, 10e-6, 1, -1};
+  net.ops["all_reduce"].scale = 2;
+  net.ops["p2p"].offset = 0;
+  hw.networks["intra_node"] = net;
+  return hw;
+}
+
+TEST(CollectiveCost, RingModelByHand) {
+  const HardwareProfile hw = simple_profile();
+  const double MiB = 1 << 20, bw = 100e9 * 0.5;
+  comm::CommRecord r{"tp", "all_reduce", int64_t(MiB), 4, false, {}};
+  // all_reduce over 4: 2 x 3 ring steps, bus bytes 2 x 3/4 of the message.
+  EXPECT_NEAR(collective_seconds(hw, "intra_node", r), 10e-6 + 6 * 2e-6 + 1.5 * MiB / bw, 1e-15);
+  // all_gather: the payload is this rank's block; the message is 4 of them, 3/4 of it moves.
+  r.kind = "all_gather";
+  EXPECT_NEAR(collective_seconds(hw, "intra_node", r), 10e-6 + 3 * 2e-6 + 3 * MiB / bw, 1e-15);
+  r.kind = "send";  // p2p: one step, the whole message
+  EXPECT_NEAR(collective_seconds(hw, "intra_node", r), 10e-6 + 2e-6 + MiB / bw, 1e-15);
+  r.group_size = 1;
+  EXPECT_EQ(collective_seconds(hw, "intra_node", r), 0.0);
+}
+
+TEST(CollectiveCost, GroupsSpanningNodesNeedTheInterNodeLevel) {
+  const HardwareProfile hw = simple_profile();
+  const comm::ParallelSizes s{8, 1, 2, 1};  // tp 8, pp 2, dp 2: 32 ranks, nodes of 8
+  EXPECT_EQ(network_level(hw, "tp", s, 2), "intra_node");
+  const std::string e = error_of([&] { network_level(hw, "dp", s, 2); });
+  EXPECT_HAS(e, "has no 'inter_node' network level, and the dp group spans 9 ranks (nodes of 8)");
+}
+
+TEST(HardwareProfile, TesselFormatRoundTripsAndBadFieldsAreNamed) {
+  HardwareProfile hw = simple_profile();
+  hw.compute["gemm.bf16"].efficiency.points = {{{128, 256, 512}, "NT+acc", 0.5}};
+  const HardwareProfile back = hardware_profile_from_json_text(hardware_profile_to_json_text(hw), "round trip");
+  EXPECT_EQ(back.compute.at("gemm.bf16").efficiency.at({128, 256, 512}, "NT+acc"), 0.5);
+  EXPECT_DOUBLE_EQ(back.networks.at("intra_node").ops.at("all_reduce").scale, 2.0);
+  EXPECT_DOUBLE_EQ(back.memory_bandwidth, 100e9);
+
+  std::string text = hardware_profile_to_json_text(hw);
+  std::string unknown = text;
+  unknown.replace(unknown.find("\"gemm.f32\""), 10, "\"matmul\"");
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(unknown, "bad.json"); }),
+             "compute op kind 'matmul' is not known; allowed: gemm.bf16, gemm.f32, fp8_gemm");
+  std::string no_p2p = text;
+  no_p2p.replace(no_p2p.find("\"p2p\""), 5, "\"ptp\"");
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(no_p2p, "bad.json"); }),
+             "networks.intra_node: collective 'ptp' is not known");
+  std::string level = text;
+  level.replace(level.find("\"intra_node\""), 12, "\"intranode\"");
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(level, "bad.json"); }),
+             "network level 'intranode' is not known; allowed: intra_node, inter_node");
+}
+
+TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
+  const std::string text = R"({"sys_name": "mini", "num_per_node": 4,
+    "accelerator": {"mem_gbs": 80, "op": {
+      "matmul": {"tflops": 1000, "efficient_factor": 0.5, "accurate_efficient_factor": {
+        "b=1, m=4096, k=8192, n=1024, layout=TN, accumulate=False, out_dtype=bf16": 0.6,
+        "b=1, m=1024, k=4096, n=8192, layout=NT, accumulate=True, out_dtype=fp32": 0.7}},
+      "sdp_fwd": {"tflops": 1000, "efficient_factor": 0.4, "accurate_efficient_factor": {}},
+      "sdp_bwd": {"tflops": 1000, "efficient_factor": 0.3}},
+     "bandwidth": {"default": {"gbps": 8000, "efficient_factor": 0.5, "latency_us": 3}}},
+    "networks": {"high_intra_node": {"bandwidth": {"gbps": 900, "efficient_factor": 1, "latency_us": 35},
+      "op": {"all_reduce": {"scale": 2, "offset": -1, "efficient_factor": 0.7, "latency_us": 5},
+             "all_gather": {"scale": 1, "offset": -1}, "reduce_scatter": {"scale": 1, "offset": -1},
+             "p2p": {"scale": 1, "offset": 0}, "all2all": {"scale": 1, "offset": -1}}}}})";
+  const HardwareProfile hw = hardware_profile_from_json_text(text, "mini.json");
+  EXPECT_EQ(hw.devices_per_node, 4);
+  // cuBLAS's column-major "TN" is tessel's row-major "NT"; "NT" with accumulation is "TN+acc".
+  EXPECT_DOUBLE_EQ(hw.compute.at("gemm.bf16").efficiency.at({4096, 1024, 8192}, "NT"), 0.6);
+  EXPECT_DOUBLE_EQ(hw.compute.at("gemm.bf16").efficiency.at({1024, 8192, 4096}, "TN+acc"), 0.7);
+  EXPECT_DOUBLE_EQ(hw.compute.at("gemm.f32").peak_flops, 0.5e15);
+  EXPECT_DOUBLE_EQ(hw.memory_latency_s, 3e-6);
+  const CollectiveProfile& ag = hw.networks.at("intra_node").ops.at("all_gather");
+  EXPECT_DOUBLE_EQ(ag.latency_s, 35e-6);  // the level's values where the op leaves them out
+  EXPECT_DOUBLE_EQ(hw.networks.at("intra_node").ops.at("all_reduce").efficiency, 0.7);
+  EXPECT_EQ(hw.networks.count("inter_node"), 0u);
+}
+
+train::Config tiny(const std::vector<std::string>& sets) {
+  return train::Config::from_yaml_text(
+      "model:\n  num_layers: 2\n  hidden_size: 64\n  num_attention_heads: 4\n  num_query_groups: 2\n"
+      "  ffn_hidden_size: 128\n  vocab_size: 256\n  seq_length: 32\ntrain:\n  micro_batch_size: 2\n"
+      "  global_batch_size: 4\n",
+      sets);
+}
+
+// One process: the step is every kernel of the step back to back. Priced here independently with
+// the profile's constant efficiencies: FLOPs / (peak x 0.25) for GEMMs and attention, bytes /
+// (bandwidth x 0.5) for the rest.
+TEST(Estimate, OneProcessStepIsEveryKernelOfTheStepPricedByTheProfile) {
+  const HardwareProfile hw = simple_profile();
+  const train::Config cfg = tiny({});
+  const Estimate e = estimate_step(cfg, hw, 1);
+  auto world = comm::make_meta_communicator(0, 1);
+  comm::ParallelState groups(*world, cfg.parallel_sizes());
+  const train::StepMeasurement m = train::measure_training_step(cfg, groups, Device::meta, 1, nullptr, true);
+  double expected = 0;
+  int priced = 0;
+  for (const kernels::OpRecord& r : m.op_records) {
+    if (std::string(r.phase.what) == "setup") continue;
+    const bool compute = r.op == "gemm" || r.op == "attention_fwd" || r.op == "attention_bwd";
+    expected += compute ? r.flops / (1e12 * 0.25) : double(r.bytes_read + r.bytes_written) / (100e9 * 0.5);
+    ++priced;
+  }
+  EXPECT_GT(priced, 50);
+  ASSERT_EQ(e.stages.size(), 1u);
+  EXPECT_NEAR(e.step_s, expected, 1e-12 * expected);
+  EXPECT_EQ(e.stages[0].peak_bytes, m.peak_requested_bytes);  // a gpu profile: the bytes requested
+  EXPECT_NEAR(e.tokens_per_s, 4 * 32 / e.step_s, 1e-9 * e.tokens_per_s);
+  // Both micro-batches ran: the per-micro-batch forward is half of all forward kernels.
+  EXPECT_GT(e.stages[0].forward_s, 0);
+  EXPECT_NEAR(e.stages[0].forward_s + e.stages[0].backward_s + e.stages[0].weight_s,
+              (e.stages[0].pipeline_end_s) / 2, 1e-12);
+}
+
+// Twice the peak and the bandwidth, no latencies: exactly half the time.
+TEST(Estimate, TwiceTheHardwareHalvesTheStep) {
+  HardwareProfile hw = simple_profile(), fast = hw;
+  for (auto& [k, c] : fast.compute) c.peak_flops *= 2;
+  fast.memory_bandwidth *= 2;
+  for (auto& [k, c] : fast.networks["intra_node"].ops) c.bandwidth *= 2, c.latency_s = 0, c.fixed_latency_s = 0;
+  for (auto& [k, c] : hw.networks["intra_node"].ops) c.latency_s = 0, c.fixed_latency_s = 0;
+  const train::Config cfg = tiny({"parallel.tensor_model_parallel_size=2", "parallel.pipeline_model_parallel_size=2"});
+  const Estimate slow = estimate_step(cfg, hw, 8), quick = estimate_step(cfg, fast, 8);
+  EXPECT_NEAR(quick.step_s, slow.step_s / 2, 1e-12 * slow.step_s);
+  ASSERT_EQ(slow.stages.size(), 2u);
+  EXPECT_GT(slow.stages[0].exposed_comm_s.at("tp"), 0);
+  EXPECT_GT(slow.stages[1].bubble_s, 0);  // the last stage waits for the first forward
+}
+
+TEST(Estimate, ImpossibleLayoutsAndMissingProfileEntriesAreNamed) {
+  const HardwareProfile hw = simple_profile();
+  EXPECT_HAS(error_of([&] { estimate_step(tiny({"parallel.tensor_model_parallel_size=2"}), hw, 3); }),
+             "world size 3 is not divisible by tensor_model_parallel_size 2");
+  HardwareProfile no_attention = hw;
+  no_attention.compute.erase("attention_bwd");
+  EXPECT_HAS(error_of([&] { estimate_step(tiny({}), no_attention, 1); }),
+             "has no compute entry 'attention_bwd' (needed by attention_bwd calls)");
+  // 16 ranks of data parallelism on nodes of 8 with no inter-node level.
+  EXPECT_HAS(error_of([&] { estimate_step(tiny({"train.global_batch_size=32"}), hw, 16); }),
+             "has no 'inter_node' network level, and the dp group spans 16 ranks (nodes of 8)");
+}
+
+}  // namespace
