@@ -13,6 +13,7 @@
 #include "tessel/comm/parallel_state.h"
 #include "tessel/core/check.h"
 #include "tessel/core/cpu_model.h"
+#include "tessel/core/device.h"
 #include "tessel/kernels/cast.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/plan/cost_model.h"
@@ -222,6 +223,9 @@ CollectiveProfile fit_collective(comm::Communicator& w, const std::string& kind,
 
 HardwareProfile calibrate_machine(comm::Communicator& world, const CalibrateOptions& o) {
   TESSEL_CHECK(o.repeats >= 1, "calibrate: --repeats must be >= 1, got {}", o.repeats);
+  TESSEL_CHECK(!strict_cpu(),
+               "calibrate times each cpu kernel as it runs, and TESSEL_DEVICE=cpu-strict queues them (they run later, "
+               "on the queue thread): calibrate in the default cpu mode (unset TESSEL_DEVICE)");
   HardwareProfile p;
   const int threads = omp_get_max_threads();
   p.name = o.name.empty() ? fmt::format("{}, {} thread{} per rank, {} rank{}", cpu_model_name(), threads,

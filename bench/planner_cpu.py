@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""`tessel plan estimate` against `tessel bench` on this machine: for a fixed list of layouts that
+really run here (one process at 1 and 2 threads; 2 ranks at 1 thread each), the predicted step time
+against the measured median, and the predicted peak memory against the real peak heap growth
+(counted by bench/heap_peak, an allocation interposer, not by tessel's allocator). The profiles are
+configs/hardware/cpu-2core-*.json from `tessel plan calibrate`, whose GEMM grid ({128, 512,
+2048}^3) holds none of these models' GEMM shapes.
+
+usage: bench/planner_cpu.py [BUILD_DIR] [--only NAME]   Last line: JSON."""
+import json
+import os
+import subprocess
+import sys
+
+build = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else "build"
+only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+tessel = os.path.join(build, "tessel")
+preload = os.path.join(build, "libtessel_heap_peak.so")
+hw1, hw2, hwr = ("configs/hardware/cpu-2core-1thread.json", "configs/hardware/cpu-2core-2threads.json",
+                 "configs/hardware/cpu-2core-1thread-2ranks.json")
+tiny, m134, moe, dsv3 = ("configs/bench/llama-tiny.yaml", "configs/bench/llama-134m.yaml",
+                         "configs/mixtral-tiny.yaml", "configs/deepseek-v3-tiny.yaml")
+bf16 = ["precision.compute=bf16"]
+# (name, config, overrides, ranks, threads per rank, profile)
+layouts = [
+    ("tiny fp32, 1 thread", tiny, [], 1, 1, hw1),
+    ("tiny fp32, 2 threads", tiny, [], 1, 2, hw2),
+    ("tiny bf16, 2 threads", tiny, bf16, 1, 2, hw2),
+    ("134m bf16, 2 threads", m134, ["train.global_batch_size=2", "train.micro_batch_size=2"], 1, 2, hw2),
+    ("mixtral-tiny, 2 threads", moe, [], 1, 2, hw2),
+    ("deepseek-v3-tiny (MLA, MoE, MTP), 2 threads", dsv3, [], 1, 2, hw2),
+    ("tiny bf16 dp2", tiny, bf16 + ["train.global_batch_size=16"], 2, 1, hwr),
+    ("tiny bf16 dp2 ZeRO-1", tiny, bf16 + ["train.global_batch_size=16", "parallel.use_distributed_optimizer=true"], 2, 1, hwr),
+    ("tiny bf16 tp2", tiny, bf16 + ["parallel.tensor_model_parallel_size=2"], 2, 1, hwr),
+    ("tiny bf16 tp2 sp", tiny, bf16 + ["parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"], 2, 1, hwr),
+    ("tiny bf16 pp2 1f1b", tiny, bf16 + ["parallel.pipeline_model_parallel_size=2", "train.micro_batch_size=2",
+                                         "train.global_batch_size=16"], 2, 1, hwr),
+    ("tiny bf16 pp2 interleaved vpp2", tiny, bf16 + ["model.num_layers=8", "parallel.pipeline_model_parallel_size=2",
+                                                     "parallel.virtual_pipeline_model_parallel_size=2",
+                                                     "train.micro_batch_size=2", "train.global_batch_size=16"], 2, 1, hwr),
+    ("tiny bf16 cp2", tiny, bf16 + ["parallel.context_parallel_size=2"], 2, 1, hwr),
+    ("mixtral-tiny ep2", moe, ["parallel.expert_model_parallel_size=2", "train.global_batch_size=16"], 2, 1, hwr),
+]
+
+
+def run(cmd, env):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+rows = []
+print(f"{'layout':46} {'measured ms':>11} {'predicted':>9} {'err':>7} | {'heap MiB':>8} {'predicted':>9} {'err':>7}")
+for name, cfg, sets, ranks, threads, hw in layouts:
+    if only and only not in name:
+        continue
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    setargs = sum((["--set", s] for s in sets), [])
+    bench = [tessel, "bench", cfg, "--steps", "5", "--warmup", "2"] + setargs
+    if ranks > 1:
+        bench = ["mpirun", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", str(ranks),
+                 "-x", "OMP_NUM_THREADS", "-x", "LD_PRELOAD"] + bench
+    try:
+        measured = run(bench, dict(env, LD_PRELOAD=os.path.abspath(preload)))
+        predicted = run([tessel, "plan", "estimate", cfg, "--hardware", hw, "--world", str(ranks)] + setargs, env)
+    except RuntimeError as e:
+        print(f"{name:46} FAILED: {str(e).strip().splitlines()[-1]}")
+        rows.append({"layout": name, "error": str(e)})
+        continue
+    t, tp = 1e3 * measured["step_s"], predicted["step_ms"]
+    heap = measured.get("heap_peak_growth_bytes")
+    mp = predicted["peak_memory_gib"] * 1024
+    heap_mib = heap / 2**20 if heap else None
+    et = tp / t - 1
+    em = mp / heap_mib - 1 if heap_mib else None
+    print(f"{name:46} {t:11.1f} {tp:9.1f} {100 * et:+6.1f}% | " +
+          (f"{heap_mib:8.1f} {mp:9.1f} {100 * em:+6.1f}%" if heap_mib else f"{'n/a':>8} {mp:9.1f}"))
+    rows.append({"layout": name, "ranks": ranks, "threads": threads, "measured_ms": t, "predicted_ms": tp,
+                 "time_error": et, "heap_mib": heap_mib, "predicted_mib": mp, "memory_error": em})
+ok = [r for r in rows if "error" not in r]
+if ok:
+    te = [r["time_error"] for r in ok]
+    print(f"time error {100 * min(te):+.1f}% .. {100 * max(te):+.1f}% over {len(ok)} layouts "
+          f"(within 10%: {sum(abs(e) <= 0.10 for e in te)})")
+print(json.dumps({"rows": rows}))
