@@ -19,6 +19,7 @@
 #include "tessel/plan/calibrate.h"
 #include "tessel/plan/estimate.h"
 #include "tessel/plan/planner_config.h"
+#include "tessel/plan/search.h"
 
 namespace tessel::app {
 namespace {
@@ -119,6 +120,57 @@ int run_estimate(const EstimateOptions& o) {
   return too_big.empty() ? 0 : 1;
 }
 
+struct SearchCliOptions {
+  std::string config, hardware;
+  std::vector<std::string> sets;
+  plan::SearchOptions search;
+};
+
+nlohmann::json candidate_json(const plan::Candidate& c) {
+  return {{"layout", c.layout},
+          {"overrides", c.overrides},
+          {"step_ms", 1e3 * c.estimate.step_s},
+          {"tokens_per_s", c.estimate.tokens_per_s},
+          {"mfu", c.estimate.mfu},
+          {"peak_memory_gib", gib(c.estimate.peak_bytes)}};
+}
+
+int run_search(const SearchCliOptions& o) {
+  const plan::HardwareProfile hw = plan::load_hardware_profile(o.hardware);
+  const auto load = [&](const std::vector<std::string>& layout) {
+    std::vector<std::string> sets = o.sets;
+    sets.insert(sets.end(), layout.begin(), layout.end());
+    return plan::load_plan_config(o.config, sets);
+  };
+  const plan::SearchResult r = plan::search_layouts(load, hw, o.search);
+  std::printf("tessel plan search: %s on %d ranks of %s: %d layouts enumerated, %zu fit, %.1f s\n", o.config.c_str(),
+              o.search.world, hw.name.c_str(), r.enumerated, r.ranked.size(), r.seconds);
+  std::printf("%4s  %-84s %10s %12s %6s %9s\n", "rank", "layout", "step ms", "tokens/s", "MFU", "peak GiB");
+  nlohmann::json top = nlohmann::json::array();
+  for (size_t i = 0; i < r.ranked.size() && int(i) < o.search.top; ++i) {
+    const plan::Candidate& c = r.ranked[i];
+    std::printf("%4zu  %-84s %10.2f %12.1f %5.1f%% %9.2f\n", i + 1, c.layout.c_str(), 1e3 * c.estimate.step_s,
+                c.estimate.tokens_per_s, 100 * c.estimate.mfu, gib(c.estimate.peak_bytes));
+    top.push_back(candidate_json(c));
+  }
+  nlohmann::json pruned = nlohmann::json::object();
+  for (const auto& [reason, n] : r.pruned) {
+    std::printf("pruned %d: %s\n", n, reason.c_str());
+    pruned[reason] = n;
+  }
+  if (r.ranked.empty())
+    std::fprintf(stderr, "no layout of %d ranks fits: %s\n", o.search.world,
+                 r.pruned.empty() ? "none enumerated" : "every one was pruned (reasons above)");
+  const nlohmann::json out{{"best", r.ranked.empty() ? nlohmann::json(nullptr) : candidate_json(r.ranked.front())},
+                           {"top", top},
+                           {"enumerated", r.enumerated},
+                           {"fitting", r.ranked.size()},
+                           {"pruned", pruned},
+                           {"seconds", r.seconds}};
+  std::printf("%s\n", out.dump().c_str());
+  return r.ranked.empty() ? 1 : 0;
+}
+
 int run_calibration(const plan::CalibrateOptions& o) {
   auto world = comm::mpi_launched() ? comm::make_mpi_world() : comm::make_local_communicator();
   const plan::HardwareProfile p = plan::calibrate_machine(*world, o);
@@ -137,7 +189,8 @@ int run_calibration(const plan::CalibrateOptions& o) {
 }  // namespace
 
 Action add_plan_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("plan", "Predict step time and memory of a layout on given hardware (estimate, calibrate)");
+  auto* cmd = app.add_subcommand(
+      "plan", "Predict step time and memory of a layout on given hardware, search the layouts (estimate, search, calibrate)");
   cmd->require_subcommand(1);
   auto e = std::make_shared<EstimateOptions>();
   auto* est = cmd->add_subcommand("estimate", "Step time, its breakdown and memory per stage of one layout");
@@ -155,10 +208,26 @@ Action add_plan_command(CLI::App& app) {
   cal->add_option("--out", c->out, "profile to write (JSON)")->required();
   cal->add_option("--name", c->name, "the profile's name (default: the CPU model)");
   cal->add_option("--repeats", c->repeats, "timed repetitions per point (the best counts)")->check(integer_at_least(1));
+  auto s = std::make_shared<SearchCliOptions>();
+  auto* sea = cmd->add_subcommand("search", "Estimate every layout of N ranks and rank those that fit by tokens/s");
+  sea->add_option("config", s->config, "tessel YAML config, or a SimuMax model JSON")->required();
+  sea->add_option("--hardware", s->hardware, "hardware profile: configs/hardware/*.json or a SimuMax system JSON")
+      ->required();
+  sea->add_option("--world", s->search.world, "number of ranks")->required()->check(integer_at_least(1));
+  sea->add_option("--global-batch", s->search.global_batch, "sequences per step (default: the config's)")
+      ->check(integer_at_least(1));
+  sea->add_option("--memory-gib", s->search.memory_gib, "memory per device (default: the profile's)")
+      ->check(finite_non_negative());
+  sea->add_option("--top", s->search.top, "layouts to print (default 10)")->check(integer_at_least(1));
+  sea->add_option("--set", s->sets, "config override key=value (repeatable), applied before each layout's");
   auto ran = std::make_shared<int>(0);
   est->callback([ran] { *ran = 1; });
   cal->callback([ran] { *ran = 2; });
-  return [e, c, ran] { return *ran == 1 ? run_estimate(*e) : run_calibration(*c); };
+  sea->callback([ran] { *ran = 3; });
+  return [e, c, s, ran] {
+    if (*ran == 1) return run_estimate(*e);
+    return *ran == 3 ? run_search(*s) : run_calibration(*c);
+  };
 }
 
 }  // namespace tessel::app

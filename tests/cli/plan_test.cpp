@@ -87,3 +87,27 @@ TEST(PlanCli, CalibrateWritesAProfileEstimateReads) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(PlanCli, SearchRanksTheLayoutsAndSaysWhenNoneFits) {
+  TempDir d;
+  auto r = run_tessel("plan search " + config("bench/llama-tiny.yaml") + " --hardware " + profile() +
+                          " --world 2 --global-batch 8 --top 3",
+                      d.path(), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("layouts enumerated"), std::string::npos) << r.output;
+  auto j = nlohmann::json::parse(last_line(r.output));
+  EXPECT_EQ(j["top"].size(), 3u);
+  EXPECT_GE(j["top"][0]["tokens_per_s"].get<double>(), j["top"][1]["tokens_per_s"].get<double>());
+  EXPECT_EQ(j["best"]["layout"], j["top"][0]["layout"]);
+  r = run_tessel("plan search " + config("bench/llama-tiny.yaml") + " --hardware " + profile() +
+                     " --world 2 --global-batch 8 --memory-gib 0.0001",
+                 d.path(), 120);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no layout of 2 ranks fits: every one was pruned"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("peak memory over 0.0001 GiB"), std::string::npos) << r.output;
+  EXPECT_TRUE(nlohmann::json::parse(last_line(r.output))["best"].is_null());
+}
+
+}  // namespace

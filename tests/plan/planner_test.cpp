@@ -10,6 +10,7 @@
 #include "tessel/plan/cost_model.h"
 #include "tessel/plan/estimate.h"
 #include "tessel/plan/hardware_profile.h"
+#include "tessel/plan/search.h"
 #include "tessel/train/dry_run.h"
 
 using namespace tessel;
@@ -197,6 +198,67 @@ TEST(Estimate, ImpossibleLayoutsAndMissingProfileEntriesAreNamed) {
   // 16 ranks of data parallelism on nodes of 8 with no inter-node level.
   EXPECT_HAS(error_of([&] { estimate_step(tiny({"train.global_batch_size=32"}), hw, 16); }),
              "has no 'inter_node' network level, and the dp group spans 16 ranks (nodes of 8)");
+}
+
+}  // namespace
+
+namespace {
+
+// Every layout of the tiny model on `world` ranks of one node.
+SearchResult search_tiny(int world, int64_t global_batch, double memory_gib = 0) {
+  HardwareProfile hw = simple_profile();
+  hw.devices_per_node = world;
+  SearchOptions o;
+  o.world = world;
+  o.global_batch = global_batch;
+  o.memory_gib = memory_gib;
+  return search_layouts([](const std::vector<std::string>& layout) { return tiny(layout); }, hw, o);
+}
+
+TEST(Search, RanksEveryFittingLayoutByTokensPerSecondAndEachEqualsItsOwnEstimate) {
+  const SearchResult r = search_tiny(8, 8);
+  ASSERT_GT(r.ranked.size(), 10u);
+  EXPECT_EQ(int(r.ranked.size()) + [&] {
+    int n = 0;
+    for (const auto& [reason, count] : r.pruned) n += count;
+    return n;
+  }(), r.enumerated);
+  for (size_t i = 1; i < r.ranked.size(); ++i)
+    EXPECT_GE(r.ranked[i - 1].estimate.tokens_per_s, r.ranked[i].estimate.tokens_per_s);
+  // The best layout, estimated on its own from its overrides, is what the search reported.
+  const Candidate& best = r.ranked.front();
+  HardwareProfile hw = simple_profile();
+  hw.devices_per_node = 8;
+  const Estimate again = estimate_step(tiny(best.overrides), hw, 8);
+  EXPECT_DOUBLE_EQ(again.step_s, best.estimate.step_s);
+  // tp 8 cannot split tiny's 4 attention heads: refused by the config, counted under its key.
+  bool refused_tp = false;
+  std::string reasons;
+  for (const auto& [reason, count] : r.pruned) {
+    refused_tp |= reason == "refused by model.num_attention_heads";
+    reasons += reason + "; ";
+  }
+  EXPECT_TRUE(refused_tp) << reasons;
+  // Nothing else is pruned: tp 4 replicates tiny's 2 key/value heads, which the meta device runs too.
+  for (const auto& [reason, count] : r.pruned)
+    EXPECT_TRUE(reason == "refused by model.num_attention_heads" ||
+                reason == "global batch 8 does not split over data parallelism x the micro-batch")
+        << reason;
+}
+
+TEST(Search, AMemoryLimitPrunesAndAModelThatFitsNowhereSaysSo) {
+  const SearchResult all = search_tiny(2, 4);
+  ASSERT_FALSE(all.ranked.empty());
+  int64_t smallest = all.ranked.front().estimate.peak_bytes;
+  for (const Candidate& c : all.ranked) smallest = std::min(smallest, c.estimate.peak_bytes);
+  // Only the smallest fits.
+  const SearchResult tight = search_tiny(2, 4, double(smallest) / double(int64_t(1) << 30) * 1.0000001);
+  ASSERT_FALSE(tight.ranked.empty());
+  EXPECT_LT(tight.ranked.size(), all.ranked.size());
+  for (const Candidate& c : tight.ranked) EXPECT_LE(c.estimate.peak_bytes, smallest);
+  const SearchResult none = search_tiny(2, 4, 1e-6);
+  EXPECT_TRUE(none.ranked.empty());
+  EXPECT_GT(none.pruned.at("peak memory over 1e-06 GiB"), 0);
 }
 
 }  // namespace

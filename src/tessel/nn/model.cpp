@@ -84,7 +84,9 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
   ps_->finalize(master_shard);
   for (const auto& s : ps_->specs())
     if (s.replicas > 1) {  // every replicated key/value slice is shared by the same ranks
-      kv_replicas_ = tp_->split(tp_->rank() / s.replicas, tp_->rank());
+      // By a rule for every rank (split_by), so that the meta communicator can form it too.
+      const int replicas = int(s.replicas);
+      kv_replicas_ = tp_->split_by([replicas](int r) { return std::make_pair(r / replicas, r); });
       break;
     }
 }

@@ -1,0 +1,53 @@
+#pragma once
+// `tessel plan search`: the layouts of a model on N ranks, estimated (estimate.h) and ranked by
+// tokens/s, in two phases:
+//   1. every structure: tensor parallelism (sequence parallelism on, as Megatron runs it) and
+//      context parallelism within a node, pipeline parallelism with 1 or 2 virtual chunks per rank
+//      (1F1B / interleaved 1F1B; layers split as evenly as they go), expert parallelism (MoE
+//      models) with the experts split over tensor parallelism or whole on it; data parallelism is
+//      what remains. Each at micro-batch 1 with the distributed optimizer, and with full-layer
+//      recompute only where it must, to fit;
+//   2. the kRefinedStructures fastest of them with micro-batches 1, 2, 4, 8, the distributed
+//      optimizer on and off, and recompute off and on.
+// Phase 2 is a local search, not every combination: a structure slow at micro-batch 1 is not
+// refined. A layout the config refuses (a size that does not divide heads, layers or the
+// sequence), that cannot exist on N ranks, or whose peak memory exceeds the limit is pruned,
+// counted by its reason. Precision and FP8 recipe stay as configured.
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessel/plan/estimate.h"
+
+namespace tessel::plan {
+
+inline constexpr int kRefinedStructures = 8;
+
+struct SearchOptions {
+  int world = 1;
+  int64_t global_batch = 0;  // sequences per step; 0: the config's
+  double memory_gib = 0;     // per device; 0: the profile's (0 there too: no limit)
+  int top = 10;
+};
+
+struct Candidate {
+  std::vector<std::string> overrides;  // the --set list that selects it
+  std::string layout;                  // "tp 2 sp, pp 2, vpp 1, cp 1, ep 1, dp 2, zero1, mbs 1, recompute off"
+  Estimate estimate;
+};
+
+struct SearchResult {
+  std::vector<Candidate> ranked;               // fitting layouts, fastest first (all of them)
+  std::map<std::string, int> pruned;           // reason -> count
+  int enumerated = 0;                          // layouts estimated or pruned
+  int structures = 0;                          // phase 1's
+  double seconds = 0;
+};
+
+// load(overrides): the model's config with the layout's overrides applied (the caller's file and
+// --set first), throwing tessel::Error for one it refuses.
+SearchResult search_layouts(const std::function<train::Config(const std::vector<std::string>&)>& load,
+                            const HardwareProfile& hw, const SearchOptions& o);
+
+}  // namespace tessel::plan
