@@ -2,7 +2,9 @@
 
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "tessel/core/profiler.h"
 
@@ -31,6 +33,61 @@ const char* phase_of(OpKind k) {
   return "pipeline";
 }
 
+// The op that receives what `op` (a send of rank `me`) sends, on the receiving rank, and the op that
+// sent what `op` (a receive of rank `me`) receives, on the sending rank.
+struct Peer {
+  int rank;
+  Op op;
+};
+Peer receiver_of(const Schedule& s, int me, const Op& op) {
+  const bool fwd = op.kind == OpKind::send_fwd;
+  const Place to = place(s, s.virtual_stage(me, op.chunk) + (fwd ? 1 : -1));
+  return {to.rank, {fwd ? OpKind::recv_fwd : OpKind::recv_bwd, op.mb, to.chunk}};
+}
+Peer sender_of(const Schedule& s, int me, const Op& op) {
+  const bool fwd = op.kind == OpKind::recv_fwd;
+  const Place from = place(s, s.virtual_stage(me, op.chunk) + (fwd ? -1 : 1));
+  return {from.rank, {fwd ? OpKind::send_fwd : OpKind::send_bwd, op.mb, from.chunk}};
+}
+
+// After which of rank `me`'s ops each of its sends is certainly complete, so that its buffer can
+// go (release[j]: the sends to free once op j is done): the first later receive from the same peer
+// that the peer sent after its own (blocking) receive of that send had returned. Decided by the
+// schedule alone, so every backend frees at the same point (the meta device's accounting is the
+// CPU run's) and nothing waits on a peer that has not got there yet. Without it a pipeline stage
+// holds one activation-sized buffer per micro-batch until the step ends. A send no later receive
+// vouches for completes at the end of the step.
+std::vector<std::vector<size_t>> sends_released_after(const Schedule& s, int me) {
+  const std::vector<Op>& ops = s.ranks[size_t(me)];
+  std::map<int, std::map<std::tuple<int, int, int>, size_t>> index;  // peer -> (kind, mb, chunk) -> position
+  const auto position = [&](const Peer& p) {
+    auto& idx = index[p.rank];
+    if (idx.empty()) {
+      const std::vector<Op>& theirs = s.ranks[size_t(p.rank)];
+      for (size_t i = 0; i < theirs.size(); ++i) idx[{int(theirs[i].kind), theirs[i].mb, theirs[i].chunk}] = i;
+    }
+    const auto it = idx.find({int(p.op.kind), p.op.mb, p.op.chunk});
+    TESSEL_CHECK(it != idx.end(), "pipeline schedule: rank {} has no op matching rank {}'s transfer of micro-batch {}",
+                 p.rank, me, p.op.mb);
+    return it->second;
+  };
+  std::vector<std::vector<size_t>> release(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind != OpKind::send_fwd && ops[i].kind != OpKind::send_bwd) continue;
+    const Peer to = receiver_of(s, me, ops[i]);
+    const size_t received_at = position(to);
+    for (size_t j = i + 1; j < ops.size(); ++j) {
+      if (ops[j].kind != OpKind::recv_fwd && ops[j].kind != OpKind::recv_bwd) continue;
+      const Peer from = sender_of(s, me, ops[j]);
+      if (from.rank == to.rank && position(from) > received_at) {
+        release[j].push_back(i);
+        break;
+      }
+    }
+  }
+  return release;
+}
+
 class Runner {
  public:
   Runner(const Schedule& s, nn::Model& model, comm::Communicator& pp, const std::vector<data::Batch>& mbs,
@@ -40,8 +97,18 @@ class Runner {
         width_(model.config().hidden_size) {}
 
   double run() {
-    for (const Op& op : s_.ranks[size_t(pp_.rank())]) execute(op);
-    for (auto& w : sends_) w.first->wait();
+    const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
+    const std::vector<std::vector<size_t>> release = sends_released_after(s_, pp_.rank());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      current_ = i;
+      execute(ops[i]);
+      for (const size_t send : release[i]) {  // complete already: their receiver has moved past them
+        auto it = sends_.find(send);
+        it->second.first->wait();
+        sends_.erase(it);
+      }
+    }
+    for (auto& [i, w] : sends_) w.first->wait();
     sends_.clear();
     return loss_;
   }
@@ -54,7 +121,7 @@ class Runner {
   void send(Tensor t, int v_to, int mb, Direction d) {
     const Place to = place(s_, v_to);
     auto w = pp_.send_async(t.device_ptr(), t.numel(), DType::f32, to.rank, tag(mb, to.chunk, s_.vpp, d));
-    sends_.emplace_back(std::move(w), std::move(t));  // the buffer lives until the send completes
+    sends_.emplace(current_, std::make_pair(std::move(w), std::move(t)));  // the buffer lives until the send completes
   }
 
   Tensor recv(int v_from, int mb, int chunk, Direction d) {
@@ -115,7 +182,8 @@ class Runner {
   double loss_ = 0;
   std::map<Key, nn::Activations> saved_;
   std::map<Key, Tensor> inputs_, outputs_, grads_, input_grads_;
-  std::vector<std::pair<std::unique_ptr<comm::Work>, Tensor>> sends_;
+  size_t current_ = 0;  // index of the op being executed
+  std::map<size_t, std::pair<std::unique_ptr<comm::Work>, Tensor>> sends_;  // by the index of their send op
 };
 
 }  // namespace
