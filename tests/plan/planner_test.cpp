@@ -262,3 +262,79 @@ TEST(Search, AMemoryLimitPrunesAndAModelThatFitsNowhereSaysSo) {
 }
 
 }  // namespace
+
+namespace {
+
+// Running a few micro-batches for the rest, and measuring one of equal stages for the others, are
+// shortcuts: each estimate must equal the one that runs every micro-batch on every stage.
+void expect_shortcuts_exact(const std::string& config, const std::vector<std::string>& sets, int world,
+                            const std::string& device = "gpu") {
+  SCOPED_TRACE(config + " on " + std::to_string(world) + " ranks, " + device + " memory");
+  const train::Config cfg = train::Config::load(std::string(TESSEL_CONFIG_DIR) + "/" + config, sets);
+  HardwareProfile hw = simple_profile();
+  hw.devices_per_node = world;
+  hw.device = device;  // cpu: the pool's blocks; gpu: the bytes requested
+  EstimateOptions every;
+  every.every_micro_batch = true;
+  const Estimate full = estimate_step(cfg, hw, world, every);
+  const Estimate fast = estimate_step(cfg, hw, world);
+  EstimateOptions shared;
+  shared.share_equal_stages = true;
+  const Estimate fastest = estimate_step(cfg, hw, world, shared);
+  ASSERT_EQ(full.stages.size(), fast.stages.size());
+  for (const Estimate* e : {&fast, &fastest}) {
+    EXPECT_NEAR(e->step_s, full.step_s, 1e-12 * full.step_s);
+    EXPECT_EQ(e->peak_bytes, full.peak_bytes);
+  }
+  for (size_t i = 0; i < full.stages.size(); ++i) {
+    const StageEstimate &a = full.stages[i], &b = fast.stages[i], &c = fastest.stages[i];
+    SCOPED_TRACE(a.role);
+    EXPECT_EQ(b.peak_bytes, a.peak_bytes);
+    EXPECT_EQ(b.peak_bytes_by_category, a.peak_bytes_by_category);
+    EXPECT_GE(c.peak_bytes, a.peak_bytes);  // a shared stage's peak bounds its own
+    for (const StageEstimate* x : {&b, &c}) {
+      EXPECT_NEAR(x->step_s, a.step_s, 1e-12 * a.step_s);
+      EXPECT_NEAR(x->compute_s, a.compute_s, 1e-12 * a.compute_s);
+      EXPECT_NEAR(x->forward_s, a.forward_s, 1e-12 * a.forward_s);
+      EXPECT_NEAR(x->bubble_s, a.bubble_s, 1e-12 * a.step_s);
+      EXPECT_NEAR(x->flops, a.flops, 1e-12 * a.flops);
+      EXPECT_EQ(x->ranks, a.ranks);
+    }
+  }
+}
+
+TEST(Estimate, FewMicroBatchesAndSharedStagesEqualTheFullMeasurement) {
+  const std::vector<std::string> bf16{"precision.compute=bf16", "train.micro_batch_size=1"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  // One process, 12 micro-batches.
+  expect_shortcuts_exact("bench/llama-tiny.yaml", with(bf16, {"train.global_batch_size=12"}), 1);
+  expect_shortcuts_exact("bench/llama-tiny.yaml", with(bf16, {"train.global_batch_size=12"}), 1, "cpu");
+  // 1F1B over 4 stages (two middle ones alike), 16 micro-batches; and data parallelism with ZeRO.
+  expect_shortcuts_exact("bench/llama-tiny.yaml",
+                         with(bf16, {"model.num_layers=8", "parallel.pipeline_model_parallel_size=4",
+                                     "train.global_batch_size=16"}),
+                         4);
+  expect_shortcuts_exact("bench/llama-tiny.yaml",
+                         with(bf16, {"model.num_layers=8", "parallel.pipeline_model_parallel_size=4",
+                                     "train.global_batch_size=16"}),
+                         4, "cpu");
+  expect_shortcuts_exact("bench/llama-tiny.yaml",
+                         with(bf16, {"parallel.pipeline_model_parallel_size=2", "parallel.use_distributed_optimizer=true",
+                                     "train.global_batch_size=24"}),
+                         4);
+  // Interleaved: 2 stages x 2 chunks, 12 micro-batches.
+  expect_shortcuts_exact("bench/llama-tiny.yaml",
+                         with(bf16, {"model.num_layers=8", "parallel.pipeline_model_parallel_size=2",
+                                     "parallel.virtual_pipeline_model_parallel_size=2", "train.global_batch_size=12"}),
+                         2);
+  // MLA, MoE under expert parallelism, MTP on the last stage, a dense first layer, FP8 blocks.
+  expect_shortcuts_exact("deepseek-v3-tiny.yaml",
+                         {"train.micro_batch_size=1", "train.global_batch_size=10", "parallel.pipeline_model_parallel_size=2",
+                          "parallel.expert_model_parallel_size=2"},
+                         4);
+}
+
+}  // namespace

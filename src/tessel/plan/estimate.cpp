@@ -8,6 +8,7 @@
 #include "tessel/comm/communicator.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/core/check.h"
+#include "tessel/nn/stage_plan.h"
 #include "tessel/pipeline/executor.h"
 #include "tessel/pipeline/simulate.h"
 #include "tessel/plan/cost_model.h"
@@ -47,15 +48,26 @@ struct PricedStage {
   double transfer_s = 0;                    // the largest pipeline send
 };
 
+// How many of the step's micro-batches a measured one stands for (see MicroBatches).
+struct MicroBatches {
+  int real = 1;      // per rank and step
+  int measured = 1;  // run on the meta device: all of them, or a few standing for the rest
+  // Measured micro-batch k stands for itself, except the second to last, which stands for every
+  // micro-batch between the first measured - 2 and the last: all of them run the same ops (the
+  // first and the last can differ: parameter waits, gradient buckets).
+  double weight(int k) const { return measured < real && k == measured - 2 ? double(real - measured + 1) : 1.0; }
+};
+
 PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s, int dp,
-                        const train::StepMeasurement& m) {
+                        const train::StepMeasurement& m, const MicroBatches& mbs) {
   PricedStage st;
   std::map<PassKey, double> attention_s, ring_s;
   for (const kernels::OpRecord& r : m.op_records) {
     const Part part = part_of(r.phase);
     if (part == Part::setup) continue;
-    const double t = op_seconds(hw, r);
-    st.out.flops += r.flops;
+    const double w = is_pass(part) ? mbs.weight(r.phase.micro_batch) : 1.0;
+    const double t = w * op_seconds(hw, r);
+    st.out.flops += w * r.flops;
     const std::string kind = compute_kind(r);
     st.out.kernel_s_by_op[kind.rfind("gemm", 0) == 0 ? kind + " " + r.variant : r.op] += t;
     if (is_pass(part)) {
@@ -73,7 +85,9 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
     const Part part = part_of(c.phase);
     if (part == Part::setup || c.group_size <= 1) continue;  // a group of one moves nothing
     const std::string group = c.group.empty() ? "world" : c.group;
-    const double t = collective_seconds(hw, network_level(hw, group, s, dp), c);
+    // Gradient buckets launched during backward belong to the step, not to a micro-batch.
+    const double w = is_pass(part) && !(c.overlapped && group != "cp") ? mbs.weight(c.phase.micro_batch) : 1.0;
+    const double t = w * collective_seconds(hw, network_level(hw, group, s, dp), c);
     st.out.comm_s_by_kind[group + " " + c.kind] += t;
     if (is_pass(part)) {
       const PassKey k = key_of(part, c.phase);
@@ -113,9 +127,37 @@ double pass_sum(const std::map<PassKey, double>& pass_s, Part part, int chunk, i
   return t;
 }
 
+// Micro-batches run on the meta device for a rank's `real` ones: enough for every pipeline rank
+// to reach its steady state (the most micro-batches in flight, which is where memory peaks: P - rank
+// in 1F1B; interleaving, whose count must be a multiple of P, warms up with up to 3P - 1 chunks of
+// 2 x micro-batches) and for a middle micro-batch to stand for the rest.
+int measured_micro_batches(int real, int P, int V) {
+  const int steady = P == 1 ? 3 : V == 1 ? std::max(P, 3) : 2 * P;
+  return std::min(real, steady);
+}
+
+// What makes two pipeline stages run the same ops: whether they hold the embedding and the head,
+// and each chunk's layers as the model builds them (dense or MoE, FP8 or kept in bf16).
+std::string stage_signature(const train::Config& cfg, int P, int V, int stage) {
+  if (P == 1) return "whole";
+  const nn::StagePlan plan =
+      nn::pipeline_plan(cfg.model, P, V, stage,
+                        nn::parse_layer_list(cfg.parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage"));
+  const nn::ModelConfig& m = cfg.model;
+  std::string sig = fmt::format("{}{}", plan.has_embedding ? "E" : "", plan.has_head ? "H" : "");
+  for (const nn::LayerRange& r : plan.chunks) {
+    sig += '|';
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      const bool bf16_end = i < m.fp8.bf16_layers_at_start || i >= m.num_layers - m.fp8.bf16_layers_at_end;
+      sig += m.is_moe_layer(i) ? (bf16_end ? 'M' : 'm') : (bf16_end ? 'D' : 'd');
+    }
+  }
+  return sig;
+}
+
 }  // namespace
 
-Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int world) {
+Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int world, const EstimateOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   TESSEL_CHECK(world >= 1, "--world must be >= 1, got {}", world);
   const comm::ParallelSizes s = cfg.parallel_sizes();
@@ -125,30 +167,49 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
   cfg.check_batch_splits(dp);
   const int P = s.pp, V = int(cfg.parallel.virtual_pipeline_model_parallel_size);
   const int local_mbs = int(cfg.grad_accumulation_steps() / dp);
+  // Context parallelism slices each micro-batch's tokens before the passes: all of them, so that
+  // step runs every micro-batch.
+  const bool every = opt.every_micro_batch || s.cp > 1;
+  MicroBatches mbs{local_mbs, every ? local_mbs : measured_micro_batches(local_mbs, P, V)};
+  train::Config measured = cfg;
+  measured.train.global_batch_size = int64_t(mbs.measured) * cfg.train.micro_batch_size * dp;
   Estimate est;
   est.world = world;
   est.layout = layout.describe();
   est.hardware = hw.name;
   DefaultDeviceScope on_meta(Device::meta);
   std::vector<PricedStage> stages;
+  std::map<std::string, int> measured_stage;  // signature -> the first stage that has it
   for (int stage = 0; stage < P; ++stage) {
-    const int rank = comm::ParallelState::rank_of({0, 0, 0, stage}, s, dp);
-    auto w = comm::make_meta_communicator(rank, world);
-    comm::ParallelState groups(*w, s);
-    const train::StepMeasurement m = train::measure_training_step(cfg, groups, Device::meta, 1, nullptr, true);
-    PricedStage st = price_stage(hw, s, dp, m);
+    const std::string sig = opt.share_equal_stages ? stage_signature(cfg, P, V, stage) : std::to_string(stage);
+    const auto same = measured_stage.find(sig);
+    PricedStage st;
+    if (same != measured_stage.end()) {
+      st = stages[size_t(same->second)];
+      st.out.ranks.clear();
+      st.out.peak_at += fmt::format(" (stage {}'s: the same layers, at least as many micro-batches in flight)",
+                                    same->second);
+    } else {
+      measured_stage[sig] = stage;
+      const int rank = comm::ParallelState::rank_of({0, 0, 0, stage}, s, dp);
+      auto w = comm::make_meta_communicator(rank, world);
+      comm::ParallelState groups(*w, s);
+      const train::StepMeasurement m =
+          train::measure_training_step(measured, groups, Device::meta, 1, nullptr, true, mbs.real);
+      st = price_stage(hw, s, dp, m, mbs);
+      const bool cpu = hw.device == "cpu";
+      st.out.peak_bytes = cpu ? m.peak_bytes : m.peak_requested_bytes;
+      st.out.peak_bytes_by_category = cpu ? m.peak_bytes_by_category : m.peak_requested_bytes_by_category;
+      st.out.peak_at = m.peak_at;
+      for (int c = 0; c < V; ++c) {
+        st.out.forward_s += pass_sum(st.pass_s, Part::forward, c) / local_mbs;
+        st.out.backward_s += pass_sum(st.pass_s, Part::backward, c) / local_mbs;
+        st.out.weight_s += pass_sum(st.pass_s, Part::weights, c) / local_mbs;
+      }
+    }
     st.out.role = fmt::format("pipeline stage {} of {}", stage, P);
     for (int r = 0; r < world; ++r)
       if (comm::ParallelState::coords_of(r, s, dp).pp == stage) st.out.ranks.push_back(r);
-    const bool cpu = hw.device == "cpu";
-    st.out.peak_bytes = cpu ? m.peak_bytes : m.peak_requested_bytes;
-    st.out.peak_bytes_by_category = cpu ? m.peak_bytes_by_category : m.peak_requested_bytes_by_category;
-    st.out.peak_at = m.peak_at;
-    for (int c = 0; c < V; ++c) {
-      st.out.forward_s += pass_sum(st.pass_s, Part::forward, c) / local_mbs;
-      st.out.backward_s += pass_sum(st.pass_s, Part::backward, c) / local_mbs;
-      st.out.weight_s += pass_sum(st.pass_s, Part::weights, c) / local_mbs;
-    }
     stages.push_back(std::move(st));
   }
   // The passes: through the schedule simulator with each virtual stage's costs, or back to back.
@@ -185,8 +246,8 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
     if (hw.async_progress) {
       double last_backward = 0;
       for (int c = 0; c < V; ++c)
-        last_backward += pass_sum(st.pass_s, Part::backward, c, local_mbs - 1) +
-                         pass_sum(st.pass_s, Part::weights, c, local_mbs - 1);
+        last_backward += pass_sum(st.pass_s, Part::backward, c, mbs.measured - 1) +
+                         pass_sum(st.pass_s, Part::weights, c, mbs.measured - 1);
       dp_exposed = std::max(st.dp_last_bucket_s, st.dp_overlapped_s - last_backward);
     }
     if (dp_exposed > 0) o.exposed_comm_s["dp (gradient buckets)"] += dp_exposed;

@@ -60,8 +60,21 @@ struct Estimate {
   double seconds = 0;             // the estimate's own run time
 };
 
+struct EstimateOptions {
+  // Run every micro-batch of the step on the meta device. By default a rank's micro-batches beyond
+  // those that bring its pipeline to its steady state run once, as one middle micro-batch weighted
+  // by how many it stands for: the same ops, so the same times and the same peak (exact; a test
+  // compares both).
+  bool every_micro_batch = false;
+  // Pipeline stages that run the same layers (and hold the same embedding / head) are measured
+  // once, on the first of them: the others take its times, which are theirs, and its peak, which
+  // bounds theirs (a later stage holds fewer micro-batches in flight). For searches: the step time
+  // and the peak over ranks are exact, a later stage's own peak is not.
+  bool share_equal_stages = false;
+};
+
 // Throws, naming the setting, for a layout that cannot exist (train/dry_run.h) or a profile that
 // lacks what the step needs (an op kind, a network level).
-Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int world);
+Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int world, const EstimateOptions& opt = {});
 
 }  // namespace tessel::plan

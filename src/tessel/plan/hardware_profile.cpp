@@ -17,6 +17,13 @@ using ckpt::JsonFields;
 
 double EfficiencyTable::at(const std::vector<double>& dims, const std::string& variant) const {
   if (points.empty()) return fallback;
+  auto key = std::make_pair(variant, dims);
+  const auto seen = looked_up.find(key);
+  if (seen != looked_up.end()) return seen->second;
+  return looked_up[std::move(key)] = blend(dims, variant);
+}
+
+double EfficiencyTable::blend(const std::vector<double>& dims, const std::string& variant) const {
   bool variant_known = false;
   for (const ShapePoint& p : points) variant_known |= p.variant == variant;
   // Distance in log2 space over the dims both have; the 4 nearest points blend by 1 / d^2.

@@ -30,6 +30,12 @@ struct EfficiencyTable {
   double fallback = 0;
   std::vector<ShapePoint> points;
   double at(const std::vector<double>& dims, const std::string& variant) const;
+  // Shapes already looked up (a step calls the same few shapes thousands of times; the blend over
+  // every point is what a planner's search would otherwise spend its time on). Not thread-safe.
+  mutable std::map<std::pair<std::string, std::vector<double>>, double> looked_up = {};
+
+ private:
+  double blend(const std::vector<double>& dims, const std::string& variant) const;
 };
 
 struct ComputeOpProfile {

@@ -115,7 +115,9 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
                             moe && st.tp > 1 ? (st.etp == 1 ? " (experts whole)" : " (experts split)") : "", dp,
                             k.zero ? " zero1" : "", k.mbs, k.recompute ? "on" : "off");
     try {
-      c->estimate = estimate_step(load(c->overrides), hw, o.world);
+      EstimateOptions shortcuts;
+      shortcuts.share_equal_stages = true;  // the step time and the peak over ranks stay exact
+      c->estimate = estimate_step(load(c->overrides), hw, o.world, shortcuts);
     } catch (const Error& e) {
       ++out.pruned[reason_of(e.what())];
       return false;

@@ -55,7 +55,7 @@ class LogSession {
 }  // namespace
 
 StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
-                                      nn::MoeRoutingTrace* routing, bool keep_records) {
+                                      nn::MoeRoutingTrace* routing, bool keep_records, int64_t held_micro_batches) {
   TESSEL_CHECK(steps >= 1, "measure_training_step: steps must be >= 1, got {}", steps);
   DefaultDeviceScope on(device);
   nn::MoeRoutingTraceScope routed(routing);
@@ -70,10 +70,10 @@ StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& gr
   {
     Trainer t(cfg, &groups);
     const int64_t local = cfg.grad_accumulation_steps() / groups.dp_size();
-    std::vector<data::Batch> mbs;
-    for (int64_t k = 0; k < local; ++k) {
+    std::vector<data::Batch> mbs, held;  // run; only held
+    for (int64_t k = 0; k < std::max(local, held_micro_batches); ++k) {
       const Shape shape{cfg.train.micro_batch_size, cfg.model.seq_length};
-      mbs.push_back({Tensor::zeros(shape, DType::i64), Tensor::zeros(shape, DType::i64)});
+      (k < local ? mbs : held).push_back({Tensor::zeros(shape, DType::i64), Tensor::zeros(shape, DType::i64)});
     }
     for (int s = 0; s < steps; ++s) t.step(mbs, s);
   }

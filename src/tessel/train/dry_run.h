@@ -45,8 +45,12 @@ struct StepMeasurement {
 // what a dense step allocates or calls; MoE routing does, see below). The op log is switched on for
 // the duration. routing (optional): the MoE blocks record their routing to it (cpu) or replay it
 // (meta), so a meta run can be given a real run's token counts; without one meta routes in balance.
+// held_micro_batches (optional, more than the config's per rank): the step's data holds that many
+// micro-batches while only the config's run, as a planner measures a long step by a few of its
+// micro-batches (plan/estimate.h) with the memory of all of its data.
 StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
-                                      nn::MoeRoutingTrace* routing = nullptr, bool keep_records = false);
+                                      nn::MoeRoutingTrace* routing = nullptr, bool keep_records = false,
+                                      int64_t held_micro_batches = 0);
 
 // Ranks that hold the same model state: one pipeline stage (tensor-, context-, data- and
 // expert-parallel ranks of a stage hold equal shares). Evaluated on the stage's first rank, which
