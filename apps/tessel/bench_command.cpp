@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "auto_parallel.h"
 #include "commands.h"
 #include "gemm_peak.h"
 #include "run_context.h"
@@ -84,9 +85,10 @@ double peak_rss_mb() {
 }
 
 int run_bench(const BenchOptions& o) {
-  train::Config cfg = train::Config::load(o.config, o.sets);
   TESSEL_CHECK(o.steps > 0, "--steps must be > 0, got {}", o.steps);
-  RunContext ctx = make_run_context(cfg);  // data-parallel under mpirun
+  auto launched = make_world();  // MPI under mpirun
+  train::Config cfg = choose_auto_layout(o.config, o.sets, train::Config::load(o.config, o.sets), *launched);
+  RunContext ctx = make_run_context(cfg, std::move(launched));
   const bool lead = ctx.lead;
   if (!lead && !std::freopen("/dev/null", "w", stdout)) return 2;  // rank 0 reports for everyone
   const auto& m = cfg.model;

@@ -6,9 +6,13 @@
 
 namespace tessel::app {
 
-RunContext make_run_context(const train::Config& cfg) {
+std::unique_ptr<comm::Communicator> make_world() {
+  return comm::mpi_launched() ? comm::make_mpi_world() : comm::make_local_communicator();
+}
+
+RunContext make_run_context(const train::Config& cfg, std::unique_ptr<comm::Communicator> world) {
   RunContext c;
-  c.world = comm::mpi_launched() ? comm::make_mpi_world() : comm::make_local_communicator();
+  c.world = world ? std::move(world) : make_world();
   c.groups = std::make_unique<comm::ParallelState>(*c.world, cfg.parallel_sizes());
   c.lead = c.world->rank() == 0;
   if (c.lead)

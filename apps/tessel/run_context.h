@@ -20,8 +20,11 @@ struct RunContext {
   }
 };
 
+// MPI's world under mpirun / srun, else one local rank.
+std::unique_ptr<comm::Communicator> make_world();
+
 // Throws (on every rank alike) when the global batch does not split over the data-parallel ranks.
-// Rank 0 prints the config's warnings (Config::warnings) to stderr.
-RunContext make_run_context(const train::Config& cfg);
+// Rank 0 prints the config's warnings (Config::warnings) to stderr. Without a world, make_world's.
+RunContext make_run_context(const train::Config& cfg, std::unique_ptr<comm::Communicator> world = nullptr);
 
 }  // namespace tessel::app

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 
+#include "auto_parallel.h"
 #include "commands.h"
 #include "gemm_peak.h"
 #include "run_context.h"
@@ -34,6 +35,7 @@ namespace fs = std::filesystem;
 struct TrainOptions {
   std::string config;
   std::vector<std::string> sets;
+  bool auto_parallel = false;
 };
 
 std::string hms(double s) {
@@ -45,9 +47,12 @@ int run_train(const TrainOptions& o) {
   // First, before any thread exists: every thread started from here on keeps SIGINT and SIGTERM
   // blocked, and only the watcher takes them (stop_signals.h says why).
   const StopSignals stop_signals;
-  const train::Config cfg = train::Config::load(o.config, o.sets);
+  std::vector<std::string> sets = o.sets;
+  if (o.auto_parallel) sets.push_back("parallel.auto=true");
   // Under mpirun every rank runs this; data parallelism is what the world leaves after the other sizes.
-  RunContext ctx = make_run_context(cfg);
+  auto launched = make_world();
+  const train::Config cfg = choose_auto_layout(o.config, sets, train::Config::load(o.config, sets), *launched);
+  RunContext ctx = make_run_context(cfg, std::move(launched));
   auto& world = ctx.world;
   auto& pstate = *ctx.groups;
   const int64_t dp = ctx.dp;
@@ -238,6 +243,9 @@ Action add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a model from a YAML config (resumes from checkpoint.dir)");
   cmd->add_option("config", o->config, "YAML config (e.g. configs/demo.yaml, configs/synthetic.yaml)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
+  cmd->add_flag("--auto-parallel", o->auto_parallel,
+                "train with the layout `tessel plan search` ranks fastest for this world (= --set parallel.auto=true; "
+                "the profile: parallel.auto_hardware, or this machine measured at start-up)");
   cmd->footer(fmt::format("Exit status: 0 when train.train_iters (or train.exit_interval) is reached, {} when "
                           "stopped by SIGINT/SIGTERM after saving a checkpoint (requeue it), other non-zero codes on errors.",
                           train::kExitCodeStopped));

@@ -111,3 +111,53 @@ TEST(PlanCli, SearchRanksTheLayoutsAndSaysWhenNoneFits) {
 }
 
 }  // namespace
+
+namespace {
+
+// parallel.auto takes the layout `tessel plan search` ranks first for the same world and profile,
+// records it in the run's config.yaml, and trains with it.
+TEST(PlanCli, AutoParallelTrainsWithTheSearchsBestLayout) {
+  TempDir d;
+  const std::string one_process = config("hardware/cpu-2core-2threads.json");
+  const std::string sets = " --set train.global_batch_size=8 --set precision.compute=bf16";
+  auto s = run_tessel("plan search " + config("bench/llama-tiny.yaml") + " --hardware " + one_process + " --world 1" + sets,
+                      d.path(), 120);
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  const auto best = nlohmann::json::parse(last_line(s.output))["best"];
+  auto r = run_tessel("train " + config("bench/llama-tiny.yaml") + " --auto-parallel --set parallel.auto_hardware=" +
+                          one_process + sets + " --set train.train_iters=2 --set log.dir=" + d.path() + "/run",
+                      d.path(), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("parallel.auto: " + best["layout"].get<std::string>() + " (predicted"), std::string::npos)
+      << r.output;
+  std::ifstream f(d.path() + "/run/config.yaml");
+  const std::string written((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (const auto& o : best["overrides"]) {  // "train.micro_batch_size=2" -> "  micro_batch_size: 2"
+    const std::string kv = o.get<std::string>(), key = kv.substr(kv.find('.') + 1, kv.find('=') - kv.find('.') - 1);
+    EXPECT_NE(written.find("  " + key + ": " + kv.substr(kv.find('=') + 1) + "\n"), std::string::npos) << kv << "\n" << written;
+  }
+  EXPECT_NE(r.output.find("step     2/2"), std::string::npos) << r.output;
+}
+
+TEST(PlanCli, AutoParallelRefusesAMissingProfileAndAModelThatFitsNowhere) {
+  TempDir d;
+  auto r = run_tessel("train " + config("bench/llama-tiny.yaml") + " --auto-parallel --set parallel.auto_hardware=" +
+                          d.path() + "/none.json --set train.train_iters=1",
+                      d.path(), 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(d.path() + "/none.json"), std::string::npos) << r.output;
+  {  // this machine's profile with 1 KiB of memory per device
+    std::ifstream in(config("hardware/cpu-2core-2threads.json"));
+    nlohmann::json p = nlohmann::json::parse(in);
+    p["memory_gib"] = 1.0 / (1 << 20);
+    std::ofstream(d.path() + "/small.json") << p.dump();
+  }
+  r = run_tessel("train " + config("bench/llama-tiny.yaml") + " --auto-parallel --set parallel.auto_hardware=" +
+                     d.path() + "/small.json --set train.train_iters=1",
+                 d.path(), 120);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("parallel.auto: no layout of 1 ranks fits on "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("x peak memory over 9.53674e-07 GiB"), std::string::npos) << r.output;
+}
+
+}  // namespace

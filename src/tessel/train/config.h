@@ -53,6 +53,12 @@ struct ParallelConfig {
   // The distributed optimizer's parameter all-gather runs layer by layer during the next forward,
   // each layer waiting for its own weights (optim/param_gather.h); false: one all-gather after the step.
   bool overlap_param_gather = false;
+  // Choose the layout (every size above, sequence parallelism, the distributed optimizer, the
+  // micro-batch size and recompute) with `tessel plan search` for the world the run is launched
+  // with, ranked by predicted tokens/s on auto_hardware (a hardware profile; empty: this machine,
+  // measured at start-up as `tessel plan calibrate` does).
+  bool auto_layout = false;  // key: parallel.auto
+  std::string auto_hardware;
 };
 
 struct PrecisionConfig {
