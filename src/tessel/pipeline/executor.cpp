@@ -91,9 +91,9 @@ std::vector<std::vector<size_t>> sends_released_after(const Schedule& s, int me)
 class Runner {
  public:
   Runner(const Schedule& s, nn::Model& model, comm::Communicator& pp, const std::vector<data::Batch>& mbs,
-         float grad_scale, const nn::Model::GradsReady& ready)
-      : s_(s), model_(model), pp_(pp), mbs_(mbs), scale_(grad_scale), ready_(ready),
-        rows_(mbs.empty() ? 0 : model.activation_rows(mbs.front().tokens.numel())),
+         float grad_scale, const nn::Model::GradsReady& ready, const LocalPart& local)
+      : s_(s), model_(model), pp_(pp), mbs_(mbs), scale_(grad_scale), ready_(ready), local_(local),
+        rows_(mbs.empty() ? 0 : model.activation_rows(micro_batch(0).tokens.numel())),
         width_(model.config().hidden_size) {}
 
   double run() {
@@ -135,7 +135,7 @@ class Runner {
     const Key key{op.mb, op.chunk};
     MemoryPhaseScope phase(phase_of(op.kind), op.mb, op.chunk);
     const int v = stage(op.chunk);
-    const data::Batch& mb = mbs_[size_t(op.mb)];
+    const data::Batch mb = op.kind == OpKind::F ? micro_batch(op.mb) : data::Batch{};
     switch (op.kind) {
       case OpKind::recv_fwd: inputs_[key] = recv(v - 1, op.mb, op.chunk, kForward); break;
       case OpKind::recv_bwd: grads_[key] = recv(v + 1, op.mb, op.chunk, kBackward); break;
@@ -163,6 +163,8 @@ class Runner {
     }
   }
 
+  data::Batch micro_batch(int mb) const { return local_ ? local_(mbs_[size_t(mb)]) : mbs_[size_t(mb)]; }
+
   static Tensor take(std::map<Key, Tensor>& m, const Key& k) {
     auto it = m.find(k);
     TESSEL_CHECK(it != m.end(), "pipeline executor: no tensor for micro-batch {} chunk {} (schedule out of order?)",
@@ -178,6 +180,7 @@ class Runner {
   const std::vector<data::Batch>& mbs_;
   float scale_;
   const nn::Model::GradsReady& ready_;
+  const LocalPart& local_;
   int64_t rows_, width_;
   double loss_ = 0;
   std::map<Key, nn::Activations> saved_;
@@ -190,11 +193,11 @@ class Runner {
 
 double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
                     const std::vector<data::Batch>& micro_batches, float grad_scale,
-                    const nn::Model::GradsReady& ready) {
+                    const nn::Model::GradsReady& ready, const LocalPart& local) {
   TESSEL_CHECK(s.pp == pp.size() && s.vpp == model.num_chunks() && s.micro_batches == int(micro_batches.size()),
                "pipeline schedule for pp {} x vpp {} with {} micro-batches; this run has pp {}, {} chunks, {} "
                "micro-batches", s.pp, s.vpp, s.micro_batches, pp.size(), model.num_chunks(), micro_batches.size());
-  return Runner(s, model, pp, micro_batches, grad_scale, ready).run();
+  return Runner(s, model, pp, micro_batches, grad_scale, ready, local).run();
 }
 
 double forward_only_loss(nn::Model& model, comm::Communicator& pp, const data::Batch& batch) {

@@ -4,6 +4,7 @@
 // the next virtual stage and their gradients come back over the pipeline group; sends are
 // non-blocking and receives blocking, so any schedule the simulator accepts runs without deadlock.
 // Messages are tagged by (micro-batch, receiving chunk, direction), so their order does not matter.
+#include <functional>
 #include <vector>
 
 #include "tessel/comm/communicator.h"
@@ -15,10 +16,12 @@ namespace tessel::pipeline {
 
 // One optimizer step's forward and backward of every micro-batch. Gradients of (loss * grad_scale)
 // accumulate in the model's fp32 grads; ready() reports ranges during the last micro-batch's W ops.
-// Returns this rank's summed loss (non-zero only on the rank holding the last virtual stage).
+// local (optional): this rank's part of a micro-batch (context parallelism's chunks), taken by each
+// forward. Returns this rank's summed loss (non-zero only on the rank holding the last virtual stage).
+using LocalPart = std::function<data::Batch(const data::Batch&)>;
 double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
                     const std::vector<data::Batch>& micro_batches, float grad_scale,
-                    const nn::Model::GradsReady& ready = nullptr);
+                    const nn::Model::GradsReady& ready = nullptr, const LocalPart& local = nullptr);
 
 // Evaluation: one batch forward through every stage in order, nothing kept. Returns the summed loss
 // on every rank of the pipeline group.

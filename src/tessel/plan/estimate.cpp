@@ -167,10 +167,7 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
   cfg.check_batch_splits(dp);
   const int P = s.pp, V = int(cfg.parallel.virtual_pipeline_model_parallel_size);
   const int local_mbs = int(cfg.grad_accumulation_steps() / dp);
-  // Context parallelism slices each micro-batch's tokens before the passes: all of them, so that
-  // step runs every micro-batch.
-  const bool every = opt.every_micro_batch || s.cp > 1;
-  MicroBatches mbs{local_mbs, every ? local_mbs : measured_micro_batches(local_mbs, P, V)};
+  MicroBatches mbs{local_mbs, opt.every_micro_batch ? local_mbs : measured_micro_batches(local_mbs, P, V)};
   train::Config measured = cfg;
   measured.train.global_batch_size = int64_t(mbs.measured) * cfg.train.micro_batch_size * dp;
   Estimate est;

@@ -112,10 +112,11 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   TESSEL_CHECK(int64_t(whole_micro_batches.size()) * dp == cfg_.grad_accumulation_steps(),
                "step: {} micro-batches on each of {} data-parallel ranks, the config needs {} in all",
                whole_micro_batches.size(), dp, cfg_.grad_accumulation_steps());
-  std::vector<data::Batch> micro_batches;  // this rank's tokens of each (its context-parallel chunks)
-  for (const auto& mb : whole_micro_batches) micro_batches.push_back(local_part(mb));
+  // This rank's tokens of a micro-batch (its context-parallel chunks) are cut when its forward
+  // starts, so they live with its activations rather than all of them for the whole step.
+  const auto local = [this](const data::Batch& mb) { return local_part(mb); };
   int64_t tokens = 0;
-  for (const auto& mb : micro_batches) tokens += mb.targets.numel();
+  for (const auto& mb : whole_micro_batches) tokens += mb.targets.numel() / (cp_ ? cp_->size() : 1);
   if (dp_) dp_->all_reduce(&tokens, 1, DType::i64, comm::ReduceOp::sum);
   auto& ps = model_->params();
   ps.zero_grads();
@@ -132,13 +133,13 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   if (reducer) ready = [&](int64_t b, int64_t e) { reducer->ready(b, e); };
   if (pp_) {
     MemoryPhaseScope phase("pipeline schedule");
-    loss = pipeline::run_schedule(schedule_ops_, *model_, *pp_, micro_batches, scale, ready);
+    loss = pipeline::run_schedule(schedule_ops_, *model_, *pp_, whole_micro_batches, scale, ready, local);
     loss = comm::sum_in_rank_order(*pp_, loss);  // the last stage's loss, on every stage
   } else {
-    for (size_t k = 0; k < micro_batches.size(); ++k) {  // gradients are final during the last backward
+    for (size_t k = 0; k < whole_micro_batches.size(); ++k) {  // gradients are final during the last backward
       MemoryPhaseScope phase("forward", int(k), 0);
-      loss += model_->forward_backward(micro_batches[k].tokens, micro_batches[k].targets, scale,
-                                       k + 1 == micro_batches.size() ? ready : nullptr);
+      const data::Batch mb = local(whole_micro_batches[k]);
+      loss += model_->forward_backward(mb.tokens, mb.targets, scale, k + 1 == whole_micro_batches.size() ? ready : nullptr);
     }
   }
   MemoryPhaseScope phase("gradient reduction");
