@@ -5,9 +5,11 @@
 // printed is JSON.
 // tessel plan calibrate --out FILE: measures this machine into a profile (src/tessel/plan/calibrate.h).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -142,7 +144,15 @@ int run_search(const SearchCliOptions& o) {
     sets.insert(sets.end(), layout.begin(), layout.end());
     return plan::load_plan_config(o.config, sets);
   };
-  const plan::SearchResult r = plan::search_layouts(load, hw, o.search);
+  plan::SearchOptions search = o.search;
+  auto last = std::chrono::steady_clock::now();
+  search.progress = [&last](int done, int structures) {  // a line on stderr every 10 s
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last < std::chrono::seconds(10)) return;
+    last = now;
+    std::fprintf(stderr, "plan search: %d layouts estimated or pruned (%d structures)\n", done, structures);
+  };
+  const plan::SearchResult r = plan::search_layouts(load, hw, search);
   std::printf("tessel plan search: %s on %d ranks of %s: %d layouts enumerated, %zu fit, %.1f s\n", o.config.c_str(),
               o.search.world, hw.name.c_str(), r.enumerated, r.ranked.size(), r.seconds);
   std::printf("%4s  %-84s %10s %12s %6s %9s\n", "rank", "layout", "step ms", "tokens/s", "MFU", "peak GiB");
@@ -220,6 +230,9 @@ Action add_plan_command(CLI::App& app) {
       ->check(finite_non_negative());
   sea->add_option("--top", s->search.top, "layouts to print (default 10)")->check(integer_at_least(1));
   sea->add_option("--set", s->sets, "config override key=value (repeatable), applied before each layout's");
+  s->search.workers = int(std::max(1u, std::thread::hardware_concurrency()));
+  sea->add_option("--workers", s->search.workers, "processes estimating layouts at once (default: the cores)")
+      ->check(integer_at_least(1));
   auto ran = std::make_shared<int>(0);
   est->callback([ran] { *ran = 1; });
   cal->callback([ran] { *ran = 2; });

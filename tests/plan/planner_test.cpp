@@ -205,13 +205,14 @@ TEST(Estimate, ImpossibleLayoutsAndMissingProfileEntriesAreNamed) {
 namespace {
 
 // Every layout of the tiny model on `world` ranks of one node.
-SearchResult search_tiny(int world, int64_t global_batch, double memory_gib = 0) {
+SearchResult search_tiny(int world, int64_t global_batch, double memory_gib = 0, int workers = 1) {
   HardwareProfile hw = simple_profile();
   hw.devices_per_node = world;
   SearchOptions o;
   o.world = world;
   o.global_batch = global_batch;
   o.memory_gib = memory_gib;
+  o.workers = workers;
   return search_layouts([](const std::vector<std::string>& layout) { return tiny(layout); }, hw, o);
 }
 
@@ -325,6 +326,13 @@ TEST(Estimate, FewMicroBatchesAndSharedStagesEqualTheFullMeasurement) {
                          with(bf16, {"parallel.pipeline_model_parallel_size=2", "parallel.use_distributed_optimizer=true",
                                      "train.global_batch_size=24"}),
                          4);
+  // Context parallelism, alone and with a pipeline (each micro-batch's chunks cut by its forward).
+  expect_shortcuts_exact("bench/llama-tiny.yaml",
+                         with(bf16, {"parallel.context_parallel_size=2", "train.global_batch_size=12"}), 2);
+  expect_shortcuts_exact("bench/llama-tiny.yaml",
+                         with(bf16, {"parallel.context_parallel_size=2", "parallel.pipeline_model_parallel_size=2",
+                                     "train.global_batch_size=16"}),
+                         4, "cpu");
   // Interleaved: 2 stages x 2 chunks, 12 micro-batches.
   expect_shortcuts_exact("bench/llama-tiny.yaml",
                          with(bf16, {"model.num_layers=8", "parallel.pipeline_model_parallel_size=2",
@@ -335,6 +343,52 @@ TEST(Estimate, FewMicroBatchesAndSharedStagesEqualTheFullMeasurement) {
                          {"train.micro_batch_size=1", "train.global_batch_size=10", "parallel.pipeline_model_parallel_size=2",
                           "parallel.expert_model_parallel_size=2"},
                          4);
+}
+
+}  // namespace
+
+namespace {
+
+// The search's memory floor lies under every rank's estimated peak, and is not trivially 0.
+TEST(Search, TheRoutedExpertFloorLiesUnderThePeakOfEveryLayout) {
+  HardwareProfile hw = simple_profile();
+  hw.devices_per_node = 4;
+  for (const char* config : {"deepseek-v3-tiny.yaml", "mixtral-tiny.yaml"})
+    for (const std::vector<std::string>& layout :
+         std::vector<std::vector<std::string>>{{},
+                                               {"parallel.expert_model_parallel_size=2"},
+                                               {"parallel.pipeline_model_parallel_size=2"},
+                                               {"parallel.tensor_model_parallel_size=2", "parallel.expert_tensor_parallel_size=1"},
+                                               {"parallel.tensor_model_parallel_size=2", "precision.compute=bf16"}}) {
+      std::vector<std::string> sets = layout;
+      sets.insert(sets.end(), {"train.micro_batch_size=1", "train.global_batch_size=4"});
+      const train::Config cfg = train::Config::load(std::string(TESSEL_CONFIG_DIR) + "/" + config, sets);
+      const double floor = routed_expert_floor_gib(cfg);
+      const Estimate e = estimate_step(cfg, hw, 4);
+      SCOPED_TRACE(std::string(config) + " " + e.layout);
+      EXPECT_GT(floor, 0);
+      EXPECT_LT(floor, double(e.peak_bytes) / double(int64_t(1) << 30));
+    }
+  const train::Config dense = train::Config::load(std::string(TESSEL_CONFIG_DIR) + "/bench/llama-tiny.yaml", {});
+  EXPECT_EQ(routed_expert_floor_gib(dense), 0);
+}
+
+}  // namespace
+
+namespace {
+
+// Layouts estimated in 3 worker processes rank exactly as in this one.
+TEST(Search, WorkerProcessesGiveTheSameRanking) {
+  const SearchResult one = search_tiny(8, 8), three = search_tiny(8, 8, 0, 3);
+  EXPECT_EQ(three.enumerated, one.enumerated);
+  EXPECT_EQ(three.pruned, one.pruned);
+  ASSERT_EQ(three.ranked.size(), one.ranked.size());
+  for (size_t i = 0; i < one.ranked.size(); ++i) {
+    EXPECT_EQ(three.ranked[i].layout, one.ranked[i].layout);
+    EXPECT_EQ(three.ranked[i].overrides, one.ranked[i].overrides);
+    EXPECT_EQ(three.ranked[i].estimate.step_s, one.ranked[i].estimate.step_s);
+    EXPECT_EQ(three.ranked[i].estimate.peak_bytes, one.ranked[i].estimate.peak_bytes);
+  }
 }
 
 }  // namespace

@@ -1,9 +1,17 @@
 #include "tessel/plan/search.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
 
 #include "tessel/core/check.h"
+#include "tessel/nn/stage_plan.h"
 
 namespace tessel::plan {
 namespace {
@@ -55,7 +63,128 @@ struct Knobs {
   bool zero, recompute;
 };
 
+struct Job {
+  size_t structure;
+  Knobs knobs;
+};
+
+// What a worker reports of one layout: the reason it is pruned, or the estimate's figures the
+// ranking needs (a worker's per-stage detail stays in the worker).
+struct Outcome {
+  std::string pruned;
+  Estimate estimate;
+};
+
+std::string outcome_line(size_t job, const Outcome& r) {
+  std::string reason = r.pruned;
+  std::replace(reason.begin(), reason.end(), '\n', ' ');
+  std::replace(reason.begin(), reason.end(), '\t', ' ');
+  // %.17g: each double reads back as the same double, so the ranking is the serial one.
+  return fmt::format("{}\t{:.17g}\t{:.17g}\t{:.17g}\t{}\t{}\n", job, r.estimate.step_s, r.estimate.tokens_per_s,
+                     r.estimate.mfu, r.estimate.peak_bytes, reason);
+}
+
+void read_outcome_line(const std::string& line, std::vector<Outcome>& out) {
+  std::istringstream in(line);
+  size_t job = 0;
+  Outcome r;
+  in >> job >> r.estimate.step_s >> r.estimate.tokens_per_s >> r.estimate.mfu >> r.estimate.peak_bytes;
+  TESSEL_CHECK(in && job < out.size(), "plan search: a worker process reported '{}'", line);
+  in.get();  // the tab before the reason
+  std::getline(in, r.pruned);
+  out[job] = std::move(r);
+}
+
+// evaluate(job) for every job, spread over `workers` processes (fork: each process has its own meta
+// device, op log and allocator; job j runs in process j % workers, the first of them this one), in
+// job order. A worker that fails is an error naming it.
+std::vector<Outcome> evaluate_in_workers(const std::vector<Job>& jobs, const std::function<Outcome(const Job&)>& evaluate,
+                                         int workers, const std::function<void(int)>& progress) {
+  std::vector<Outcome> out(jobs.size());
+  workers = int(std::min<size_t>(size_t(std::max(1, workers)), std::max<size_t>(1, jobs.size())));
+  struct Child {
+    pid_t pid;
+    int fd;
+  };
+  std::vector<Child> children;
+  std::fflush(nullptr);
+  for (int w = 1; w < workers; ++w) {
+    int fds[2];
+    TESSEL_CHECK(pipe(fds) == 0, "plan search: cannot open a pipe to a worker process: {}", std::strerror(errno));
+    const pid_t pid = fork();
+    TESSEL_CHECK(pid >= 0, "plan search: cannot start a worker process: {}", std::strerror(errno));
+    if (pid == 0) {  // the worker: its share, one line each, then gone without running any destructor
+      close(fds[0]);
+      int status = 0;
+      try {
+        for (size_t j = size_t(w); j < jobs.size(); j += size_t(workers)) {
+          const std::string line = outcome_line(j, evaluate(jobs[j]));
+          for (size_t done = 0; done < line.size();) {
+            const ssize_t n = write(fds[1], line.data() + done, line.size() - done);
+            if (n <= 0) _exit(3);
+            done += size_t(n);
+          }
+        }
+      } catch (...) {
+        status = 2;
+      }
+      close(fds[1]);
+      _exit(status);
+    }
+    close(fds[1]);
+    children.push_back({pid, fds[0]});
+  }
+  int done = 0;
+  for (size_t j = 0; j < jobs.size(); j += size_t(workers)) {
+    out[j] = evaluate(jobs[j]);
+    progress(done += workers);
+  }
+  for (const Child& c : children) {
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = read(c.fd, buf, sizeof buf)) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      TESSEL_CHECK(n > 0, "plan search: reading a worker process failed: {}", std::strerror(errno));
+      text.append(buf, size_t(n));
+    }
+    close(c.fd);
+    int status = 0;
+    while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    TESSEL_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                 "plan search: worker process {} failed (status {}); run with --workers 1 to see its error", c.pid,
+                 status);
+    for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1)
+      read_outcome_line(text.substr(at, nl - at), out);
+  }
+  return out;
+}
+
 }  // namespace
+
+double routed_expert_floor_gib(const train::Config& cfg) {
+  const nn::ModelConfig& m = cfg.model;
+  if (m.num_experts == 0) return 0;
+  const int pp = int(cfg.parallel.pipeline_model_parallel_size);
+  const int vpp = int(cfg.parallel.virtual_pipeline_model_parallel_size);
+  int64_t most = 0;
+  for (int stage = 0; stage < pp; ++stage) {
+    const nn::StagePlan plan =
+        pp == 1 ? nn::whole_model_plan(m)
+                : nn::pipeline_plan(m, pp, vpp, stage,
+                                    nn::parse_layer_list(cfg.parallel.pipeline_layers_per_stage,
+                                                         "parallel.pipeline_layers_per_stage"));
+    int64_t moe = 0;
+    for (const nn::LayerRange& r : plan.chunks)
+      for (int64_t l = r.begin; l < r.end; ++l) moe += m.is_moe_layer(l) ? 1 : 0;
+    most = std::max(most, moe);
+  }
+  const double per_expert = double(m.is_llama() ? 3 : 2) * double(m.hidden_size) * double(m.expert_ffn()) /
+                            double(m.expert_tensor_parallel ? cfg.parallel.tensor_model_parallel_size : 1);
+  const double experts = double(m.num_experts / cfg.parallel.expert_model_parallel_size);
+  const double bytes_per_parameter = double(dtype_size(m.compute)) + 4.0;
+  return double(most) * experts * per_expert * bytes_per_parameter / double(int64_t(1) << 30);
+}
 
 SearchResult search_layouts(const std::function<train::Config(const std::vector<std::string>&)>& load,
                             const HardwareProfile& hw, const SearchOptions& o) {
@@ -85,76 +214,110 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
           }
         }
     }
-  // One layout's estimate, or the reason it was pruned (counted).
-  const auto evaluate = [&](const Structure& st, const Knobs& k, Candidate* c) {
-    ++out.enumerated;
+  // A layout's overrides and name.
+  const auto describe = [&](const Structure& st, const Knobs& k) {
     const int64_t dp = o.world / st.tp / st.pp / st.cp;
-    if (G % dp != 0 || (G / dp) % k.mbs != 0) {
-      ++out.pruned[fmt::format("global batch {} does not split over data parallelism x the micro-batch", G)];
-      return false;
-    }
-    c->overrides = {fmt::format("parallel.tensor_model_parallel_size={}", st.tp),
-                    fmt::format("parallel.sequence_parallel={}", st.tp > 1 ? "true" : "false"),
-                    fmt::format("parallel.pipeline_model_parallel_size={}", st.pp),
-                    fmt::format("parallel.virtual_pipeline_model_parallel_size={}", st.vpp),
-                    fmt::format("parallel.context_parallel_size={}", st.cp),
-                    fmt::format("parallel.expert_model_parallel_size={}", st.ep),
-                    fmt::format("parallel.expert_tensor_parallel_size={}", st.etp),
-                    fmt::format("parallel.use_distributed_optimizer={}", k.zero ? "true" : "false"),
-                    fmt::format("train.micro_batch_size={}", k.mbs),
-                    fmt::format("train.global_batch_size={}", G),
-                    fmt::format("model.recompute={}", k.recompute ? "true" : "false")};
+    Candidate c;
+    c.overrides = {fmt::format("parallel.tensor_model_parallel_size={}", st.tp),
+                   fmt::format("parallel.sequence_parallel={}", st.tp > 1 ? "true" : "false"),
+                   fmt::format("parallel.pipeline_model_parallel_size={}", st.pp),
+                   fmt::format("parallel.virtual_pipeline_model_parallel_size={}", st.vpp),
+                   fmt::format("parallel.context_parallel_size={}", st.cp),
+                   fmt::format("parallel.expert_model_parallel_size={}", st.ep),
+                   fmt::format("parallel.expert_tensor_parallel_size={}", st.etp),
+                   fmt::format("parallel.use_distributed_optimizer={}", k.zero ? "true" : "false"),
+                   fmt::format("train.micro_batch_size={}", k.mbs),
+                   fmt::format("train.global_batch_size={}", G),
+                   fmt::format("model.recompute={}", k.recompute ? "true" : "false")};
     // An uneven split names its layers per virtual stage; an even one is the default, reset only
     // where the caller's config names a split of its own ("" is YAML's empty string).
     const std::string split = layers_per_stage(layers, st.pp * st.vpp);
     if (!split.empty() || !base.parallel.pipeline_layers_per_stage.empty())
-      c->overrides.push_back(
+      c.overrides.push_back(
           fmt::format("parallel.pipeline_layers_per_stage={}", split.empty() ? std::string("\"\"") : split));
-    c->layout = fmt::format("tp {}{}, pp {}, vpp {}, cp {}, ep {}{}, dp {}{}, mbs {}, recompute {}", st.tp,
-                            st.tp > 1 ? " sp" : "", st.pp, st.vpp, st.cp, st.ep,
-                            moe && st.tp > 1 ? (st.etp == 1 ? " (experts whole)" : " (experts split)") : "", dp,
-                            k.zero ? " zero1" : "", k.mbs, k.recompute ? "on" : "off");
+    c.layout = fmt::format("tp {}{}, pp {}, vpp {}, cp {}, ep {}{}, dp {}{}, mbs {}, recompute {}", st.tp,
+                           st.tp > 1 ? " sp" : "", st.pp, st.vpp, st.cp, st.ep,
+                           moe && st.tp > 1 ? (st.etp == 1 ? " (experts whole)" : " (experts split)") : "", dp,
+                           k.zero ? " zero1" : "", k.mbs, k.recompute ? "on" : "off");
+    return c;
+  };
+  // One layout's estimate, or the reason it is pruned.
+  const auto evaluate = [&](const Job& job) {
+    const Structure& st = structures[job.structure];
+    const Knobs& k = job.knobs;
+    Outcome r;
+    const int64_t dp = o.world / st.tp / st.pp / st.cp;
+    if (G % dp != 0 || (G / dp) % k.mbs != 0) {
+      r.pruned = fmt::format("global batch {} does not split over data parallelism x the micro-batch", G);
+      return r;
+    }
     try {
+      const train::Config cfg = load(describe(st, k).overrides);
+      if (limit > 0 && routed_expert_floor_gib(cfg) > limit) {
+        r.pruned = fmt::format("routed experts' weights and gradients alone over {:g} GiB", limit);
+        return r;
+      }
       EstimateOptions shortcuts;
       shortcuts.share_equal_stages = true;  // the step time and the peak over ranks stay exact
-      c->estimate = estimate_step(load(c->overrides), hw, o.world, shortcuts);
+      r.estimate = estimate_step(cfg, hw, o.world, shortcuts);
     } catch (const Error& e) {
-      ++out.pruned[reason_of(e.what())];
-      return false;
+      r.pruned = reason_of(e.what());
+      return r;
     }
-    if (limit > 0 && double(c->estimate.peak_bytes) / double(int64_t(1) << 30) > limit) {
-      ++out.pruned[fmt::format("peak memory over {:g} GiB", limit)];
-      return false;
+    if (limit > 0 && double(r.estimate.peak_bytes) / double(int64_t(1) << 30) > limit)
+      r.pruned = fmt::format("peak memory over {:g} GiB", limit);
+    return r;
+  };
+  // Evaluates the jobs (in worker processes), counts them, and ranks those that fit; true per job
+  // that fits.
+  const int workers = std::max(1, o.workers);
+  std::vector<size_t> ranked_structure;  // of each entry of out.ranked
+  const auto run = [&](const std::vector<Job>& jobs) {
+    const std::vector<Outcome> outcomes = evaluate_in_workers(jobs, evaluate, workers, [&](int done) {
+      if (o.progress) o.progress(out.enumerated + done, int(structures.size()));
+    });
+    std::vector<bool> fits;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      ++out.enumerated;
+      fits.push_back(outcomes[j].pruned.empty());
+      if (!fits.back()) {
+        ++out.pruned[outcomes[j].pruned];
+        continue;
+      }
+      Candidate c = describe(structures[jobs[j].structure], jobs[j].knobs);
+      c.estimate = outcomes[j].estimate;
+      out.ranked.push_back(std::move(c));
+      ranked_structure.push_back(jobs[j].structure);
     }
-    return true;
+    return fits;
   };
   // Phase 1: every structure at micro-batch 1 with the distributed optimizer (recompute only where
   // it must, to fit). Phase 2: the fastest structures with every micro-batch size, optimizer
   // layout and recompute setting.
-  std::vector<std::pair<double, size_t>> speed;
-  for (size_t i = 0; i < structures.size(); ++i) {
-    const int64_t dp = o.world / structures[i].tp / structures[i].pp / structures[i].cp;
-    for (const bool recompute : {false, true}) {
-      Candidate c;
-      if (evaluate(structures[i], {1, dp > 1, recompute}, &c)) {
-        speed.emplace_back(c.estimate.tokens_per_s, i);
-        out.ranked.push_back(std::move(c));
-        break;
-      }
-    }
-  }
+  const auto dp_of = [&](const Structure& st) { return o.world / st.tp / st.pp / st.cp; };
+  std::vector<Job> plain, recomputed;
+  for (size_t i = 0; i < structures.size(); ++i) plain.push_back({i, {1, dp_of(structures[i]) > 1, false}});
+  const std::vector<bool> plain_fits = run(plain);
+  for (size_t i = 0; i < structures.size(); ++i)
+    if (!plain_fits[i]) recomputed.push_back({i, {1, dp_of(structures[i]) > 1, true}});
+  run(recomputed);
+  // The fastest structures of phase 1 (each fits in one way at most there).
+  std::vector<std::pair<double, size_t>> speed;  // tokens/s, structure
+  for (size_t n = 0; n < out.ranked.size(); ++n) speed.emplace_back(out.ranked[n].estimate.tokens_per_s, ranked_structure[n]);
   std::sort(speed.rbegin(), speed.rend());
-  for (size_t n = 0; n < speed.size() && n < size_t(kRefinedStructures); ++n) {
-    const Structure& st = structures[speed[n].second];
-    const int64_t dp = o.world / st.tp / st.pp / st.cp;
+  std::vector<size_t> fastest;
+  for (size_t n = 0; n < speed.size() && n < size_t(kRefinedStructures); ++n) fastest.push_back(speed[n].second);
+  std::vector<Job> refined;
+  for (const size_t i : fastest) {
+    const int64_t dp = dp_of(structures[i]);
     for (int64_t mbs = 1; mbs <= 8; mbs *= 2)
       for (const bool zero : dp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false})
         for (const bool recompute : {false, true}) {
           if (mbs == 1 && zero == (dp > 1)) continue;  // phase 1 evaluated these
-          Candidate c;
-          if (evaluate(st, {mbs, zero, recompute}, &c)) out.ranked.push_back(std::move(c));
+          refined.push_back({i, {mbs, zero, recompute}});
         }
   }
+  run(refined);
   std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const Candidate& a, const Candidate& b) {
     return a.estimate.tokens_per_s > b.estimate.tokens_per_s;
   });

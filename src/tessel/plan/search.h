@@ -29,12 +29,17 @@ struct SearchOptions {
   int64_t global_batch = 0;  // sequences per step; 0: the config's
   double memory_gib = 0;     // per device; 0: the profile's (0 there too: no limit)
   int top = 10;
+  // Processes estimating layouts at once (forked: each has its own meta device). 1 in a process
+  // that must not fork (an MPI rank: parallel.auto searches in one).
+  int workers = 1;
+  // Called after each layout, with the layouts done so far and the structures of phase 1 (optional).
+  std::function<void(int done, int structures)> progress;
 };
 
 struct Candidate {
   std::vector<std::string> overrides;  // the --set list that selects it
   std::string layout;                  // "tp 2 sp, pp 2, vpp 1, cp 1, ep 1, dp 2, zero1, mbs 1, recompute off"
-  Estimate estimate;
+  Estimate estimate;  // step_s, tokens_per_s, mfu, peak_bytes (the stages only where this process estimated it)
 };
 
 struct SearchResult {
@@ -44,6 +49,14 @@ struct SearchResult {
   int structures = 0;                          // phase 1's
   double seconds = 0;
 };
+
+// A floor under a layout's memory per rank, known without running it: the routed experts' weights
+// (compute dtype) and fp32 gradients on the pipeline stage with the most MoE layers, num_experts /
+// ep experts per layer, each split over the tensor-parallel ranks where experts are. Everything else
+// a rank holds comes on top, so a layout over the limit here is over it in the estimate too; the
+// search prunes by it first, which spares it the dry runs of layouts with few expert-parallel ranks
+// for a large MoE model. 0 for a dense model.
+double routed_expert_floor_gib(const train::Config& cfg);
 
 // load(overrides): the model's config with the layout's overrides applied (the caller's file and
 // --set first), throwing tessel::Error for one it refuses.
