@@ -19,6 +19,13 @@ std::vector<CommRecord> CommLog::records() const {
   return records_;
 }
 
+std::vector<CommRecord> CommLog::take_records() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<CommRecord> out = std::move(records_);
+  records_.clear();
+  return out;
+}
+
 void CommLog::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   records_.clear();

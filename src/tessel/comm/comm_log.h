@@ -28,6 +28,7 @@ class CommLog {
   void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
   void add(CommRecord r);  // stamps the calling thread's phase and overlap scope
   std::vector<CommRecord> records() const;
+  std::vector<CommRecord> take_records();  // the records, moved out: the log is left empty
   void clear();
 
  private:

@@ -24,6 +24,14 @@ std::vector<OpRecord> OpLog::records() const {
   return records_;
 }
 
+std::vector<OpRecord> OpLog::take_records() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<OpRecord> out = std::move(records_);
+  records_.clear();
+  t_last_record = -1;
+  return out;
+}
+
 std::map<std::string, OpTotals> OpLog::totals_by_op() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, OpTotals> out;

@@ -54,6 +54,7 @@ class OpLog {
 
   void add(OpRecord r);  // stamps the calling thread's phase
   std::vector<OpRecord> records() const;
+  std::vector<OpRecord> take_records();  // the records, moved out: the log is left empty
   std::map<std::string, OpTotals> totals_by_op() const;
   void clear();
 

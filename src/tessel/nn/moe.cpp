@@ -229,15 +229,27 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool 
   // copies an expert cannot take go to a last bucket, E, that no expert runs (their output is zero).
   const std::vector<int32_t> routed = host_routing(chosen, weights, count);
   std::vector<int64_t> order, counts;
-  kernels::expert_order(N, k, E + 1, routed.data(), order, counts);
+  if (y.is_meta()) {  // only the groups' sizes matter where nothing is copied: counted in one pass
+    counts.assign(size_t(E + 1), 0);
+    for (const int32_t e : routed) ++counts[size_t(e)];
+  } else {
+    kernels::expert_order(N, k, E + 1, routed.data(), order, counts);
+  }
   counts.pop_back();  // the dropped copies sit after every expert's group
   if (etp_ && !sp_) check_same_routing(counts);
   int64_t kept = 0;
   for (int64_t c : counts) kept += c;
-  order.resize(size_t(kept));  // the copies the experts run, in expert order
-  std::vector<int64_t> token_of(order.size());
-  for (size_t p = 0; p < order.size(); ++p) token_of[p] = order[p] / k;
-  const Tensor copies = to_device(order, dev), tokens = to_device(token_of, dev);
+  Tensor copies, tokens;  // [kept]: each copy's index t * k + j in expert order, and its token t
+  if (y.is_meta()) {
+    copies = Tensor::empty({kept}, DType::i64, dev);
+    tokens = Tensor::empty({kept}, DType::i64, dev);
+  } else {
+    order.resize(size_t(kept));  // the copies the experts run, in expert order
+    std::vector<int64_t> token_of(order.size());
+    for (size_t p = 0; p < order.size(); ++p) token_of[p] = order[p] / k;
+    copies = to_device(order, dev);
+    tokens = to_device(token_of, dev);
+  }
   const Tensor yc = y.is_contiguous() ? y : y.clone();
   Tensor x_perm = Tensor::empty({kept, d_}, y.dtype(), dev);
   kernels::gather_rows(yc, tokens, x_perm);

@@ -241,6 +241,7 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
                            k.zero ? " zero1" : "", k.mbs, k.recompute ? "on" : "off");
     return c;
   };
+  const std::string over_memory = fmt::format("peak memory over {:g} GiB", limit);
   // One layout's estimate, or the reason it is pruned.
   const auto evaluate = [&](const Job& job) {
     const Structure& st = structures[job.structure];
@@ -264,24 +265,23 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
       r.pruned = reason_of(e.what());
       return r;
     }
-    if (limit > 0 && double(r.estimate.peak_bytes) / double(int64_t(1) << 30) > limit)
-      r.pruned = fmt::format("peak memory over {:g} GiB", limit);
+    if (limit > 0 && double(r.estimate.peak_bytes) / double(int64_t(1) << 30) > limit) r.pruned = over_memory;
     return r;
   };
-  // Evaluates the jobs (in worker processes), counts them, and ranks those that fit; true per job
-  // that fits.
+  // Evaluates the jobs (in worker processes), counts them, and ranks those that fit; per job, the
+  // reason it was pruned ("" where it fits).
   const int workers = std::max(1, o.workers);
   std::vector<size_t> ranked_structure;  // of each entry of out.ranked
   const auto run = [&](const std::vector<Job>& jobs) {
     const std::vector<Outcome> outcomes = evaluate_in_workers(jobs, evaluate, workers, [&](int done) {
       if (o.progress) o.progress(out.enumerated + done, int(structures.size()));
     });
-    std::vector<bool> fits;
+    std::vector<std::string> pruned;
     for (size_t j = 0; j < jobs.size(); ++j) {
       ++out.enumerated;
-      fits.push_back(outcomes[j].pruned.empty());
-      if (!fits.back()) {
-        ++out.pruned[outcomes[j].pruned];
+      pruned.push_back(outcomes[j].pruned);
+      if (!pruned.back().empty()) {
+        ++out.pruned[pruned.back()];
         continue;
       }
       Candidate c = describe(structures[jobs[j].structure], jobs[j].knobs);
@@ -289,7 +289,7 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
       out.ranked.push_back(std::move(c));
       ranked_structure.push_back(jobs[j].structure);
     }
-    return fits;
+    return pruned;
   };
   // Phase 1: every structure at micro-batch 1 with the distributed optimizer (recompute only where
   // it must, to fit). Phase 2: the fastest structures with every micro-batch size, optimizer
@@ -297,9 +297,11 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
   const auto dp_of = [&](const Structure& st) { return o.world / st.tp / st.pp / st.cp; };
   std::vector<Job> plain, recomputed;
   for (size_t i = 0; i < structures.size(); ++i) plain.push_back({i, {1, dp_of(structures[i]) > 1, false}});
-  const std::vector<bool> plain_fits = run(plain);
+  const std::vector<std::string> plain_pruned = run(plain);
+  // Recompute saves activations only: it is tried where the step's peak, not the model state or the
+  // layout, was what did not fit.
   for (size_t i = 0; i < structures.size(); ++i)
-    if (!plain_fits[i]) recomputed.push_back({i, {1, dp_of(structures[i]) > 1, true}});
+    if (plain_pruned[i] == over_memory) recomputed.push_back({i, {1, dp_of(structures[i]) > 1, true}});
   run(recomputed);
   // The fastest structures of phase 1 (each fits in one way at most there).
   std::vector<std::pair<double, size_t>> speed;  // tokens/s, structure

@@ -89,9 +89,9 @@ StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& gr
   for (const auto& [op, t] : m.ops) m.flops += t.flops;
   for (auto& [name, g] : groups.named_groups())
     if (g && !g->stats().empty()) m.comm_by_group[name] = g->stats();
-  if (keep_records) {
-    m.op_records = kernels::op_log().records();
-    m.comm_records = comm::comm_log().records();
+  if (keep_records) {  // moved out (the session clears the logs when it ends)
+    m.op_records = kernels::op_log().take_records();
+    m.comm_records = comm::comm_log().take_records();
   }
   return m;
 }
