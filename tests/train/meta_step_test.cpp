@@ -278,3 +278,26 @@ TEST(MetaStep, ASkewThatCannotExistIsRefusedWithTheLimit) {
 
 }  // namespace
 }  // namespace tessel::train
+
+namespace tessel::train {
+namespace {
+
+// A pipeline stage's peak does not grow with the micro-batches beyond those in flight: only the
+// step's data (every micro-batch's tokens and targets, i64) is held whole. Before the executor freed
+// each send's buffer once a later receive proved it delivered, stage 0 also held one activation
+// ([micro-batch x seq, hidden] f32) per micro-batch until the step ended.
+TEST(MetaStep, APipelineStagePeakHoldsOnlyTheStepsDataPerExtraMicroBatch) {
+  const auto stage0_peak = [](int64_t micro_batches) {
+    const Config cfg = Config::from_yaml_text(
+        testing::kTinyLlamaYaml, {"parallel.pipeline_model_parallel_size=2", "train.micro_batch_size=1",
+                                  fmt::format("train.global_batch_size={}", micro_batches)});
+    auto w = comm::make_meta_communicator(0, 2);
+    comm::ParallelState groups(*w, cfg.parallel_sizes());
+    return measure_training_step(cfg, groups, Device::meta, 1).peak_requested_bytes;
+  };
+  const int64_t seq = Config::from_yaml_text(testing::kTinyLlamaYaml, {}).model.seq_length;
+  EXPECT_EQ(stage0_peak(16) - stage0_peak(4), 12 * 2 * seq * 8);  // 12 more micro-batches of tokens + targets
+}
+
+}  // namespace
+}  // namespace tessel::train
