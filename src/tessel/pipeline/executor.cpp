@@ -93,7 +93,7 @@ class Runner {
   Runner(const Schedule& s, nn::Model& model, comm::Communicator& pp, const std::vector<data::Batch>& mbs,
          float grad_scale, const nn::Model::GradsReady& ready, const LocalPart& local)
       : s_(s), model_(model), pp_(pp), mbs_(mbs), scale_(grad_scale), ready_(ready), local_(local),
-        rows_(mbs.empty() ? 0 : model.activation_rows(micro_batch(0).tokens.numel())),
+        rows_(mbs.empty() ? 0 : model.activation_rows(mbs.front().tokens.numel() / local.parts)),
         width_(model.config().hidden_size) {}
 
   double run() {
@@ -135,7 +135,10 @@ class Runner {
     const Key key{op.mb, op.chunk};
     MemoryPhaseScope phase(phase_of(op.kind), op.mb, op.chunk);
     const int v = stage(op.chunk);
-    const data::Batch mb = op.kind == OpKind::F ? micro_batch(op.mb) : data::Batch{};
+    // Only the embedding's forward reads the tokens, and only the loss's the targets.
+    const bool reads_batch =
+        op.kind == OpKind::F && (model_.first_chunk_is_first_stage(op.chunk) || model_.chunk_is_last_stage(op.chunk));
+    const data::Batch mb = reads_batch ? micro_batch(op.mb) : data::Batch{};
     switch (op.kind) {
       case OpKind::recv_fwd: inputs_[key] = recv(v - 1, op.mb, op.chunk, kForward); break;
       case OpKind::recv_bwd: grads_[key] = recv(v + 1, op.mb, op.chunk, kBackward); break;
@@ -163,7 +166,7 @@ class Runner {
     }
   }
 
-  data::Batch micro_batch(int mb) const { return local_ ? local_(mbs_[size_t(mb)]) : mbs_[size_t(mb)]; }
+  data::Batch micro_batch(int mb) const { return local_.cut ? local_.cut(mbs_[size_t(mb)]) : mbs_[size_t(mb)]; }
 
   static Tensor take(std::map<Key, Tensor>& m, const Key& k) {
     auto it = m.find(k);

@@ -16,12 +16,16 @@ namespace tessel::pipeline {
 
 // One optimizer step's forward and backward of every micro-batch. Gradients of (loss * grad_scale)
 // accumulate in the model's fp32 grads; ready() reports ranges during the last micro-batch's W ops.
-// local (optional): this rank's part of a micro-batch (context parallelism's chunks), taken by each
-// forward. Returns this rank's summed loss (non-zero only on the rank holding the last virtual stage).
-using LocalPart = std::function<data::Batch(const data::Batch&)>;
+// local: this rank's part of each micro-batch (context parallelism's chunks: 1 of `parts` equal
+// shares of its tokens), cut by the forwards that read tokens or targets; by default the whole.
+// Returns this rank's summed loss (non-zero only on the rank holding the last virtual stage).
+struct LocalPart {
+  std::function<data::Batch(const data::Batch&)> cut;  // empty: the whole micro-batch
+  int64_t parts = 1;
+};
 double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
                     const std::vector<data::Batch>& micro_batches, float grad_scale,
-                    const nn::Model::GradsReady& ready = nullptr, const LocalPart& local = nullptr);
+                    const nn::Model::GradsReady& ready = nullptr, const LocalPart& local = {});
 
 // Evaluation: one batch forward through every stage in order, nothing kept. Returns the summed loss
 // on every rank of the pipeline group.

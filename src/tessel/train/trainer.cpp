@@ -114,9 +114,9 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
                whole_micro_batches.size(), dp, cfg_.grad_accumulation_steps());
   // This rank's tokens of a micro-batch (its context-parallel chunks) are cut when its forward
   // starts, so they live with its activations rather than all of them for the whole step.
-  const auto local = [this](const data::Batch& mb) { return local_part(mb); };
+  const pipeline::LocalPart local{[this](const data::Batch& mb) { return local_part(mb); }, cp_ ? cp_->size() : 1};
   int64_t tokens = 0;
-  for (const auto& mb : whole_micro_batches) tokens += mb.targets.numel() / (cp_ ? cp_->size() : 1);
+  for (const auto& mb : whole_micro_batches) tokens += mb.targets.numel() / local.parts;
   if (dp_) dp_->all_reduce(&tokens, 1, DType::i64, comm::ReduceOp::sum);
   auto& ps = model_->params();
   ps.zero_grads();
@@ -138,7 +138,7 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   } else {
     for (size_t k = 0; k < whole_micro_batches.size(); ++k) {  // gradients are final during the last backward
       MemoryPhaseScope phase("forward", int(k), 0);
-      const data::Batch mb = local(whole_micro_batches[k]);
+      const data::Batch mb = local.cut(whole_micro_batches[k]);
       loss += model_->forward_backward(mb.tokens, mb.targets, scale, k + 1 == whole_micro_batches.size() ? ready : nullptr);
     }
   }
