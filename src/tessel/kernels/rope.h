@@ -5,6 +5,7 @@
 // Backward is the rotation by -angle. Applied in place to `heads` consecutive heads of Dh columns
 // in each row of x (row r has position r % T), rows strided by ld.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "tessel/core/tensor.h"
@@ -13,6 +14,9 @@ namespace tessel::kernels {
 
 struct RopeTable {
   RopeTable(int64_t T, int64_t Dh, double base);
+  // The process's one table of these sizes (constant once made; a planner builds many models of
+  // the same sequence length, each of which would otherwise compute its T x Dh/2 angles again).
+  static std::shared_ptr<const RopeTable> shared(int64_t T, int64_t Dh, double base);
   int64_t T, half;
   std::vector<float> cos, sin;  // [T, Dh/2]
 };

@@ -33,8 +33,8 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
     local_seq_ = cfg_.seq_length / cp_->size();
   }
   if (cfg_.is_llama())
-    rope_ = std::make_shared<kernels::RopeTable>(cfg_.seq_length, cfg_.mla() ? cfg_.qk_pos_emb_head_dim : cfg_.head_dim(),
-                                                 cfg_.rotary_base);
+    rope_ = kernels::RopeTable::shared(cfg_.seq_length, cfg_.mla() ? cfg_.qk_pos_emb_head_dim : cfg_.head_dim(),
+                                       cfg_.rotary_base);
   if (tp_)
     TESSEL_CHECK(cfg_.vocab_size % tp_->size() == 0,
                  "tensor_model_parallel_size {} must divide model.vocab_size {} (the vocabulary is split)", tp_->size(),

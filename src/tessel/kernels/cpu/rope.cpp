@@ -1,6 +1,9 @@
 #include "tessel/kernels/rope.h"
 
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "tessel/core/check.h"
 
@@ -16,6 +19,15 @@ RopeTable::RopeTable(int64_t T_, int64_t Dh, double base) : T(T_), half(Dh / 2) 
       cos[size_t(t * half + j)] = float(std::cos(a));
       sin[size_t(t * half + j)] = float(std::sin(a));
     }
+}
+
+std::shared_ptr<const RopeTable> RopeTable::shared(int64_t T, int64_t Dh, double base) {
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, double>, std::shared_ptr<const RopeTable>> tables;
+  const std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<const RopeTable>& t = tables[{T, Dh, base}];
+  if (!t) t = std::make_shared<const RopeTable>(T, Dh, base);
+  return t;
 }
 
 void rope_apply(const RopeTable& tab, int64_t rows, int64_t heads, float* x, int64_t ld, bool inverse,
