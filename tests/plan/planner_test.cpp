@@ -266,8 +266,9 @@ TEST(Search, AMemoryLimitPrunesAndAModelThatFitsNowhereSaysSo) {
 
 namespace {
 
-// Running a few micro-batches for the rest, and measuring one of equal stages for the others, are
-// shortcuts: each estimate must equal the one that runs every micro-batch on every stage.
+// Running a few micro-batches for the rest, measuring one of equal stages for the others, and
+// running three of a row of alike experts for all of them are shortcuts: each estimate must equal
+// the one that runs every micro-batch and every expert on every stage.
 void expect_shortcuts_exact(const std::string& config, const std::vector<std::string>& sets, int world,
                             const std::string& device = "gpu") {
   SCOPED_TRACE(config + " on " + std::to_string(world) + " ranks, " + device + " memory");
@@ -277,6 +278,7 @@ void expect_shortcuts_exact(const std::string& config, const std::vector<std::st
   hw.device = device;  // cpu: the pool's blocks; gpu: the bytes requested
   EstimateOptions every;
   every.every_micro_batch = true;
+  every.every_expert = true;
   const Estimate full = estimate_step(cfg, hw, world, every);
   const Estimate fast = estimate_step(cfg, hw, world);
   EstimateOptions shared;
@@ -293,8 +295,11 @@ void expect_shortcuts_exact(const std::string& config, const std::vector<std::st
     EXPECT_EQ(b.peak_bytes, a.peak_bytes);
     EXPECT_EQ(b.peak_bytes_by_category, a.peak_bytes_by_category);
     EXPECT_GE(c.peak_bytes, a.peak_bytes);  // a shared stage's peak bounds its own
+    EXPECT_EQ(b.peak_at, a.peak_at);
     for (const StageEstimate* x : {&b, &c}) {
       EXPECT_NEAR(x->step_s, a.step_s, 1e-12 * a.step_s);
+      for (const auto& [group, t] : a.exposed_comm_s) EXPECT_NEAR(x->exposed_comm_s.at(group), t, 1e-12 * t) << group;
+      for (const auto& [op, t] : a.kernel_s_by_op) EXPECT_NEAR(x->kernel_s_by_op.at(op), t, 1e-12 * t) << op;
       EXPECT_NEAR(x->compute_s, a.compute_s, 1e-12 * a.compute_s);
       EXPECT_NEAR(x->forward_s, a.forward_s, 1e-12 * a.forward_s);
       EXPECT_NEAR(x->bubble_s, a.bubble_s, 1e-12 * a.step_s);
@@ -343,6 +348,17 @@ TEST(Estimate, FewMicroBatchesAndSharedStagesEqualTheFullMeasurement) {
                          {"train.micro_batch_size=1", "train.global_batch_size=10", "parallel.pipeline_model_parallel_size=2",
                           "parallel.expert_model_parallel_size=2"},
                          4);
+  // Rows of alike experts: 8 experts of one row each with FP8 blocks (their cached weights), with
+  // recompute (the first forward's saved activations dropped with the layer's scratch), pool blocks.
+  expect_shortcuts_exact("deepseek-v3-tiny.yaml",
+                         {"train.micro_batch_size=1", "train.global_batch_size=3", "model.recompute=true"}, 1, "cpu");
+  // Experts split over tensor parallelism under sequence parallelism (their all-reduces), rows of
+  // unequal counts (125 rows x top-2 over 8 experts per rank: 32, 32, then 31s), bf16.
+  expect_shortcuts_exact("mixtral-tiny.yaml",
+                         {"train.micro_batch_size=1", "train.global_batch_size=4", "model.seq_length=250",
+                          "parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
+                          "parallel.expert_tensor_parallel_size=2"},
+                         2);
 }
 
 }  // namespace

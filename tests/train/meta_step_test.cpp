@@ -12,6 +12,7 @@
 #include "support/tiny_configs.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/data/batch.h"
+#include "tessel/nn/alike_calls.h"
 #include "tessel/nn/moe.h"
 #include "tessel/train/dry_run.h"
 #include "tessel/train/trainer.h"
@@ -141,6 +142,31 @@ INSTANTIATE_TEST_SUITE_P(
                {"parallel.context_parallel_size=2", "parallel.expert_model_parallel_size=2"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// A meta run that runs three of each row of alike experts (nn/alike_calls.h; the planner's
+// shortcut) measures what running all of them does, over two steps (the FP8 weights quantised again):
+// the peak, its categories and phase, every op family's calls, FLOPs and bytes, every group's
+// collectives. The run of all of them is the one the cpu run is compared with above.
+TEST(MetaStep, AlikeExpertsRunOnceMeasureWhatRunningEveryExpertDoes) {
+  const std::vector<std::pair<const char*, std::vector<std::string>>> layouts{
+      {testing::kTinyMixtralYaml, {}},
+      // 30 rows x top-2 over 8 experts: rows of 8 and 7 copies.
+      {testing::kTinyMixtralYaml, {"model.seq_length=30", "model.recompute=true"}},
+      {testing::kTinyMixtralYaml,
+       {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
+        "parallel.expert_tensor_parallel_size=2"}},
+      {testing::kTinyMixtralYaml, {"parallel.tensor_model_parallel_size=2", "parallel.expert_tensor_parallel_size=2"}},
+      {testing::kTinyDeepSeekYaml, {"precision.fp8.recipe=block", "model.recompute=true"}},
+      {testing::kTinyDeepSeekYaml, {"precision.fp8.recipe=delayed", "parallel.expert_model_parallel_size=2"}}};
+  for (const auto& [yaml, sets] : layouts) {
+    const Config cfg = Config::from_yaml_text(yaml, sets);
+    const int world = int(cfg.parallel.tensor_model_parallel_size * cfg.parallel.expert_model_parallel_size);
+    const StepMeasurement every = measure(cfg, world, 0, Device::meta);
+    const nn::AlikeCallsOnceScope once(true);
+    const StepMeasurement alike = measure(cfg, world, 0, Device::meta);
+    expect_equal(alike, every, fmt::format("{}", fmt::join(sets, " ")));
+  }
+}
+
 // GEMM FLOPs of one rank without parallelism, from the sizes alone: every 2-D weight but the
 // embedding table is one GEMM per token forward (2 FLOPs per weight) and two backward; recompute
 // runs the layers' forward again. The embedding is a lookup, the tied head a GEMM over it.
@@ -254,6 +280,11 @@ TEST(MetaStep, SkewedRoutingLoadsTheRankOfExpertZero) {
 TEST(MetaStep, MetaRoutingPutsTheSkewOnExpertZeroAndKeepsEveryTokensExpertsDistinct) {
   const int64_t N = 64, k = 2, E = 8;
   EXPECT_EQ(nn::meta_routing(N, k, E, 1.0)[13], 13 % E);  // balanced: copy c to expert c mod E
+  for (const auto& [n, kk, e] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{64, 2, 8}, {30, 2, 8}, {7, 3, 5}, {4096, 8, 256}}) {
+    std::vector<int64_t> listed(size_t(e), 0);
+    for (const int32_t x : nn::meta_routing(n, kk, e, 1.0)) ++listed[size_t(x)];
+    EXPECT_EQ(nn::meta_balanced_counts(n, kk, e), listed) << n << " x " << kk << " over " << e;
+  }
   const std::vector<int32_t> r = nn::meta_routing(N, k, E, 2.5);
   std::vector<int64_t> count(size_t(E), 0);
   for (int64_t t = 0; t < N; ++t) {

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "tessel/core/check.h"
+
 namespace tessel::comm {
 namespace {
 thread_local bool t_overlapped = false;
@@ -24,6 +26,23 @@ std::vector<CommRecord> CommLog::take_records() {
   std::vector<CommRecord> out = std::move(records_);
   records_.clear();
   return out;
+}
+
+size_t CommLog::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_.size();
+}
+
+void CommLog::repeat(size_t begin, size_t end, int64_t times) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TESSEL_CHECK(begin <= end && end <= records_.size() && times >= 1,
+               "collective log: cannot repeat records [{}, {}) of {}", begin, end, records_.size());
+  records_.reserve(records_.size() + (end - begin));
+  for (size_t i = begin; i < end; ++i) {
+    CommRecord r = records_[i];
+    r.count *= times;
+    records_.push_back(std::move(r));
+  }
 }
 
 void CommLog::clear() {

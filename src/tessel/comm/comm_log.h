@@ -20,6 +20,9 @@ struct CommRecord {
   int group_size = 1;
   bool overlapped = false;  // launched inside an OverlappedCommScope (it may run behind computation)
   MemoryPhase phase{};
+  // How many collectives alike this record stands for (kernels::OpRecord::count): 1 but on meta runs
+  // of alike calls (nn/alike_calls.h).
+  int64_t count = 1;
 };
 
 class CommLog {
@@ -29,6 +32,9 @@ class CommLog {
   void add(CommRecord r);  // stamps the calling thread's phase and overlap scope
   std::vector<CommRecord> records() const;
   std::vector<CommRecord> take_records();  // the records, moved out: the log is left empty
+  size_t size() const;
+  // Appends records [begin, end) once more, each standing for `times` collectives.
+  void repeat(size_t begin, size_t end, int64_t times);
   void clear();
 
  private:

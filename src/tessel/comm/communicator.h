@@ -43,6 +43,16 @@ class Communicator {
   virtual ~Communicator() = default;
   const std::map<std::string, CommStats>& stats() const { return stats_; }
   void reset_stats() { stats_.clear(); }
+  // Adds what the statistics gained since `before` (an earlier stats()) `times` more: collectives
+  // a meta run did not make because they were alike ones it made (nn/alike_calls.h).
+  void repeat_stats_since(const std::map<std::string, CommStats>& before, int64_t times) {
+    for (auto& [kind, st] : stats_) {
+      const auto b = before.find(kind);
+      const CommStats was = b == before.end() ? CommStats{} : b->second;
+      st.calls += (st.calls - was.calls) * times;
+      st.bytes += (st.bytes - was.bytes) * times;
+    }
+  }
   // The group's name in the collective log ("tp", "dp", ...; ParallelState names its groups).
   const std::string& label() const { return label_; }
   void set_label(std::string label) { label_ = std::move(label); }

@@ -66,6 +66,72 @@ void Allocator::deallocate(void* p, size_t nbytes, MemoryCategory c) noexcept {
   st_.current_total -= b;
 }
 
+void Allocator::account_meta(const MemoryAmount& a) {
+  TESSEL_CHECK(device() == Device::meta, "bytes standing for allocations not made are accounted on meta only");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int c = 0; c < kMemoryCategories; ++c) {
+    st_.current[size_t(c)] += a.blocks[size_t(c)];
+    st_.requested[size_t(c)] += a.requested[size_t(c)];
+    st_.peak[size_t(c)] = std::max(st_.peak[size_t(c)], st_.current[size_t(c)]);
+    st_.current_total += a.blocks[size_t(c)];
+  }
+  if (st_.current_total > st_.peak_total) {
+    st_.peak_total = st_.current_total;
+    st_.at_peak = st_.current;
+    st_.requested_at_peak = st_.requested;
+    st_.peak_phase = current_memory_phase();
+  }
+}
+
+MemoryAmount MemoryAmount::between(const MemoryStats& before, const MemoryStats& after) {
+  MemoryAmount d;
+  for (size_t c = 0; c < size_t(kMemoryCategories); ++c) {
+    d.blocks[c] = after.current[c] - before.current[c];
+    d.requested[c] = after.requested[c] - before.requested[c];
+  }
+  return d;
+}
+
+MemoryAmount MemoryAmount::operator+(const MemoryAmount& o) const {
+  MemoryAmount d = *this;
+  for (size_t c = 0; c < size_t(kMemoryCategories); ++c) {
+    d.blocks[c] += o.blocks[c];
+    d.requested[c] += o.requested[c];
+  }
+  return d;
+}
+
+MemoryAmount MemoryAmount::times(int64_t n) const {
+  MemoryAmount d = *this;
+  for (size_t c = 0; c < size_t(kMemoryCategories); ++c) {
+    d.blocks[c] *= n;
+    d.requested[c] *= n;
+  }
+  return d;
+}
+
+MetaBytesHeld& MetaBytesHeld::operator=(MetaBytesHeld&& o) noexcept {
+  if (this != &o) {
+    release();
+    held_ = o.held_;
+    o.held_ = {};
+  }
+  return *this;
+}
+
+void MetaBytesHeld::add(const MemoryAmount& a) {
+  allocator(Device::meta).account_meta(a);
+  held_ = held_ + a;
+}
+
+void MetaBytesHeld::release() noexcept {
+  bool any = false;
+  for (size_t c = 0; c < size_t(kMemoryCategories); ++c) any = any || held_.blocks[c] != 0 || held_.requested[c] != 0;
+  if (!any) return;
+  allocator(Device::meta).account_meta(held_.times(-1));
+  held_ = {};
+}
+
 MemoryStats Allocator::stats() const {
   const int64_t cached = cached_bytes();
   std::lock_guard<std::mutex> lock(mu_);

@@ -68,6 +68,17 @@ struct MemoryStats {
   int64_t peak_of(MemoryCategory c) const { return peak[size_t(c)]; }
 };
 
+// Bytes by category as the allocator accounts them (blocks) and as requested: what a stretch of
+// allocations and frees changed (MemoryStats::current and ::requested after, minus before).
+struct MemoryAmount {
+  MemoryStats::PerCategory blocks{};
+  MemoryStats::PerCategory requested{};
+  static MemoryAmount between(const MemoryStats& before, const MemoryStats& after);
+  MemoryAmount operator+(const MemoryAmount& o) const;
+  MemoryAmount operator-(const MemoryAmount& o) const { return *this + o.times(-1); }
+  MemoryAmount times(int64_t n) const;
+};
+
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -83,6 +94,9 @@ class Allocator {
   void deallocate(void* p, size_t nbytes, MemoryCategory c) noexcept;
 
   MemoryStats stats() const;
+  // Meta only: accounts `a` as allocations (positive entries) and frees (negative) of its categories
+  // that were not made (MetaBytesHeld), updating the peaks as allocate() does.
+  void account_meta(const MemoryAmount& a);
   // Starts a new peak measurement: every peak becomes the bytes in use now (e.g. at the start of a
   // step, so the peak is the step's).
   void reset_peak();
@@ -99,6 +113,27 @@ class Allocator {
 
 // The process-wide allocator of a device.
 Allocator& allocator(Device d);
+
+// Bytes held on the meta allocator on behalf of allocations that were never made: a meta run that
+// runs one of several alike calls (nn/alike_calls.h) holds here what the calls it did not run would
+// have left allocated, and gives it back when it is destroyed (as those allocations would have been
+// freed with their owner). Entries may be negative: the owner also holds what calls not run would
+// have freed. Move-only.
+class MetaBytesHeld {
+ public:
+  MetaBytesHeld() = default;
+  ~MetaBytesHeld() { release(); }
+  MetaBytesHeld(MetaBytesHeld&& o) noexcept : held_(o.held_) { o.held_ = {}; }
+  MetaBytesHeld& operator=(MetaBytesHeld&& o) noexcept;
+  MetaBytesHeld(const MetaBytesHeld&) = delete;
+  MetaBytesHeld& operator=(const MetaBytesHeld&) = delete;
+  // Accounts `a` on the meta allocator now (raising its peak where the total rises past it).
+  void add(const MemoryAmount& a);
+  void release() noexcept;  // gives everything held back
+
+ private:
+  MemoryAmount held_;
+};
 
 // The category of allocations made by this thread while the scope lives (scopes nest).
 class MemoryCategoryScope {

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "tessel/core/check.h"
+
 namespace tessel::kernels {
 namespace {
 thread_local int64_t t_last_record = -1;  // index in records_ of this thread's last add()
@@ -37,12 +39,29 @@ std::map<std::string, OpTotals> OpLog::totals_by_op() const {
   std::map<std::string, OpTotals> out;
   for (const OpRecord& r : records_) {
     OpTotals& t = out[r.op];
-    ++t.calls;
-    t.flops += r.flops;
-    t.bytes_read += r.bytes_read;
-    t.bytes_written += r.bytes_written;
+    t.calls += r.count;
+    t.flops += double(r.count) * r.flops;
+    t.bytes_read += r.count * r.bytes_read;
+    t.bytes_written += r.count * r.bytes_written;
   }
   return out;
+}
+
+size_t OpLog::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_.size();
+}
+
+void OpLog::repeat(size_t begin, size_t end, int64_t times) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TESSEL_CHECK(begin <= end && end <= records_.size() && times >= 1, "op log: cannot repeat records [{}, {}) of {}",
+               begin, end, records_.size());
+  records_.reserve(records_.size() + (end - begin));
+  for (size_t i = begin; i < end; ++i) {
+    OpRecord r = records_[i];
+    r.count *= times;
+    records_.push_back(std::move(r));
+  }
 }
 
 void OpLog::clear() {

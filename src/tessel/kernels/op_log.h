@@ -31,6 +31,10 @@ struct OpRecord {
   // The call's variant where the op family has several: for gemm and fp8_gemm the transposes of a
   // and b ("NT": a as stored, b transposed; row-major) and "+acc" when c accumulates.
   std::string variant{};
+  // How many calls alike (same op, shapes, phase) this record stands for: 1, but where a meta run
+  // ran one of several alike calls and recorded the others here (nn/alike_calls.h). Every total
+  // (calls, FLOPs, bytes, time) counts the record this many times.
+  int64_t count = 1;
 };
 
 struct OpTotals {
@@ -56,6 +60,9 @@ class OpLog {
   std::vector<OpRecord> records() const;
   std::vector<OpRecord> take_records();  // the records, moved out: the log is left empty
   std::map<std::string, OpTotals> totals_by_op() const;
+  size_t size() const;
+  // Appends records [begin, end) once more, each standing for `times` calls (OpRecord::count).
+  void repeat(size_t begin, size_t end, int64_t times);
   void clear();
 
  private:

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessel/core/memory.h"
 #include "tessel/core/tensor.h"
 
 namespace tessel::nn {
@@ -25,7 +26,11 @@ class Activations {
     slots_.clear();
     scalars_.clear();
     host_.clear();
+    meta_held_.release();
   }
+  // Meta runs only: bytes standing for what calls that were not run (nn/alike_calls.h) would have
+  // saved here (positive) or freed from here (negative), given back with the rest of this object.
+  void hold_meta_bytes(const MemoryAmount& a) { meta_held_.add(a); }
   // Host index lists a backward needs (MoE routing: token order, rows per expert), copied to the
   // host once in forward: kept on the host, not in device memory.
   void put_host(const std::string& key, std::vector<int64_t> v) { host_[key] = std::move(v); }
@@ -54,6 +59,7 @@ class Activations {
   std::unordered_map<std::string, Tensor> slots_;
   std::unordered_map<std::string, float> scalars_;
   std::unordered_map<std::string, std::vector<int64_t>> host_;
+  MetaBytesHeld meta_held_;
 };
 
 }  // namespace tessel::nn

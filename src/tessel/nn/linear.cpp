@@ -92,6 +92,16 @@ const kernels::Fp8Tensor& Linear::quantized_weight() const {
   return wq_;
 }
 
+MemoryAmount Linear::cached_bytes() const {
+  MemoryAmount a;
+  for (const Tensor* t : {&wq_.data, &wq_.scale_inv})
+    if (t->defined()) {
+      a.blocks[size_t(t->memory_category())] += Allocator::accounted_bytes(t->nbytes());
+      a.requested[size_t(t->memory_category())] += int64_t(t->nbytes());
+    }
+  return a;
+}
+
 void Linear::add_bias_rows(Tensor& y) const { kernels::add_row_vector(y, ps_.f32_at(b_offset_, {out_})); }
 
 void Linear::accumulate_bias_grad(const Tensor& dy) const {

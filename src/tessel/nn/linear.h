@@ -68,6 +68,9 @@ class Linear {
   Tensor backward_input(const Tensor& dy, Activations& saved) const;
   void backward_weight(Activations& saved) const;
 
+  // The bytes this Linear holds across calls besides its parameters: its cached FP8 weight.
+  MemoryAmount cached_bytes() const;
+
   int64_t in_features() const { return in_; }    // local (this rank's)
   int64_t out_features() const { return out_; }  // local (this rank's)
 

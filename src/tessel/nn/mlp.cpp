@@ -65,4 +65,8 @@ void Mlp::backward_weight(Activations& saved) const {
   up_.backward_weight(saved);
 }
 
+MemoryAmount Mlp::cached_bytes() const {
+  return up_.cached_bytes() + down_.cached_bytes();
+}
+
 }  // namespace tessel::nn

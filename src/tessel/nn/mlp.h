@@ -20,6 +20,8 @@ class Mlp final : public MlpBlock {
   const Linear* input_linear() const override { return &up_; }  // the Linear reading y
   Tensor backward_input(const Tensor& dout, Activations& saved) const override;
   void backward_weight(Activations& saved) const override;
+  // What its Linears hold across calls (their cached FP8 weights).
+  MemoryAmount cached_bytes() const;
 
  private:
   // The activation of the up projection's output h: down_proj's input, FP8 when it takes that.

@@ -82,6 +82,12 @@ std::vector<int32_t> meta_routing(int64_t N, int64_t k, int64_t E, double skew) 
   return routed;
 }
 
+std::vector<int64_t> meta_balanced_counts(int64_t N, int64_t k, int64_t E) {
+  std::vector<int64_t> counts(size_t(E), (N * k) / E);
+  for (int64_t e = 0; e < (N * k) % E; ++e) ++counts[size_t(e)];
+  return counts;
+}
+
 Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
          comm::Communicator* ep, comm::Communicator* tp, comm::Communicator* cp)
     : ps_(ps),
@@ -227,12 +233,19 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool 
   if (count) aux_loss_ += aux;
   // Token copies in expert order; each expert runs on its contiguous group. With a capacity factor the
   // copies an expert cannot take go to a last bucket, E, that no expert runs (their output is zero).
-  const std::vector<int32_t> routed = host_routing(chosen, weights, count);
   std::vector<int64_t> order, counts;
-  if (y.is_meta()) {  // only the groups' sizes matter where nothing is copied: counted in one pass
+  const MoeRoutingTrace* trace = current_moe_routing_trace();
+  if (y.is_meta() && current_meta_routing_skew() <= 1.0 && capacity_factor_ <= 0 &&
+      !(trace && trace->mode() == MoeRoutingTrace::Mode::replay)) {
+    counts = meta_balanced_counts(N, k, E);
+    counts.push_back(0);  // nothing dropped
+    if (count)
+      for (int64_t e = 0; e < E; ++e) load_[size_t(e)] += counts[size_t(e)];
+  } else if (y.is_meta()) {  // only the groups' sizes matter where nothing is copied: counted in one pass
     counts.assign(size_t(E + 1), 0);
-    for (const int32_t e : routed) ++counts[size_t(e)];
+    for (const int32_t e : host_routing(chosen, weights, count)) ++counts[size_t(e)];
   } else {
+    const std::vector<int32_t> routed = host_routing(chosen, weights, count);
     kernels::expert_order(N, k, E + 1, routed.data(), order, counts);
   }
   counts.pop_back();  // the dropped copies sit after every expert's group
@@ -323,8 +336,7 @@ Tensor Moe::backward_input(const Tensor& dout, Activations& saved) const {
 void Moe::backward_weight(Activations& saved) const {
   const Keys key(prefix_);
   const std::vector<int64_t>& lc = saved.host(key.local_counts);
-  for (int64_t e = 0; e < local_; ++e)
-    if (lc[size_t(e)] > 0) experts_[size_t(e)]->backward_weight(saved);
+  for_experts(lc, saved.get(key.y).is_meta(), saved, [&](size_t e) { experts_[e]->backward_weight(saved); });
   if (shared_) shared_->backward_weight(saved);
   kernels::matmul(saved.get(key.daux), true, saved.get(key.y), false, ps_.grad_at(router_offset_, {rc_.experts, d_}),
                   true);
@@ -332,41 +344,59 @@ void Moe::backward_weight(Activations& saved) const {
   for (const auto& k2 : {key.counts, key.local_counts}) saved.erase_host(k2);
 }
 
-namespace {
-// The grouped GEMM on the CPU: fn(e, rows of expert e) for each local expert's contiguous group of
-// x (counts[e] rows each), results [rows, d] f32 in the same order.
-template <class Fn>
-Tensor per_expert(const Tensor& x, const std::vector<int64_t>& counts, int64_t d, Fn&& fn) {
-  Tensor out = Tensor::empty({x.size(0), d}, DType::f32, x.device());
-  int64_t begin = 0;
-  for (size_t e = 0; e < counts.size(); ++e) {
-    const int64_t n = counts[e];
-    if (n > 0) out.slice(0, begin, begin + n).copy_from(fn(e, x.slice(0, begin, begin + n).clone()));
-    begin += n;
+void Moe::for_experts(const std::vector<int64_t>& counts, bool meta, Activations& saved,
+                      const std::function<void(size_t)>& fn) const {
+  for (size_t e = 0; e < counts.size();) {
+    size_t end = e + 1;
+    while (end < counts.size() && counts[end] == counts[e]) ++end;
+    if (counts[e] > 0) {
+      const AlikeCalls alike{&saved, &meta_cached_, {etp_},
+                             [&, e](int64_t i) { return experts_[e + size_t(i)]->cached_bytes(); }};
+      run_alike_calls(int64_t(end - e), meta, alike, [&, e](int64_t i) { fn(e + size_t(i)); });
+    }
+    e = end;
   }
-  return out;
+}
+
+namespace {
+// Where each expert's contiguous group of rows begins (counts[e] rows each).
+std::vector<int64_t> group_starts(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> begin(counts.size(), 0);
+  for (size_t e = 1; e < counts.size(); ++e) begin[e] = begin[e - 1] + counts[e - 1];
+  return begin;
 }
 }  // namespace
 
 Tensor Moe::run_experts(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved) const {
   // counts: rows per local expert (without expert parallelism: per expert, local_ == E)
   std::vector<int64_t> ran;  // rows each expert ran (all tensor-parallel ranks' when gathered)
-  Tensor out = over_gathered(x, counts, [&](size_t e, const Tensor& rows) { return experts_[e]->forward(rows, saved); },
-                             &ran);
+  Tensor out = over_gathered(
+      x, counts, saved, [&](size_t e, const Tensor& rows) { return experts_[e]->forward(rows, saved); }, &ran);
   saved.put_host(Keys(prefix_).local_counts, std::move(ran));
   return out;
 }
 
 Tensor Moe::experts_backward(const Tensor& dy, const std::vector<int64_t>& counts, Activations& saved) const {
-  return over_gathered(dy, counts,
+  return over_gathered(dy, counts, saved,
                        [&](size_t e, const Tensor& rows) { return experts_[e]->backward_input(rows, saved); });
 }
 
-Tensor Moe::over_gathered(const Tensor& x, const std::vector<int64_t>& counts,
+Tensor Moe::over_gathered(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved,
                           const std::function<Tensor(size_t, const Tensor&)>& fn, std::vector<int64_t>* ran) const {
+  // The grouped GEMM on the CPU: fn(e, rows of expert e) for each local expert's contiguous group
+  // of rows (counts[e] each), results [rows, d] f32 in the same order.
+  const auto per_expert = [&](const Tensor& rows, const std::vector<int64_t>& n) {
+    Tensor out = Tensor::empty({rows.size(0), d_}, DType::f32, rows.device());
+    const std::vector<int64_t> begin = group_starts(n);
+    for_experts(n, rows.is_meta(), saved, [&](size_t e) {
+      const int64_t b = begin[e];
+      out.slice(0, b, b + n[e]).copy_from(fn(e, rows.slice(0, b, b + n[e]).clone()));
+    });
+    return out;
+  };
   if (!(etp_ && sp_)) {
     if (ran) *ran = counts;
-    return per_expert(x, counts, d_, fn);
+    return per_expert(x, counts);
   }
   // Split experts under sequence parallelism: every tensor-parallel rank's copies through the slices.
   std::vector<int64_t> gathered_counts;
@@ -374,7 +404,7 @@ Tensor Moe::over_gathered(const Tensor& x, const std::vector<int64_t>& counts,
   std::vector<int64_t> per(static_cast<size_t>(local_), 0);
   for (size_t i = 0; i < gathered_counts.size(); ++i) per[i % size_t(local_)] += gathered_counts[i];
   if (ran) *ran = per;
-  return keep_own(per_expert(all, per, d_, fn), gathered_counts);
+  return keep_own(per_expert(all, per), gathered_counts);
 }
 
 namespace {

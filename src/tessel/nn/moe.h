@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "tessel/kernels/moe.h"
+#include "tessel/nn/alike_calls.h"
 #include "tessel/nn/layer_blocks.h"
 #include "tessel/nn/mlp.h"
 
@@ -100,6 +101,9 @@ double current_meta_routing_skew();
 // The meta routing of N tokens' k copies over E experts at `skew` (above), as chosen experts in
 // copy order (c = t k + j): every token's k experts distinct. skew 1 is the balanced c mod E.
 std::vector<int32_t> meta_routing(int64_t N, int64_t k, int64_t E, double skew);
+// The copies per expert of balanced meta routing (skew 1), without listing them: what counting
+// meta_routing(N, k, E, 1.0) gives.
+std::vector<int64_t> meta_balanced_counts(int64_t N, int64_t k, int64_t E);
 
 class Moe final : public MlpBlock {
  public:
@@ -155,10 +159,15 @@ class Moe final : public MlpBlock {
   Tensor gather_copies(const Tensor& x, const std::vector<int64_t>& counts, std::vector<int64_t>& gathered_counts) const;
   Tensor keep_own(const Tensor& rows, const std::vector<int64_t>& gathered_counts) const;
   // fn(e, rows of local expert e) over x grouped by local expert (counts each), through the gathered
-  // copies when needed; ran (optional): the rows each expert ran.
-  Tensor over_gathered(const Tensor& x, const std::vector<int64_t>& counts,
+  // copies when needed; ran (optional): the rows each expert ran. Experts in a row with equal
+  // counts are calls alike (alike_calls.h).
+  Tensor over_gathered(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved,
                        const std::function<Tensor(size_t, const Tensor&)>& fn,
                        std::vector<int64_t>* ran = nullptr) const;
+  // fn(e) for each local expert with counts[e] > 0, experts in a row with equal counts as calls alike.
+  void for_experts(const std::vector<int64_t>& counts, bool meta, Activations& saved,
+                   const std::function<void(size_t)>& fn) const;
+  mutable MetaBytesHeld meta_cached_;  // for experts run as alike calls on meta: their cached FP8 weights
   int64_t first_ = 0, local_ = 0;  // this rank's experts [first_, first_ + local_)
   std::vector<std::unique_ptr<Mlp>> experts_;
   std::unique_ptr<Mlp> shared_;

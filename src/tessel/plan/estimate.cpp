@@ -8,6 +8,7 @@
 #include "tessel/comm/communicator.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/core/check.h"
+#include "tessel/nn/alike_calls.h"
 #include "tessel/nn/stage_plan.h"
 #include "tessel/pipeline/executor.h"
 #include "tessel/pipeline/simulate.h"
@@ -65,7 +66,7 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
   for (const kernels::OpRecord& r : m.op_records) {
     const Part part = part_of(r.phase);
     if (part == Part::setup) continue;
-    const double w = is_pass(part) ? mbs.weight(r.phase.micro_batch) : 1.0;
+    const double w = double(r.count) * (is_pass(part) ? mbs.weight(r.phase.micro_batch) : 1.0);
     const double t = w * op_seconds(hw, r);
     st.out.flops += w * r.flops;
     const std::string kind = compute_kind(r);
@@ -87,7 +88,7 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
     const std::string group = c.group.empty() ? "world" : c.group;
     // Gradient buckets launched during backward belong to the step, not to a micro-batch.
     const double w = is_pass(part) && !(c.overlapped && group != "cp") ? mbs.weight(c.phase.micro_batch) : 1.0;
-    const double t = w * collective_seconds(hw, network_level(hw, group, s, dp), c);
+    const double one = w * collective_seconds(hw, network_level(hw, group, s, dp), c), t = double(c.count) * one;
     st.out.comm_s_by_kind[group + " " + c.kind] += t;
     if (is_pass(part)) {
       const PassKey k = key_of(part, c.phase);
@@ -98,10 +99,10 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
         ring_s[k] += t;
       } else {  // the gradient reducer's buckets
         st.dp_overlapped_s += t;
-        st.dp_last_bucket_s = t;
+        st.dp_last_bucket_s = one;
       }
     } else if (part == Part::pipeline_transfer) {
-      if (c.kind == "send") st.transfer_s = std::max(st.transfer_s, t);
+      if (c.kind == "send") st.transfer_s = std::max(st.transfer_s, one);
     } else if (c.overlapped) {
       st.gather_overlapped_s += t;
     } else {
@@ -175,6 +176,7 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
   est.layout = layout.describe();
   est.hardware = hw.name;
   DefaultDeviceScope on_meta(Device::meta);
+  const nn::AlikeCallsOnceScope alike_experts(!opt.every_expert);
   std::vector<PricedStage> stages;
   std::map<std::string, int> measured_stage;  // signature -> the first stage that has it
   for (int stage = 0; stage < P; ++stage) {

@@ -66,6 +66,10 @@ struct EstimateOptions {
   // by how many it stands for: the same ops, so the same times and the same peak (exact; a test
   // compares both).
   bool every_micro_batch = false;
+  // Run every one of a MoE block's local experts. By default, experts in a row that run the same
+  // number of rows run as calls alike (nn/alike_calls.h): three of them, the others recorded and
+  // accounted as one of those (exact too; the same test).
+  bool every_expert = false;
   // Pipeline stages that run the same layers (and hold the same embedding / head) are measured
   // once, on the first of them: the others take its times, which are theirs, and its peak, which
   // bounds theirs (a later stage holds fewer micro-batches in flight). For searches: the step time
