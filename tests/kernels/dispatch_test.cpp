@@ -39,7 +39,10 @@ TEST(KernelDispatch, MetaMatmulChecksShapesRecordsTheCallAndComputesNothing) {
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].op, "gemm");
   EXPECT_EQ(recs[0].flops, 2.0 * 5 * 7 * 6);
-  EXPECT_EQ(recs[0].shapes, (std::vector<Shape>{{6, 5}, {7, 6}, {7}, {5, 7}}));
+  EXPECT_EQ(recs[0].operands.shapes(), (std::vector<Shape>{{6, 5}, {7, 6}, {7}, {5, 7}}));
+  EXPECT_EQ(recs[0].operands.dtype(2), DType::f32);  // the bias, inserted before c
+  EXPECT_EQ(recs[0].operands.dtype(3), DType::f32);
+  EXPECT_EQ(recs[0].operands.dtype(1), DType::bf16);
   // a and b in bf16, the bias, and c read back because the product accumulates into it.
   EXPECT_EQ(recs[0].bytes_read, 30 * 2 + 42 * 2 + 7 * 4 + 35 * 4);
   EXPECT_EQ(recs[0].bytes_written, 35 * 4);

@@ -230,9 +230,9 @@ TEST(MetaStep, BalancedRoutingGivesEveryExpertItsShare) {
                          cfg.model.num_experts;
   int64_t expert_gemms = 0;
   for (const kernels::OpRecord& r : kernels::op_log().records())
-    if (r.op == "gemm" && r.shapes[1] == Shape({2 * cfg.model.ffn_hidden_size, cfg.model.hidden_size})) {
+    if (r.op == "gemm" && r.operands.shapes()[1] == Shape({2 * cfg.model.ffn_hidden_size, cfg.model.hidden_size})) {
       ++expert_gemms;
-      EXPECT_EQ(r.shapes[0][0], copies);
+      EXPECT_EQ(r.operands.shape(0)[0], copies);
     }
   kernels::op_log().clear();
   EXPECT_EQ(expert_gemms, cfg.model.num_layers * cfg.model.num_experts * cfg.grad_accumulation_steps() * 2);

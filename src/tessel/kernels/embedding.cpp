@@ -29,7 +29,7 @@ void embedding_forward(const Tensor& tokens, const Tensor& W, const Tensor& pos,
   const Device device = common_device("embedding_fwd", {&tokens, &W, &pos, &out});
   // Reads one table row per token (and one position row), not the whole table.
   if (op_log().enabled()) {
-    OpRecord r{"embedding_fwd", {tokens.shape(), W.shape(), out.shape()}, {tokens.dtype(), W.dtype(), out.dtype()},
+    OpRecord r{"embedding_fwd", {{tokens.shape(), W.shape(), out.shape()}, {tokens.dtype(), W.dtype(), out.dtype()}},
                pos.defined() ? double(out.numel()) : 0.0, int64_t(tokens.nbytes() + out.nbytes() * (pos.defined() ? 2 : 1)),
                int64_t(out.nbytes())};
     op_log().add(std::move(r));
@@ -49,7 +49,7 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& 
   if (op_log().enabled()) {
     // Read-modify-write of one gradient row per token (and position).
     const int64_t rows = int64_t(dout.nbytes()) * (dpos.defined() ? 2 : 1);
-    OpRecord r{"embedding_bwd", {tokens.shape(), dout.shape(), dW.shape()}, {tokens.dtype(), dout.dtype(), dW.dtype()},
+    OpRecord r{"embedding_bwd", {{tokens.shape(), dout.shape(), dW.shape()}, {tokens.dtype(), dout.dtype(), dW.dtype()}},
                double(dout.numel()) * (dpos.defined() ? 2 : 1), int64_t(tokens.nbytes() + dout.nbytes()) + rows, rows};
     op_log().add(std::move(r));
   }
@@ -91,8 +91,8 @@ void embedding_backward_slice(const Tensor& tokens, const Tensor& dout, int64_t 
   const Device device = common_device("embedding_bwd_slice", {&tokens, &dout, &dW});
   if (op_log().enabled()) {  // a read-modify-write of one gradient row per token of the slice (at most)
     const int64_t rows = int64_t(dout.nbytes());
-    op_log().add({"embedding_bwd_slice", {tokens.shape(), dout.shape(), dW.shape()},
-                  {tokens.dtype(), dout.dtype(), dW.dtype()}, double(dout.numel()),
+    op_log().add({"embedding_bwd_slice", {{tokens.shape(), dout.shape(), dW.shape()},
+                  {tokens.dtype(), dout.dtype(), dW.dtype()}}, double(dout.numel()),
                   int64_t(tokens.nbytes() + dout.nbytes()) + rows, rows});
   }
   if (device == Device::meta) return;

@@ -21,7 +21,7 @@ void fp8_gemm(const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b
                a.data.str(), b.data.str(), c.str());
   const Device device = common_device("fp8_gemm", {&a.data, &a.scale_inv, &b.data, &b.scale_inv, &c});
   if (op_log().enabled())
-    op_log().add({"fp8_gemm", {a.data.shape(), b.data.shape(), c.shape()}, {a.format(), b.format(), c.dtype()},
+    op_log().add({"fp8_gemm", {{a.data.shape(), b.data.shape(), c.shape()}, {a.format(), b.format(), c.dtype()}},
                   2.0 * double(M) * double(N) * double(K), int64_t(a.nbytes() + b.nbytes()) +
                   (accumulate ? int64_t(c.nbytes()) : 0), int64_t(c.nbytes()), {}, -1,
                   gemm_variant(trans_a, trans_b, accumulate)});

@@ -141,7 +141,7 @@ void norm_forward_fp8(NormKind kind, const Tensor& r_in, const Tensor& delta, co
   for (const Tensor* t : y_tensors)
     TESSEL_CHECK(!t->defined() || t->device() == device, "{}: its FP8 output {} is on another device", op, t->str());
   if (op_log().enabled()) {
-    OpRecord r{op, {r_in.shape(), w.shape()}, {r_in.dtype(), w.dtype()}, 8.0 * double(r_in.numel()),
+    OpRecord r{op, {{r_in.shape(), w.shape()}, {r_in.dtype(), w.dtype()}}, 8.0 * double(r_in.numel()),
                int64_t(r_in.nbytes() * (delta.defined() ? 2 : 1) + w.nbytes()), 0};
     for (const Tensor* t : y_tensors) r.bytes_written += t->defined() ? int64_t(t->nbytes()) : 0;
     r.bytes_written += int64_t(rstd.nbytes() + (delta.defined() ? r_out.nbytes() : 0));
@@ -167,7 +167,7 @@ void activation_forward_fp8(bool swiglu, const Tensor& x, int64_t F, const Fp8Ou
   for (const Tensor* t : out_tensors)
     TESSEL_CHECK(!t->defined() || t->device() == device, "{}: its FP8 output {} is on another device", op, t->str());
   if (op_log().enabled()) {
-    OpRecord r{op, {x.shape()}, {x.dtype()}, 8.0 * double(x.size(0) * F), int64_t(x.nbytes()), 0};
+    OpRecord r{op, {{x.shape()}, {x.dtype()}}, 8.0 * double(x.size(0) * F), int64_t(x.nbytes()), 0};
     for (const Tensor* t : out_tensors) r.bytes_written += t->defined() ? int64_t(t->nbytes()) : 0;
     op_log().add(std::move(r));
   }

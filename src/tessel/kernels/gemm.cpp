@@ -25,11 +25,10 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
                  "matmul bias must be a contiguous f32 tensor of {} elements, got {}", N, bias.str());
   const Device device = common_device("matmul", {&a, &b, &c, &bias});
   if (op_log().enabled()) {
-    OpRecord r{"gemm", {a.shape(), b.shape(), c.shape()}, {a.dtype(), b.dtype(), c.dtype()}, 2.0 * double(M) * double(N) * double(K),
+    OpRecord r{"gemm", {{a.shape(), b.shape(), c.shape()}, {a.dtype(), b.dtype(), c.dtype()}}, 2.0 * double(M) * double(N) * double(K),
                int64_t(a.nbytes() + b.nbytes()) + (accumulate ? int64_t(c.nbytes()) : 0), int64_t(c.nbytes()), {}, -1, gemm_variant(trans_a, trans_b, accumulate)};
     if (bias.defined()) {
-      r.shapes.insert(r.shapes.begin() + 2, bias.shape());
-      r.dtypes.insert(r.dtypes.begin() + 2, bias.dtype());
+      r.operands.insert(2, bias.shape(), bias.dtype());
       r.bytes_read += int64_t(bias.nbytes());
     }
     op_log().add(std::move(r));

@@ -29,7 +29,7 @@ void copy_head_columns(const Tensor& src, int64_t src_stride, int64_t src_col, c
   const Device device = common_device(op, {&src, &dst});
   if (op_log().enabled()) {  // moves rows x heads x width elements
     const int64_t moved = src.size(0) * heads * width * int64_t(dtype_size(src.dtype()));
-    op_log().add({op, {src.shape(), dst.shape()}, {src.dtype(), dst.dtype()}, 0.0, moved, moved});
+    op_log().add({op, {{src.shape(), dst.shape()}, {src.dtype(), dst.dtype()}}, 0.0, moved, moved});
   }
   if (device == Device::meta) return;
   launch_cpu_kernel(
@@ -50,7 +50,7 @@ void sum_head_columns(const Tensor& src, int64_t src_stride, int64_t src_col, co
   const Device device = common_device(op, {&src, &dst});
   if (op_log().enabled()) {
     const int64_t summed = src.size(0) * heads * width;
-    op_log().add({op, {src.shape(), dst.shape()}, {src.dtype(), dst.dtype()}, double(summed),
+    op_log().add({op, {{src.shape(), dst.shape()}, {src.dtype(), dst.dtype()}}, double(summed),
                   summed * 4 + int64_t(dst.nbytes()), int64_t(dst.nbytes())});
   }
   if (device == Device::meta) return;

@@ -1,5 +1,6 @@
 #include "tessel/kernels/op_log.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "tessel/core/check.h"
@@ -8,6 +9,30 @@ namespace tessel::kernels {
 namespace {
 thread_local int64_t t_last_record = -1;  // index in records_ of this thread's last add()
 }  // namespace
+
+OperandList::OperandList(std::initializer_list<Shape> shapes, std::initializer_list<DType> dtypes) {
+  TESSEL_CHECK(shapes.size() == dtypes.size(), "op log: {} shapes and {} dtypes", shapes.size(), dtypes.size());
+  auto d = dtypes.begin();
+  for (const Shape& s : shapes) push_back(s, *d++);
+}
+
+void OperandList::insert(size_t at, const Shape& shape, DType dtype) {
+  TESSEL_CHECK(at <= n_ && n_ < kOperands && size_t(start_[n_]) + shape.size() <= kDims,
+               "op log: a call of more than {} operands or {} dimensions in all", kOperands, kDims);
+  const size_t from = start_[at], k = shape.size();
+  std::copy_backward(dims_.begin() + long(from), dims_.begin() + start_[n_], dims_.begin() + start_[n_] + long(k));
+  std::copy(shape.begin(), shape.end(), dims_.begin() + long(from));
+  for (size_t i = n_ + 1; i > at; --i) start_[i] = uint8_t(start_[i - 1] + k);
+  std::copy_backward(dtypes_.begin() + long(at), dtypes_.begin() + n_, dtypes_.begin() + n_ + 1);
+  dtypes_[at] = dtype;
+  ++n_;
+}
+
+std::vector<Shape> OperandList::shapes() const {
+  std::vector<Shape> out;
+  for (size_t i = 0; i < n_; ++i) out.emplace_back(shape(i).begin(), shape(i).end());
+  return out;
+}
 
 void OpLog::add(OpRecord r) {
   r.phase = current_memory_phase();
@@ -29,7 +54,8 @@ std::vector<OpRecord> OpLog::records() const {
 std::vector<OpRecord> OpLog::take_records() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<OpRecord> out = std::move(records_);
-  records_.clear();
+  records_ = {};
+  records_.reserve(out.size());  // the next run of the same kind records as many without regrowing
   t_last_record = -1;
   return out;
 }
@@ -38,7 +64,7 @@ std::map<std::string, OpTotals> OpLog::totals_by_op() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, OpTotals> out;
   for (const OpRecord& r : records_) {
-    OpTotals& t = out[r.op];
+    OpTotals& t = out[std::string(r.op)];
     t.calls += r.count;
     t.flops += double(r.count) * r.flops;
     t.bytes_read += r.count * r.bytes_read;
@@ -78,17 +104,15 @@ OpLog& op_log() {
 void record_op(const char* op, std::initializer_list<const Tensor*> inputs, std::initializer_list<const Tensor*> outputs,
                double flops) {
   if (!op_log().enabled()) return;
-  OpRecord r{op, {}, {}, flops, 0, 0, {}, -1};
+  OpRecord r{op, {}, flops, 0, 0, {}, -1};
   for (const Tensor* t : inputs)
     if (t->defined()) {
-      r.shapes.push_back(t->shape());
-      r.dtypes.push_back(t->dtype());
+      r.operands.push_back(t->shape(), t->dtype());
       r.bytes_read += int64_t(t->nbytes());
     }
   for (const Tensor* t : outputs)
     if (t->defined()) {
-      r.shapes.push_back(t->shape());
-      r.dtypes.push_back(t->dtype());
+      r.operands.push_back(t->shape(), t->dtype());
       r.bytes_written += int64_t(t->nbytes());
     }
   op_log().add(std::move(r));

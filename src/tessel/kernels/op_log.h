@@ -3,11 +3,14 @@
 // written), written by each op family's dispatch point on every device when the log is on. On the
 // meta device this is all a kernel does: a dry run's op list is the log of the real training step.
 // The planner prices these records with a hardware profile.
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessel/core/memory.h"
@@ -15,10 +18,34 @@
 
 namespace tessel::kernels {
 
+// The operands of one kernel call, stored in the record itself: a dry run records hundreds of
+// thousands of calls, and a heap allocation per shape was most of what recording one cost.
+// Capacity is a property of the kernels (the largest, attention's backward, has 9 operands of 20
+// dims in all); a call beyond it is refused, naming the op.
+class OperandList {
+ public:
+  static constexpr size_t kOperands = 12, kDims = 40;
+  OperandList() = default;
+  OperandList(std::initializer_list<Shape> shapes, std::initializer_list<DType> dtypes);
+  void push_back(const Shape& shape, DType dtype) { insert(n_, shape, dtype); }
+  void insert(size_t at, const Shape& shape, DType dtype);
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  std::span<const int64_t> shape(size_t i) const { return {dims_.data() + start_[i], size_t(start_[i + 1] - start_[i])}; }
+  std::span<const int64_t> back_shape() const { return shape(n_ - 1); }
+  DType dtype(size_t i) const { return dtypes_[i]; }
+  std::vector<Shape> shapes() const;
+
+ private:
+  std::array<int64_t, kDims> dims_{};
+  std::array<uint8_t, kOperands + 1> start_{};  // operand i's dims: [start_[i], start_[i + 1])
+  std::array<DType, kOperands> dtypes_{};
+  uint8_t n_ = 0;
+};
+
 struct OpRecord {
-  std::string op;             // the op family's name: "gemm", ...
-  std::vector<Shape> shapes;  // operands, inputs first, outputs last
-  std::vector<DType> dtypes;
+  std::string_view op;        // the op family's name, a string literal: "gemm", ...
+  OperandList operands;       // inputs first, outputs last
   double flops = 0;           // arithmetic operations (a multiply-add counts 2)
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;

@@ -39,14 +39,22 @@ class AlikeCallsOnceScope {
 bool alike_calls_once();
 
 struct AlikeCalls {
-  Activations* saved = nullptr;            // what the calls save for backward (or free from it)
-  MetaBytesHeld* module_held = nullptr;    // held for the calls' modules (their cached bytes)
-  std::vector<comm::Communicator*> groups; // every communicator the calls use (null: none)
-  std::function<MemoryAmount(int64_t)> cached_bytes;  // call i's module's bytes held across calls
+  // What the calls save for backward (or free from it), and what their modules hold across calls
+  // (cached_bytes(i): call i's module's); null where the calls keep nothing (an error if they do).
+  Activations* saved = nullptr;
+  MetaBytesHeld* module_held = nullptr;
+  std::function<MemoryAmount(int64_t)> cached_bytes;
+  std::vector<comm::Communicator*> groups;  // every communicator the calls use (null: none)
 };
 
-// call(i) for i in [0, m), in order; on meta with the shortcut on and m >= 4, calls 0, 1 and m - 1
-// (above). A call 1 that used a collective outside `groups` is an error.
-void run_alike_calls(int64_t m, bool meta, const AlikeCalls& how, const std::function<void(int64_t)>& call);
+// call(i) for i in [first, first + m), in order; on meta with the shortcut on and m >= 4, calls
+// first, first + 1 and first + m - 1 (above). A call first + 1 that used a collective outside
+// `groups`, or kept memory with no owner named for it, is an error.
+void run_alike_calls(int64_t first, int64_t m, bool meta, const AlikeCalls& how,
+                     const std::function<void(int64_t)>& call);
+
+// call(i) for each i with sizes[i] > 0, in order, each row of equal sizes as calls alike.
+void for_each_sized(const std::vector<int64_t>& sizes, bool meta, const AlikeCalls& how,
+                    const std::function<void(int64_t)>& call);
 
 }  // namespace tessel::nn

@@ -8,6 +8,7 @@
 #include "tessel/kernels/cast.h"
 #include "tessel/kernels/heads.h"
 #include "tessel/kernels/rope.h"
+#include "tessel/nn/alike_calls.h"
 #include "tessel/nn/context_parallel.h"
 #include "tessel/nn/sequence_parallel.h"
 
@@ -83,7 +84,7 @@ void MlaAttention::apply_rope(const Tensor& x, bool inverse) const {
 void MlaAttention::apply_rope_to_heads(const Tensor& x, bool inverse) const {
   // The rotary columns [nope, nope + rope) of every head of x [N, H * (nope + rope)].
   const int64_t D = qk();
-  for (int64_t h = 0; h < H_; ++h) apply_rope(x.slice(1, h * D + nope_, (h + 1) * D), inverse);
+  run_alike_calls(0, H_, x.is_meta(), {}, [&](int64_t h) { apply_rope(x.slice(1, h * D + nope_, (h + 1) * D), inverse); });
 }
 
 Tensor MlaAttention::forward(const LinearInput& y, int64_t batch, Activations& saved) const {

@@ -140,10 +140,15 @@ double Moe::balance_loss(const Tensor& scores, const Tensor& chosen, float grad_
   const bool per_sequence = balance_ == "seq_aux_loss";               // else the micro-batch as one
   const int64_t local_seq = seq_ / cp;                                 // a sequence's rows on this rank
   const int64_t T = per_sequence ? seq_ : rows * cp, S = per_sequence ? rows / local_seq : 1;
-  std::vector<int64_t> row_seq(static_cast<size_t>(N), 0);
-  if (per_sequence)
-    for (int64_t t = 0; t < N; ++t) row_seq[size_t(t)] = (first + t) / local_seq;
-  const Tensor seq_of_row = to_device(row_seq, scores.device());
+  Tensor seq_of_row;
+  if (scores.is_meta()) {  // nothing to copy: the indices' shape is what the kernels record
+    seq_of_row = Tensor::empty({N}, DType::i64, scores.device());
+  } else {
+    std::vector<int64_t> row_seq(static_cast<size_t>(N), 0);
+    if (per_sequence)
+      for (int64_t t = 0; t < N; ++t) row_seq[size_t(t)] = (first + t) / local_seq;
+    seq_of_row = to_device(row_seq, scores.device());
+  }
   const Tensor counts = Tensor::zeros({S * rc_.experts}, DType::f32, scores.device());
   kernels::balance_counts(rc_, seq_of_row, chosen, counts);
   for (comm::Communicator* g : {sp_, cp_})
@@ -346,16 +351,8 @@ void Moe::backward_weight(Activations& saved) const {
 
 void Moe::for_experts(const std::vector<int64_t>& counts, bool meta, Activations& saved,
                       const std::function<void(size_t)>& fn) const {
-  for (size_t e = 0; e < counts.size();) {
-    size_t end = e + 1;
-    while (end < counts.size() && counts[end] == counts[e]) ++end;
-    if (counts[e] > 0) {
-      const AlikeCalls alike{&saved, &meta_cached_, {etp_},
-                             [&, e](int64_t i) { return experts_[e + size_t(i)]->cached_bytes(); }};
-      run_alike_calls(int64_t(end - e), meta, alike, [&, e](int64_t i) { fn(e + size_t(i)); });
-    }
-    e = end;
-  }
+  const AlikeCalls alike{&saved, &meta_cached_, [&](int64_t e) { return experts_[size_t(e)]->cached_bytes(); }, {etp_}};
+  for_each_sized(counts, meta, alike, [&](int64_t e) { fn(size_t(e)); });
 }
 
 namespace {
@@ -429,9 +426,10 @@ struct BlockStarts {
 // Copies block i (counts[i] rows) from `from` at from_start[i] to `to` at to_start[i].
 void move_blocks(const Tensor& from, const std::vector<int64_t>& from_start, Tensor& to,
                  const std::vector<int64_t>& to_start, const std::vector<int64_t>& counts) {
-  for (size_t i = 0; i < counts.size(); ++i)
-    if (counts[i] > 0)
-      to.slice(0, to_start[i], to_start[i] + counts[i]).copy_from(from.slice(0, from_start[i], from_start[i] + counts[i]));
+  for_each_sized(counts, from.is_meta(), {}, [&](int64_t b) {
+    const size_t i = size_t(b);
+    to.slice(0, to_start[i], to_start[i] + counts[i]).copy_from(from.slice(0, from_start[i], from_start[i] + counts[i]));
+  });
 }
 
 // Elements sent to / received from each rank: rows of each rank's block of experts x d.

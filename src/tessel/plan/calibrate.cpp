@@ -118,7 +118,7 @@ void measure_step_kernels(HardwareProfile& p) {
     for (const kernels::OpRecord& r : m.op_records) {
       if (r.seconds < 0 || r.op == "gemm" || r.op == "fp8_gemm") continue;
       std::string key = fmt::format("{} {}", r.op, r.variant);
-      for (const Shape& s : r.shapes) key += fmt::format(" [{}]", fmt::join(s, ","));
+      for (size_t i = 0; i < r.operands.size(); ++i) key += fmt::format(" [{}]", fmt::join(r.operands.shape(i), ","));
       auto it = fastest.find(key);
       if (it == fastest.end()) fastest.emplace(key, std::make_pair(r, r.seconds));
       else it->second.second = std::min(it->second.second, r.seconds);
@@ -128,7 +128,7 @@ void measure_step_kernels(HardwareProfile& p) {
       // elsewhere says the latency varies, not that the kernel is infinitely fast.
       const double t = std::max(rec.second - p.kernel_latency_s, 0.5 * rec.second);
       if (compute_kind(rec.first).empty()) {
-        Sum& s = memory_ops[rec.first.op];
+        Sum& s = memory_ops[std::string(rec.first.op)];
         s.work += double(rec.first.bytes_read + rec.first.bytes_written);
         s.seconds += t;
       } else {

@@ -7,7 +7,7 @@
 namespace tessel::plan {
 namespace {
 
-bool is_attention(const std::string& op, bool* backward) {
+bool is_attention(std::string_view op, bool* backward) {
   // attention_fwd / attention_bwd, ring_attention_fwd / ring_attention_bwd
   const bool fwd = op == "attention_fwd" || op == "ring_attention_fwd";
   const bool bwd = op == "attention_bwd" || op == "ring_attention_bwd";
@@ -20,10 +20,11 @@ bool is_attention(const std::string& op, bool* backward) {
 std::string compute_kind(const kernels::OpRecord& r) {
   if (r.op == "fp8_gemm") return "fp8_gemm";
   if (r.op == "gemm") {
-    TESSEL_CHECK(!r.dtypes.empty() && (r.dtypes[0] == DType::bf16 || r.dtypes[0] == DType::f32),
+    const kernels::OperandList& o = r.operands;
+    TESSEL_CHECK(!o.empty() && (o.dtype(0) == DType::bf16 || o.dtype(0) == DType::f32),
                  "planner: a gemm of inputs {} has no profile entry (gemm.bf16 and gemm.f32 only)",
-                 r.dtypes.empty() ? "?" : std::string(dtype_name(r.dtypes[0])));
-    return r.dtypes[0] == DType::bf16 ? "gemm.bf16" : "gemm.f32";
+                 o.empty() ? "?" : std::string(dtype_name(o.dtype(0))));
+    return o.dtype(0) == DType::bf16 ? "gemm.bf16" : "gemm.f32";
   }
   bool backward = false;
   if (is_attention(r.op, &backward)) return backward ? "attention_bwd" : "attention_fwd";
@@ -33,19 +34,21 @@ std::string compute_kind(const kernels::OpRecord& r) {
 std::vector<double> efficiency_dims(const kernels::OpRecord& r) {
   if (r.op == "gemm" || r.op == "fp8_gemm") {
     // Operands a, b, (bias), c: c is [M, N]; K is a's second dim, or its first when a is transposed.
-    TESSEL_CHECK(r.shapes.size() >= 3 && r.shapes[0].size() == 2 && r.shapes.back().size() == 2,
+    const kernels::OperandList& o = r.operands;
+    TESSEL_CHECK(o.size() >= 3 && o.shape(0).size() == 2 && o.back_shape().size() == 2,
                  "planner: a {} record without 2-D operands", r.op);
-    const Shape& a = r.shapes[0];
-    const Shape& c = r.shapes.back();
+    const std::span<const int64_t> a = o.shape(0), c = o.back_shape();
     const bool trans_a = !r.variant.empty() && r.variant[0] == 'T';
     return {double(c[0]), double(c[1]), double(trans_a ? a[0] : a[1])};
   }
   // Attention: q [B*T, H*Dh], k [B*T, G*Dh], v, ..., lse [B, H, T] (the first 3-D operand).
-  const auto lse = std::find_if(r.shapes.begin(), r.shapes.end(), [](const Shape& s) { return s.size() == 3; });
-  TESSEL_CHECK(lse != r.shapes.end() && r.shapes.size() >= 3, "planner: an {} record without its lse operand", r.op);
-  const double B = double((*lse)[0]), H = double((*lse)[1]), T = double((*lse)[2]);
-  const double Dh = double(r.shapes[0][1]) / H, G = double(r.shapes[1][1]) / Dh;
-  const double Dv = double(r.shapes[2][1]) / G;
+  const kernels::OperandList& o = r.operands;
+  size_t lse = 0;
+  while (lse < o.size() && o.shape(lse).size() != 3) ++lse;
+  TESSEL_CHECK(lse < o.size() && o.size() >= 3, "planner: an {} record without its lse operand", r.op);
+  const double B = double(o.shape(lse)[0]), H = double(o.shape(lse)[1]), T = double(o.shape(lse)[2]);
+  const double Dh = double(o.shape(0)[1]) / H, G = double(o.shape(1)[1]) / Dh;
+  const double Dv = double(o.shape(2)[1]) / G;
   return {B, T, H, G, Dh, Dv};
 }
 
@@ -59,7 +62,7 @@ double op_seconds(const HardwareProfile& hw, const kernels::OpRecord& r) {
     TESSEL_CHECK(eff > 0, "hardware profile {}: compute.{} has efficiency 0 for {}", hw.source, kind, r.op);
     return hw.kernel_latency_s + r.flops / (it->second.peak_flops * eff);
   }
-  auto it = hw.memory.find(r.op);
+  auto it = hw.memory.find(std::string(r.op));
   if (it == hw.memory.end()) it = hw.memory.find("default");
   TESSEL_CHECK(it != hw.memory.end(), "hardware profile {} has no memory efficiency for '{}' nor a default",
                hw.source, r.op);

@@ -70,7 +70,7 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
     const double t = w * op_seconds(hw, r);
     st.out.flops += w * r.flops;
     const std::string kind = compute_kind(r);
-    st.out.kernel_s_by_op[kind.rfind("gemm", 0) == 0 ? kind + " " + r.variant : r.op] += t;
+    st.out.kernel_s_by_op[kind.rfind("gemm", 0) == 0 ? kind + " " + r.variant : std::string(r.op)] += t;
     if (is_pass(part)) {
       const PassKey k = key_of(part, r.phase);
       st.pass_s[k] += t;
