@@ -20,7 +20,7 @@ namespace tessel::kernels {
 
 // The operands of one kernel call, stored in the record itself: a dry run records hundreds of
 // thousands of calls, and a heap allocation per shape was most of what recording one cost.
-// Capacity is a property of the kernels (the largest, attention's backward, has 9 operands of 20
+// Capacity is a property of the kernels (the largest, attention's backward, has 9 operands of 19
 // dims in all); a call beyond it is refused, naming the op.
 class OperandList {
  public:
