@@ -1,13 +1,17 @@
 #include "tessel/plan/search.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <sstream>
 
 #include "tessel/core/check.h"
@@ -96,12 +100,29 @@ void read_outcome_line(const std::string& line, std::vector<Outcome>& out) {
 }
 
 // evaluate(job) for every job, spread over `workers` processes (fork: each process has its own meta
-// device, op log and allocator; job j runs in process j % workers, the first of them this one), in
-// job order. A worker that fails is an error naming it.
+// device, op log and allocator; this one is the first of them). Each process takes the next job not
+// yet taken (a counter in memory the processes share), so a few slow layouts do not hold the others
+// back; outcomes come back by job index, so the result does not depend on who ran what. A worker
+// that fails is an error naming it.
 std::vector<Outcome> evaluate_in_workers(const std::vector<Job>& jobs, const std::function<Outcome(const Job&)>& evaluate,
                                          int workers, const std::function<void(int)>& progress) {
   std::vector<Outcome> out(jobs.size());
   workers = int(std::min<size_t>(size_t(std::max(1, workers)), std::max<size_t>(1, jobs.size())));
+  void* shared = MAP_FAILED;
+  if (workers > 1) {
+    shared = mmap(nullptr, sizeof(std::atomic<size_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    TESSEL_CHECK(shared != MAP_FAILED, "plan search: cannot share memory with worker processes: {}",
+                 std::strerror(errno));
+  }
+  std::atomic<size_t> local_next{0};
+  std::atomic<size_t>& next = workers > 1 ? *new (shared) std::atomic<size_t>(0) : local_next;
+  static_assert(std::atomic<size_t>::is_always_lock_free, "the job counter is shared between processes");
+  struct Unmap {
+    void* p;
+    ~Unmap() {
+      if (p != MAP_FAILED) munmap(p, sizeof(std::atomic<size_t>));
+    }
+  } unmap{shared};
   struct Child {
     pid_t pid;
     int fd;
@@ -111,13 +132,16 @@ std::vector<Outcome> evaluate_in_workers(const std::vector<Job>& jobs, const std
   for (int w = 1; w < workers; ++w) {
     int fds[2];
     TESSEL_CHECK(pipe(fds) == 0, "plan search: cannot open a pipe to a worker process: {}", std::strerror(errno));
+    // Room for every outcome a worker may report before this process reads them (best effort: a
+    // worker whose pipe is full waits, and only its share of the layouts slows).
+    fcntl(fds[1], F_SETPIPE_SZ, 1 << 20);
     const pid_t pid = fork();
     TESSEL_CHECK(pid >= 0, "plan search: cannot start a worker process: {}", std::strerror(errno));
     if (pid == 0) {  // the worker: its share, one line each, then gone without running any destructor
       close(fds[0]);
       int status = 0;
       try {
-        for (size_t j = size_t(w); j < jobs.size(); j += size_t(workers)) {
+        for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
           const std::string line = outcome_line(j, evaluate(jobs[j]));
           for (size_t done = 0; done < line.size();) {
             const ssize_t n = write(fds[1], line.data() + done, line.size() - done);
@@ -134,10 +158,9 @@ std::vector<Outcome> evaluate_in_workers(const std::vector<Job>& jobs, const std
     close(fds[1]);
     children.push_back({pid, fds[0]});
   }
-  int done = 0;
-  for (size_t j = 0; j < jobs.size(); j += size_t(workers)) {
+  for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
     out[j] = evaluate(jobs[j]);
-    progress(done += workers);
+    progress(int(std::min(j + 1, jobs.size())));  // about this many taken so far
   }
   for (const Child& c : children) {
     std::string text;
