@@ -230,6 +230,10 @@ Action add_plan_command(CLI::App& app) {
       ->check(finite_non_negative());
   sea->add_option("--top", s->search.top, "layouts to print (default 10)")->check(integer_at_least(1));
   sea->add_option("--set", s->sets, "config override key=value (repeatable), applied before each layout's");
+  sea->add_option("--fp8-recipes", s->search.fp8_recipes,
+                  "FP8 recipes to try besides the configured one, comma-separated (none, delayed, current, block; "
+                  "default: the configured recipe only)")
+      ->delimiter(',');
   s->search.workers = int(std::max(1u, std::thread::hardware_concurrency()));
   sea->add_option("--workers", s->search.workers, "processes estimating layouts at once (default: the cores)")
       ->check(integer_at_least(1));

@@ -247,6 +247,42 @@ TEST(Search, RanksEveryFittingLayoutByTokensPerSecondAndEachEqualsItsOwnEstimate
         << reason;
 }
 
+// FP8 recipes asked for are tried in phase 2 on every refined structure (the configured one, none,
+// only once), each layout as its own estimate; a recipe the config refuses is the caller's error.
+TEST(Search, TriesTheFp8RecipesAskedForAndRefusesAnUnknownOne) {
+  HardwareProfile hw = simple_profile();
+  hw.devices_per_node = 2;
+  SearchOptions o;
+  o.world = 2;
+  o.global_batch = 4;
+  const auto load = [](const std::vector<std::string>& layout) { return tiny(layout); };
+  const SearchResult plain = search_layouts(load, hw, o);
+  o.fp8_recipes = {"block", "none", "block"};
+  const SearchResult with = search_layouts(load, hw, o);
+  int block = 0;
+  for (const Candidate& c : with.ranked) {
+    const bool is_block =
+        std::find(c.overrides.begin(), c.overrides.end(), "precision.fp8.recipe=block") != c.overrides.end();
+    EXPECT_EQ(std::find(c.overrides.begin(), c.overrides.end(), "precision.fp8.recipe=none"), c.overrides.end());
+    EXPECT_EQ(is_block, c.layout.find(", fp8 block") != std::string::npos) << c.layout;
+    if (!is_block) continue;
+    ++block;
+    EXPECT_DOUBLE_EQ(estimate_step(tiny(c.overrides), hw, 2).step_s, c.estimate.step_s) << c.layout;
+  }
+  // What the recipes add is the FP8 block layouts, each ranked or pruned: every refined layout
+  // once more, and phase 1's micro-batch-1 point too.
+  EXPECT_GT(block, 0);
+  EXPECT_EQ(with.enumerated - plain.enumerated, block + [&] {
+    int n = 0;
+    for (const auto& [reason, count] : with.pruned) n += count;
+    for (const auto& [reason, count] : plain.pruned) n -= count;
+    return n;
+  }());
+  o.fp8_recipes = {"blok"};
+  EXPECT_NE(tessel::testing::error_of([&] { search_layouts(load, hw, o); }).find("precision.fp8.recipe"),
+            std::string::npos);
+}
+
 TEST(Search, AMemoryLimitPrunesAndAModelThatFitsNowhereSaysSo) {
   const SearchResult all = search_tiny(2, 4);
   ASSERT_FALSE(all.ranked.empty());

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -34,11 +35,22 @@ std::string reason_of(const std::string& what) {
     const size_t at = what.find(key);
     if (at != std::string::npos) return "refused by " + what.substr(at, what.find_first_of(" ,:()=", at) - at);
   }
+  // Numbers standing alone become N ("micro-batches (12)"); digits inside a name stay ("1F1B",
+  // "fp8_gemm", "cpu-2core-1thread.json").
+  const std::string text = what.substr(0, std::min(what.find(':'), size_t(160)));
+  const auto is_digit = [](char ch) { return ch >= '0' && ch <= '9'; };
+  const auto is_word = [](char ch) { return std::isalpha(static_cast<unsigned char>(ch)) || ch == '_'; };
   std::string r;
-  for (const char ch : what.substr(0, std::min(what.find(':'), size_t(160)))) {
-    const bool digit = ch >= '0' && ch <= '9';
-    if (!digit) r += ch;
-    else if (r.empty() || r.back() != 'N') r += 'N';
+  for (size_t i = 0; i < text.size();) {
+    if (!is_digit(text[i])) {
+      r += text[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < text.size() && is_digit(text[end])) ++end;
+    const bool in_name = (i > 0 && is_word(text[i - 1])) || (end < text.size() && is_word(text[end]));
+    r += in_name ? text.substr(i, end - i) : "N";
+    i = end;
   }
   return r;
 }
@@ -65,6 +77,7 @@ struct Structure {
 struct Knobs {
   int64_t mbs;
   bool zero, recompute;
+  std::string fp8 = "";  // precision.fp8.recipe; "": as configured
 };
 
 struct Job {
@@ -214,6 +227,15 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
   const auto t0 = std::chrono::steady_clock::now();
   TESSEL_CHECK(o.world >= 1, "--world must be >= 1, got {}", o.world);
   const train::Config base = load({});
+  // The recipes phase 2 tries: the configured one ("") and each other one asked for, each checked
+  // by the config now (a misspelt recipe is the caller's error, not a pruned layout).
+  std::vector<std::string> recipes{""};
+  for (const std::string& r : o.fp8_recipes) {
+    const train::Config with = load({"precision.fp8.recipe=" + r});
+    if (with.precision.fp8_recipe != base.precision.fp8_recipe &&
+        std::find(recipes.begin(), recipes.end(), r) == recipes.end())
+      recipes.push_back(r);
+  }
   const int64_t G = o.global_batch > 0 ? o.global_batch : base.train.global_batch_size;
   const double limit = o.memory_gib > 0 ? o.memory_gib : hw.memory_gib;
   const bool moe = base.model.num_experts > 0;
@@ -252,6 +274,7 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
                    fmt::format("train.micro_batch_size={}", k.mbs),
                    fmt::format("train.global_batch_size={}", G),
                    fmt::format("model.recompute={}", k.recompute ? "true" : "false")};
+    if (!k.fp8.empty()) c.overrides.push_back("precision.fp8.recipe=" + k.fp8);
     // An uneven split names its layers per virtual stage; an even one is the default, reset only
     // where the caller's config names a split of its own ("" is YAML's empty string).
     const std::string split = layers_per_stage(layers, st.pp * st.vpp);
@@ -261,7 +284,8 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
     c.layout = fmt::format("tp {}{}, pp {}, vpp {}, cp {}, ep {}{}, dp {}{}, mbs {}, recompute {}", st.tp,
                            st.tp > 1 ? " sp" : "", st.pp, st.vpp, st.cp, st.ep,
                            moe && st.tp > 1 ? (st.etp == 1 ? " (experts whole)" : " (experts split)") : "", dp,
-                           k.zero ? " zero1" : "", k.mbs, k.recompute ? "on" : "off");
+                           k.zero ? " zero1" : "", k.mbs, k.recompute ? "on" : "off") +
+               (k.fp8.empty() ? "" : ", fp8 " + k.fp8);
     return c;
   };
   const std::string over_memory = fmt::format("peak memory over {:g} GiB", limit);
@@ -337,10 +361,11 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
     const int64_t dp = dp_of(structures[i]);
     for (int64_t mbs = 1; mbs <= 8; mbs *= 2)
       for (const bool zero : dp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false})
-        for (const bool recompute : {false, true}) {
-          if (mbs == 1 && zero == (dp > 1)) continue;  // phase 1 evaluated these
-          refined.push_back({i, {mbs, zero, recompute}});
-        }
+        for (const bool recompute : {false, true})
+          for (const std::string& fp8 : recipes) {
+            if (mbs == 1 && zero == (dp > 1) && fp8.empty()) continue;  // phase 1 evaluated these
+            refined.push_back({i, {mbs, zero, recompute, fp8}});
+          }
   }
   run(refined);
   std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const Candidate& a, const Candidate& b) {

@@ -8,11 +8,12 @@
 //      what remains. Each at micro-batch 1 with the distributed optimizer, and with full-layer
 //      recompute only where it must, to fit;
 //   2. the kRefinedStructures fastest of them with micro-batches 1, 2, 4, 8, the distributed
-//      optimizer on and off, and recompute off and on.
+//      optimizer on and off, recompute off and on, and each FP8 recipe asked for (fp8_recipes).
 // Phase 2 is a local search, not every combination: a structure slow at micro-batch 1 is not
 // refined. A layout the config refuses (a size that does not divide heads, layers or the
 // sequence), that cannot exist on N ranks, or whose peak memory exceeds the limit is pruned,
-// counted by its reason. Precision and FP8 recipe stay as configured.
+// counted by its reason. Precision stays as configured, and the FP8 recipe unless recipes are asked
+// for: they change the numerics, which is the user's choice to offer.
 #include <functional>
 #include <map>
 #include <string>
@@ -29,6 +30,9 @@ struct SearchOptions {
   int64_t global_batch = 0;  // sequences per step; 0: the config's
   double memory_gib = 0;     // per device; 0: the profile's (0 there too: no limit)
   int top = 10;
+  // FP8 recipes phase 2 tries besides the configured one (precision.fp8.recipe values: none,
+  // delayed, current, block); empty: the configured recipe only.
+  std::vector<std::string> fp8_recipes;
   // Processes estimating layouts at once (forked: each has its own meta device). 1 in a process
   // that must not fork (an MPI rank: parallel.auto searches in one).
   int workers = 1;
