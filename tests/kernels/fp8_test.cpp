@@ -177,6 +177,17 @@ TEST(Fp8, TilesAndBlocksUsePowerOfTwoScalesAndStayWithinTheFormat) {
       for (int64_t c = 0; c < C; ++c) per[size_t(r * C + c)] = sb[size_t((r / 128) * 3 + c / 128)];
     back.assign(d.begin(), d.end());
     expect_within_format(x, back, per, f.dtype);
+
+    // A bf16 weight quantised as it is gives what its (exact) fp32 widening gives, bit for bit.
+    std::vector<bf16> xb(x.size());
+    std::vector<float> widened(x.size());
+    for (size_t i = 0; i < x.size(); ++i) widened[i] = float(xb[i] = bf16(x[i]));
+    std::vector<uint8_t> qb(q.size()), qw(q.size());
+    std::vector<float> sbb(sb.size()), sbw(sb.size());
+    kernels::fp8_quantize_blocks(R, C, xb.data(), f.dtype, true, qb.data(), sbb.data());
+    kernels::fp8_quantize_blocks(R, C, widened.data(), f.dtype, true, qw.data(), sbw.data());
+    EXPECT_EQ(qb, qw);
+    EXPECT_EQ(sbb, sbw);
   }
 }
 

@@ -42,7 +42,8 @@ template <class T>
 void fp8_quantize_col_tiles_transposed(int64_t R, int64_t C, const T* x, int64_t ldx, DType fmt, bool pow2,
                                        uint8_t* out, float* scale_inv);
 // 128 x 128 blocks of x [R, C] (contiguous): out [R, C], scale_inv [ceil(R/128), ceil(C/128)].
-void fp8_quantize_blocks(int64_t R, int64_t C, const float* x, DType fmt, bool pow2, uint8_t* out, float* scale_inv);
+template <class T>  // float or bf16 (a bf16 weight quantised as it is: its widening is exact)
+void fp8_quantize_blocks(int64_t R, int64_t C, const T* x, DType fmt, bool pow2, uint8_t* out, float* scale_inv);
 
 // Dequantisation to bf16 (exact when every scale_inv is a power of two, or 1: FP8 values are bf16
 // values). Per tensor with scale_inv; row tiles [R, C]; blocks [R, C].

@@ -114,8 +114,7 @@ void fp8_quantize_col_tiles_transposed(const Tensor& x, const Fp8Tensor& q) {
 
 void fp8_quantize_blocks(const Tensor& w, const Fp8Tensor& q) {
   const char* op = "fp8_quantize_blocks";
-  TESSEL_CHECK(w.dim() == 2 && w.is_contiguous() && w.dtype() == DType::f32, "{}: a contiguous f32 [R, C], got {}", op,
-               w.str());
+  check_source(op, w);
   const int64_t R = w.size(0), C = w.size(1);
   check_codes(op, q, {R, C}, {tiles(R), tiles(C)});
   const Device device = common_device(op, {&w, &q.data, &q.scale_inv});
@@ -123,8 +122,9 @@ void fp8_quantize_blocks(const Tensor& w, const Fp8Tensor& q) {
   if (device == Device::meta) return;
   launch_cpu_kernel(
       [R, C](const Tensor& w, const Tensor& codes, const Tensor& scale_inv) {
-        fp8_quantize_blocks(R, C, w.data<float>(), codes.dtype(), true, static_cast<uint8_t*>(codes.raw()),
-                            scale_inv.data<float>());
+        with_elements(w, [&](const auto* p) {
+          fp8_quantize_blocks(R, C, p, codes.dtype(), true, static_cast<uint8_t*>(codes.raw()), scale_inv.data<float>());
+        });
       },
       w, q.data, q.scale_inv);
 }

@@ -74,18 +74,10 @@ bool Linear::block_scaled() const { return fp8_ && fp8_->recipe().kind == Fp8Rec
 const kernels::Fp8Tensor& Linear::quantized_weight() const {
   // Quantised once per parameter version and scaling step: every micro-batch of a step reuses it.
   if (wq_version_ != ps_.version() || wq_step_ != fp8_->steps() || !wq_.data.defined()) {
-    // bf16 runs quantise the bf16 copy, as TransformerEngine quantises a bf16 model's weights (and
-    // as sharded fp32 masters require: params.h); fp32 runs the fp32 weights.
-    if (ps_.compute_dtype() == DType::f32) {
-      wq_ = fp8_->quantize_weight(ps_.compute_at(w_offset_, {out_, in_}), slot_w_);
-    } else {
-      Tensor widened;
-      {
-        MemoryCategoryScope tag(MemoryCategory::workspace);
-        widened = ps_.compute_at(w_offset_, {out_, in_}).to(DType::f32);
-      }
-      wq_ = fp8_->quantize_weight(widened, slot_w_);
-    }
+    // bf16 runs quantise the bf16 copy as it is (no fp32 copy of it: widening is exact), as
+    // TransformerEngine quantises a bf16 model's weights (and as sharded fp32 masters require:
+    // params.h); fp32 runs the fp32 weights.
+    wq_ = fp8_->quantize_weight(ps_.compute_at(w_offset_, {out_, in_}), slot_w_);
     wq_version_ = ps_.version();
     wq_step_ = fp8_->steps();
   }

@@ -105,7 +105,8 @@ void fp8_quantize_col_tiles_transposed(int64_t R, int64_t C, const T* x, int64_t
     }
 }
 
-void fp8_quantize_blocks(int64_t R, int64_t C, const float* x, DType fmt, bool pow2, uint8_t* out, float* scale_inv) {
+template <class T>
+void fp8_quantize_blocks(int64_t R, int64_t C, const T* x, DType fmt, bool pow2, uint8_t* out, float* scale_inv) {
   check_format(fmt);
   const int64_t nr = tiles(R), nc = tiles(C);
 #pragma omp parallel for collapse(2) schedule(static)
@@ -158,6 +159,8 @@ template void fp8_quantize(int64_t, const bf16*, float, DType, uint8_t*);
 template void fp8_quantize_row_tiles(int64_t, int64_t, const float*, int64_t, DType, bool, uint8_t*, float*);
 template void fp8_quantize_row_tiles(int64_t, int64_t, const bf16*, int64_t, DType, bool, uint8_t*, float*);
 template void fp8_quantize_col_tiles_transposed(int64_t, int64_t, const float*, int64_t, DType, bool, uint8_t*, float*);
+template void fp8_quantize_blocks(int64_t, int64_t, const float*, DType, bool, uint8_t*, float*);
+template void fp8_quantize_blocks(int64_t, int64_t, const bf16*, DType, bool, uint8_t*, float*);
 template void fp8_quantize_col_tiles_transposed(int64_t, int64_t, const bf16*, int64_t, DType, bool, uint8_t*, float*);
 
 }  // namespace tessel::kernels
