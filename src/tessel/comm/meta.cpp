@@ -59,6 +59,7 @@ void scale(void* buf, int64_t count, DType t, int n) {
 
 // Every block j of out (block bytes at offsets[j]) = `block` (copied first: it may be one of them).
 void repeat(const void* block, size_t bytes, void* out, const std::vector<size_t>& offsets) {
+  if (bytes == 0) return;  // nothing to copy (and memcpy may not be given a null block)
   const std::vector<char> copy(static_cast<const char*>(block), static_cast<const char*>(block) + bytes);
   for (size_t at : offsets) std::memcpy(static_cast<char*>(out) + at, copy.data(), bytes);
 }
@@ -108,8 +109,8 @@ class MetaCommunicator : public Communicator {
     const std::vector<char> block(static_cast<const char*>(in) + size_t(from) * dtype_size(t),
                                   static_cast<const char*>(in) + size_t(from + own) * dtype_size(t));
     for (int j = 0; j < size_; ++j) {
-      std::memcpy(static_cast<char*>(out) + size_t(at) * dtype_size(t), block.data(),
-                  bytes(std::min(own, recv_counts[size_t(j)]), t));
+      const size_t n = bytes(std::min(own, recv_counts[size_t(j)]), t);
+      if (n > 0) std::memcpy(static_cast<char*>(out) + size_t(at) * dtype_size(t), block.data(), n);  // n 0: block may be null
       at += recv_counts[size_t(j)];
     }
   }
