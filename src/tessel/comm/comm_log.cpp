@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "tessel/core/check.h"
+#include "tessel/core/repeated_records.h"
 
 namespace tessel::comm {
 namespace {
@@ -35,14 +35,7 @@ size_t CommLog::size() const {
 
 void CommLog::repeat(size_t begin, size_t end, int64_t times) {
   std::lock_guard<std::mutex> lock(mu_);
-  TESSEL_CHECK(begin <= end && end <= records_.size() && times >= 1,
-               "collective log: cannot repeat records [{}, {}) of {}", begin, end, records_.size());
-  records_.reserve(records_.size() + (end - begin));
-  for (size_t i = begin; i < end; ++i) {
-    CommRecord r = records_[i];
-    r.count *= times;
-    records_.push_back(std::move(r));
-  }
+  append_repeated(records_, begin, end, times, "collective log");
 }
 
 void CommLog::clear() {

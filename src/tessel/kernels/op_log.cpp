@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "tessel/core/check.h"
+#include "tessel/core/repeated_records.h"
 
 namespace tessel::kernels {
 namespace {
@@ -80,14 +81,7 @@ size_t OpLog::size() const {
 
 void OpLog::repeat(size_t begin, size_t end, int64_t times) {
   std::lock_guard<std::mutex> lock(mu_);
-  TESSEL_CHECK(begin <= end && end <= records_.size() && times >= 1, "op log: cannot repeat records [{}, {}) of {}",
-               begin, end, records_.size());
-  records_.reserve(records_.size() + (end - begin));
-  for (size_t i = begin; i < end; ++i) {
-    OpRecord r = records_[i];
-    r.count *= times;
-    records_.push_back(std::move(r));
-  }
+  append_repeated(records_, begin, end, times, "op log");
 }
 
 void OpLog::clear() {

@@ -14,7 +14,6 @@ thread_local bool t_once = false;
 
 AlikeCallsOnceScope::AlikeCallsOnceScope(bool on) : previous_(t_once) { t_once = on; }
 AlikeCallsOnceScope::~AlikeCallsOnceScope() { t_once = previous_; }
-bool alike_calls_once() { return t_once; }
 
 void run_alike_calls(int64_t first, int64_t m, bool meta, const AlikeCalls& how,
                      const std::function<void(int64_t)>& call) {

@@ -36,7 +36,6 @@ class AlikeCallsOnceScope {
  private:
   bool previous_;
 };
-bool alike_calls_once();
 
 struct AlikeCalls {
   // What the calls save for backward (or free from it), and what their modules hold across calls
