@@ -1,5 +1,7 @@
-// tessel schedule --kind 1f1b|interleaved --pp P [--vpp V] --micro-batches M [--f 1 --b 1 --w 1 --comm 0]:
-// prints each rank's timeline from the simulator, the makespan and the bubble fraction.
+// tessel schedule --kind 1f1b|interleaved|zb-h1|zb-h2|zb-v|dualpipe|dualpipev --pp P [--vpp V]
+//   --micro-batches M [--f 1 --b 1 --w 1 --fb F&B --comm 0]:
+// prints each rank's timeline from the simulator, the makespan, the bubble and the peak in-flight
+// activations per rank; the last line is the same as JSON.
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -20,22 +22,17 @@ struct ScheduleOptions {
 };
 
 int run_schedule(const ScheduleOptions& o) {
-  pipeline::Schedule s;
-  if (o.kind == "1f1b") {
-    TESSEL_CHECK(o.vpp == 1, "--kind 1f1b has one chunk per rank (--vpp 1); use --kind interleaved for --vpp {}",
-                 o.vpp);
-    s = pipeline::make_1f1b(o.pp, o.micro_batches);
-  } else if (o.kind == "interleaved") {
-    s = pipeline::make_interleaved_1f1b(o.pp, o.vpp, o.micro_batches);
-  } else {
-    TESSEL_FAIL("--kind '{}' is not supported (allowed: 1f1b, interleaved)", o.kind);
-  }
+  pipeline::Schedule s = pipeline::make_schedule(
+      o.kind, o.pp, o.vpp, o.micro_batches,
+      {std::max(o.costs.f, 1e-9), std::max(o.costs.b, 1e-9), std::max(o.costs.w, 1e-9)});
   pipeline::validate(s);
   pipeline::add_p2p(s);
   const auto t = pipeline::simulate(s, o.costs);
-  std::printf("%s schedule: pp %d, vpp %d, %d micro-batches, F %.3g B %.3g W %.3g comm %.3g (per full stage)\n",
-              s.kind.c_str(), s.pp, s.vpp, s.micro_batches, o.costs.f, o.costs.b, o.costs.w, o.costs.comm);
-  const double unit = std::min({o.costs.f, o.costs.b, o.costs.w}) / s.vpp;
+  std::printf("%s schedule: pp %d, %d chunks per rank, %d stages, %d micro-batches, F %.3g B %.3g W %.3g F&B %.3g "
+              "comm %.3g (per stage of 1/pp of the model)\n",
+              s.kind.c_str(), s.pp, s.vpp, s.stages(), s.micro_batches, o.costs.f, o.costs.b, o.costs.w,
+              o.costs.fb >= 0 ? o.costs.fb : o.costs.f + o.costs.b + o.costs.w, o.costs.comm);
+  const double unit = std::min({o.costs.f, o.costs.b, o.costs.w}) * s.pp / s.stages();
   std::printf("%s", pipeline::render(s, t, unit > 0 ? unit : 1.0).c_str());
   if (o.ops)
     for (int r = 0; r < s.pp; ++r) {
@@ -43,14 +40,23 @@ int run_schedule(const ScheduleOptions& o) {
       for (const auto& op : s.ranks[size_t(r)]) std::printf(" %s(%d,%d)", pipeline::op_name(op.kind), op.mb, op.chunk);
       std::printf("\n");
     }
-  nlohmann::json peaks = t.peak_activations;
+  std::printf("bubble %.3f (makespan - mean busy time per rank)\n", t.bubble);
+  std::printf("peak in-flight activations per rank (chunks forwarded, not yet through B):");
+  for (const int p : t.peak_activations) std::printf(" %d", p);
+  std::printf("\nheld until W per rank:");
+  for (const int p : t.peak_held) std::printf(" %d", p);
+  std::printf("\n");
   std::printf("%s\n", nlohmann::json{{"kind", s.kind},
                                      {"pp", s.pp},
                                      {"vpp", s.vpp},
+                                     {"stages", s.stages()},
                                      {"micro_batches", s.micro_batches},
                                      {"makespan", t.makespan},
+                                     {"bubble", t.bubble},
                                      {"bubble_fraction", t.bubble_fraction},
-                                     {"peak_activations", peaks}}
+                                     {"busy", t.busy},
+                                     {"peak_activations", t.peak_activations},
+                                     {"peak_held", t.peak_held}}
                           .dump()
                           .c_str());
   return 0;
@@ -61,7 +67,8 @@ int run_schedule(const ScheduleOptions& o) {
 Action add_schedule_command(CLI::App& app) {
   auto o = std::make_shared<ScheduleOptions>();
   auto* cmd = app.add_subcommand("schedule", "Generate a pipeline schedule and price it with the timeline simulator");
-  cmd->add_option("--kind", o->kind, "1f1b or interleaved")->capture_default_str();
+  cmd->add_option("--kind", o->kind, "1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe or dualpipev")
+      ->capture_default_str();
   cmd->add_option("--pp", o->pp, "pipeline ranks")->capture_default_str()->check(integer_at_least(1));
   cmd->add_option("--vpp", o->vpp, "model chunks per rank (interleaved)")
       ->capture_default_str()
@@ -69,12 +76,15 @@ Action add_schedule_command(CLI::App& app) {
   cmd->add_option("--micro-batches", o->micro_batches, "micro-batches per step")
       ->capture_default_str()
       ->check(integer_at_least(1));
-  cmd->add_option("--f", o->costs.f, "forward time of one full stage")->capture_default_str()->check(finite_non_negative());
-  cmd->add_option("--b", o->costs.b, "input-gradient backward time of one full stage")
+  cmd->add_option("--f", o->costs.f, "forward time of one stage (1/pp of the model)")->capture_default_str()->check(finite_non_negative());
+  cmd->add_option("--b", o->costs.b, "input-gradient backward time of one stage")
       ->capture_default_str()
       ->check(finite_non_negative());
-  cmd->add_option("--w", o->costs.w, "weight-gradient backward time of one full stage")
+  cmd->add_option("--w", o->costs.w, "weight-gradient backward time of one stage")
       ->capture_default_str()
+      ->check(finite_non_negative());
+  cmd->add_option("--fb", o->costs.fb,
+                  "time of an overlapped forward + full backward pair (F&B, DualPipe) of one stage; default F+B+W")
       ->check(finite_non_negative());
   cmd->add_option("--comm", o->costs.comm, "time of one activation transfer between ranks")
       ->capture_default_str()

@@ -1,5 +1,6 @@
 #include "tessel/pipeline/schedule.h"
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -20,9 +21,7 @@ const char* op_name(OpKind k) {
   return "?";
 }
 
-namespace {
-
-void check_sizes(int pp, int vpp, int m) {
+void check_schedule_sizes(int pp, int vpp, int m) {
   TESSEL_CHECK(pp >= 1 && vpp >= 1 && m >= 1, "pipeline sizes must be positive (pp {}, vpp {}, micro-batches {})", pp,
                vpp, m);
   const long long passes = (long long)pp * vpp * m;
@@ -31,10 +30,30 @@ void check_sizes(int pp, int vpp, int m) {
                pp, vpp, m, passes, kMaxSchedulePasses);
 }
 
-}  // namespace
+int Schedule::virtual_stage(int rank, int chunk) const {
+  switch (placement) {
+    case Placement::interleaved: return chunk * pp + rank;
+    case Placement::v_shape: return chunk == 0 ? rank : 2 * pp - 1 - rank;
+    case Placement::dual: return chunk == 0 ? rank : pp - 1 - rank;
+  }
+  return -1;
+}
+
+bool Schedule::runs(int mb, int chunk) const {
+  return placement != Placement::dual || (mb >= micro_batches / 2) == (chunk == 1);
+}
+
+Where Schedule::holder(int stage, int mb) const {
+  switch (placement) {
+    case Placement::interleaved: return {stage % pp, stage / pp};
+    case Placement::v_shape: return stage < pp ? Where{stage, 0} : Where{2 * pp - 1 - stage, 1};
+    case Placement::dual: return mb < micro_batches / 2 ? Where{stage, 0} : Where{pp - 1 - stage, 1};
+  }
+  return {-1, -1};
+}
 
 Schedule make_1f1b(int pp, int m) {
-  check_sizes(pp, 1, m);
+  check_schedule_sizes(pp, 1, m);
   Schedule s{"1f1b", pp, 1, m, {}};
   s.ranks.resize(size_t(pp));
   for (int r = 0; r < pp; ++r) {
@@ -56,7 +75,7 @@ Schedule make_1f1b(int pp, int m) {
 }
 
 Schedule make_interleaved_1f1b(int pp, int vpp, int m) {
-  check_sizes(pp, vpp, m);
+  check_schedule_sizes(pp, vpp, m);
   TESSEL_CHECK(vpp == 1 || m % pp == 0,
                "interleaved 1F1B needs the number of micro-batches ({}) to be a multiple of the pipeline size ({})", m,
                pp);
@@ -91,20 +110,64 @@ Schedule make_interleaved_1f1b(int pp, int vpp, int m) {
   return s;
 }
 
+const std::vector<std::string>& schedule_kinds() {
+  static const std::vector<std::string> kinds{"1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev"};
+  return kinds;
+}
+
+namespace {
+
+void check_kind(const std::string& kind) {
+  const auto& kinds = schedule_kinds();
+  if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) return;
+  std::string allowed;
+  for (const auto& k : kinds) allowed += (allowed.empty() ? "" : ", ") + k;
+  TESSEL_FAIL("pipeline schedule '{}' is not supported (allowed: {})", kind, allowed);
+}
+
+}  // namespace
+
+int chunks_per_rank(const std::string& kind, int vpp) {
+  check_kind(kind);
+  if (kind == "interleaved") return vpp;
+  return kind == "zb-v" || kind == "dualpipe" || kind == "dualpipev" ? 2 : 1;
+}
+
+Placement placement_of(const std::string& kind) {
+  check_kind(kind);
+  if (kind == "dualpipe") return Placement::dual;
+  return kind == "zb-v" || kind == "dualpipev" ? Placement::v_shape : Placement::interleaved;
+}
+
+Schedule make_schedule(const std::string& kind, int pp, int vpp, int m, const PassTimes& times) {
+  check_kind(kind);
+  if (kind == "interleaved") return make_interleaved_1f1b(pp, vpp, m);
+  TESSEL_CHECK(vpp == 1, "pipeline schedule '{}' sets its own chunks per rank ({}); a virtual pipeline size of {} "
+               "is for 'interleaved'", kind, chunks_per_rank(kind, 1), vpp);
+  if (kind == "1f1b") return make_1f1b(pp, m);
+  if (kind == "zb-h1") return make_zb_h1(pp, m);
+  if (kind == "zb-h2") return make_zb_h2(pp, m);
+  if (kind == "zb-v") return make_zb_v(pp, m, times);
+  if (kind == "dualpipe") return make_dualpipe(pp, m);
+  return make_dualpipe_v(pp, m);
+}
+
 void add_p2p(Schedule& s) {
   const int last = s.stages() - 1;
   for (int r = 0; r < s.pp; ++r) {
     std::vector<Op> out;
+    // A neighbouring stage on another rank means a transfer; on this rank (the V's bend), none.
+    const auto remote = [&](int stage, int mb) { return s.holder(stage, mb).rank != r; };
     for (const Op& op : s.ranks[size_t(r)]) {
       const int v = s.virtual_stage(r, op.chunk);
       if (op.kind == OpKind::F) {
-        if (v > 0) out.push_back({OpKind::recv_fwd, op.mb, op.chunk});
+        if (v > 0 && remote(v - 1, op.mb)) out.push_back({OpKind::recv_fwd, op.mb, op.chunk});
         out.push_back(op);
-        if (v < last) out.push_back({OpKind::send_fwd, op.mb, op.chunk});
+        if (v < last && remote(v + 1, op.mb)) out.push_back({OpKind::send_fwd, op.mb, op.chunk});
       } else if (op.kind == OpKind::B) {
-        if (v < last) out.push_back({OpKind::recv_bwd, op.mb, op.chunk});
+        if (v < last && remote(v + 1, op.mb)) out.push_back({OpKind::recv_bwd, op.mb, op.chunk});
         out.push_back(op);
-        if (v > 0) out.push_back({OpKind::send_bwd, op.mb, op.chunk});
+        if (v > 0 && remote(v - 1, op.mb)) out.push_back({OpKind::send_bwd, op.mb, op.chunk});
       } else {
         out.push_back(op);
       }
@@ -115,14 +178,20 @@ void add_p2p(Schedule& s) {
 
 void validate(const Schedule& s) {
   TESSEL_CHECK(int(s.ranks.size()) == s.pp, "schedule has {} ranks, pp is {}", s.ranks.size(), s.pp);
+  int held = 0;  // (micro-batch, chunk) passes each rank runs
+  for (int mb = 0; mb < s.micro_batches; ++mb)
+    for (int c = 0; c < s.vpp; ++c) held += s.runs(mb, c) ? 1 : 0;
+  const auto compute = [](const Op& op) { return op.kind == OpKind::F || op.kind == OpKind::B || op.kind == OpKind::W; };
   for (int r = 0; r < s.pp; ++r) {
     std::map<std::tuple<int, int, int>, int> seen;  // (kind, mb, chunk) -> position
     const auto& ops = s.ranks[size_t(r)];
     for (int i = 0; i < int(ops.size()); ++i) {
       const Op& op = ops[size_t(i)];
-      if (op.kind != OpKind::F && op.kind != OpKind::B && op.kind != OpKind::W) continue;
+      if (!compute(op)) continue;
       TESSEL_CHECK(op.mb >= 0 && op.mb < s.micro_batches && op.chunk >= 0 && op.chunk < s.vpp,
                    "rank {}: {}({}, {}) out of range", r, op_name(op.kind), op.mb, op.chunk);
+      TESSEL_CHECK(s.runs(op.mb, op.chunk), "rank {}: {}({}, {}): chunk {} does not run micro-batch {} ({})", r,
+                   op_name(op.kind), op.mb, op.chunk, op.chunk, op.mb, s.kind);
       const bool fresh = seen.emplace(std::make_tuple(int(op.kind), op.mb, op.chunk), i).second;
       TESSEL_CHECK(fresh, "rank {}: {}({}, {}) appears twice", r, op_name(op.kind), op.mb, op.chunk);
       if (op.kind != OpKind::F) {
@@ -130,9 +199,19 @@ void validate(const Schedule& s) {
         TESSEL_CHECK(seen.count(std::make_tuple(int(before), op.mb, op.chunk)), "rank {}: {}({}, {}) before its {}", r,
                      op_name(op.kind), op.mb, op.chunk, op_name(before));
       }
+      if (op.overlapped) {
+        // The pair's B and its W are the rank's next two compute operations.
+        std::vector<Op> next;
+        for (int j = i + 1; j < int(ops.size()) && next.size() < 2; ++j)
+          if (compute(ops[size_t(j)])) next.push_back(ops[size_t(j)]);
+        TESSEL_CHECK(op.kind == OpKind::F && next.size() == 2 && next[0].kind == OpKind::B &&
+                         next[1].kind == OpKind::W && next[1].mb == next[0].mb && next[1].chunk == next[0].chunk,
+                     "rank {}: {}({}, {}) is marked overlapped but is not a forward followed by a B and its W", r,
+                     op_name(op.kind), op.mb, op.chunk);
+      }
     }
-    TESSEL_CHECK(int(seen.size()) == 3 * s.micro_batches * s.vpp, "rank {}: {} compute operations, expected {}", r,
-                 seen.size(), 3 * s.micro_batches * s.vpp);
+    TESSEL_CHECK(int(seen.size()) == 3 * held, "rank {}: {} compute operations, expected {}", r, seen.size(),
+                 3 * held);
   }
 }
 

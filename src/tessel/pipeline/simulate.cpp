@@ -15,11 +15,15 @@ Timeline simulate(const Schedule& s, const Costs& c) {
   for (const double v : {c.f, c.b, c.w, c.comm})
     TESSEL_CHECK(std::isfinite(v) && v >= 0, "pipeline costs must be finite and >= 0, got F {} B {} W {} comm {}",
                  c.f, c.b, c.w, c.comm);
+  TESSEL_CHECK(std::isfinite(c.fb), "pipeline F&B cost must be finite, got {}", c.fb);
   TESSEL_CHECK(s.vpp >= 1 && s.pp >= 1, "schedule '{}': pp {} and vpp {} must be >= 1", s.kind, s.pp, s.vpp);
-  const double scale = 1.0 / s.vpp;
+  const double scale = double(s.pp) / s.stages();  // a chunk's share of a stage of 1/P of the model
   const size_t stages = size_t(s.stages());
-  return simulate(s, StageCosts{std::vector<double>(stages, c.f * scale), std::vector<double>(stages, c.b * scale),
-                                std::vector<double>(stages, c.w * scale), c.comm});
+  const double serial = c.f + c.b + c.w;
+  StageCosts sc{std::vector<double>(stages, c.f * scale), std::vector<double>(stages, c.b * scale),
+                std::vector<double>(stages, c.w * scale), c.comm, 1.0};
+  if (c.fb >= 0) sc.fb_scale = serial > 0 ? c.fb / serial : 0.0;
+  return simulate(s, sc);
 }
 
 Timeline simulate(const Schedule& s, const StageCosts& c) {
@@ -34,6 +38,8 @@ Timeline simulate(const Schedule& s, const StageCosts& c) {
     for (const double v : *list)
       TESSEL_CHECK(std::isfinite(v) && v >= 0, "pipeline costs must be finite and >= 0, got {}", v);
   TESSEL_CHECK(std::isfinite(c.comm) && c.comm >= 0, "pipeline comm cost must be finite and >= 0, got {}", c.comm);
+  TESSEL_CHECK(std::isfinite(c.fb_scale) && c.fb_scale >= 0, "pipeline F&B scale must be finite and >= 0, got {}",
+               c.fb_scale);
   const int P = s.pp, last = s.stages() - 1;
   // End time of each (F/B/W, micro-batch, virtual stage); NaN: not run yet. Flat, so pricing stays
   // linear in the schedule's size (the generators bound it).
@@ -42,69 +48,93 @@ Timeline simulate(const Schedule& s, const StageCosts& c) {
   auto slot = [&](OpKind k, int mb, int v) -> double& {
     return done[size_t(k) * per_kind + size_t(mb) * size_t(s.stages()) + size_t(v)];
   };
-  auto finished = [&](OpKind k, int mb, int v, double* at) {
-    *at = slot(k, mb, v);
-    return !std::isnan(*at);
+  const auto is_compute = [](const Op& op) {
+    return op.kind == OpKind::F || op.kind == OpKind::B || op.kind == OpKind::W;
   };
   Timeline t;
   t.ranks.resize(size_t(P));
+  t.busy.assign(size_t(P), 0.0);
   t.peak_activations.assign(size_t(P), 0);
+  t.peak_held.assign(size_t(P), 0);
   std::vector<size_t> next(size_t(P), 0);
   std::vector<double> free_at(size_t(P), 0.0);
-  std::vector<int> in_flight(size_t(P), 0);
+  std::vector<int> in_flight(size_t(P), 0), held(size_t(P), 0);
   size_t remaining = 0;
   for (const auto& ops : s.ranks) remaining += ops.size();
+  // When op (of rank r) can start as far as its inputs go; false if they do not exist yet.
+  const auto ready_at = [&](int r, const Op& op, double* ready) {
+    const int v = s.virtual_stage(r, op.chunk);
+    const auto from = [&](OpKind k, int stage) {
+      *ready = slot(k, op.mb, stage);
+      if (std::isnan(*ready)) return false;
+      if (s.holder(stage, op.mb).rank != r) *ready += c.comm;
+      return true;
+    };
+    *ready = 0;
+    switch (op.kind) {
+      case OpKind::F: return v == 0 || from(OpKind::F, v - 1);
+      case OpKind::B: return v < last ? from(OpKind::B, v + 1) : from(OpKind::F, v);
+      default: return from(OpKind::B, v);
+    }
+  };
+  const auto cost = [&](int r, const Op& op) {
+    const size_t v = size_t(s.virtual_stage(r, op.chunk));
+    return op.kind == OpKind::F ? c.f[v] : op.kind == OpKind::B ? c.b[v] : c.w[v];
+  };
   while (remaining > 0) {
     bool progressed = false;
     for (int r = 0; r < P; ++r) {
       const auto& ops = s.ranks[size_t(r)];
       while (next[size_t(r)] < ops.size()) {
-        const Op& op = ops[size_t(next[size_t(r)])];
-        const int v = s.virtual_stage(r, op.chunk);
+        const Op& op = ops[next[size_t(r)]];
         TESSEL_CHECK(op.mb >= 0 && op.mb < s.micro_batches && op.chunk >= 0 && op.chunk < s.vpp,
                      "rank {}: {}({}, {}) is outside the schedule's {} micro-batches and {} chunks", r,
                      op_name(op.kind), op.mb, op.chunk, s.micro_batches, s.vpp);
-        double ready = 0, dep = 0;
+        if (!is_compute(op)) {  // send / recv: the dependency rules carry their cost
+          ++next[size_t(r)];
+          --remaining;
+          progressed = true;
+          continue;
+        }
+        // The ops that run as one: op alone, or an F&B pair's F, B and W (validate() checks the
+        // shape; p2p ops between them are no-ops here).
+        std::vector<size_t> group{next[size_t(r)]};
+        if (op.overlapped)
+          for (size_t j = next[size_t(r)] + 1; j < ops.size() && group.size() < 3; ++j)
+            if (is_compute(ops[j])) group.push_back(j);
+        TESSEL_CHECK(!op.overlapped || group.size() == 3, "rank {}: overlapped {}({}, {}) has no B and W after it", r,
+                     op_name(op.kind), op.mb, op.chunk);
+        double start = free_at[size_t(r)], serial = 0;
         bool ok = true;
-        double dur = 0;
-        switch (op.kind) {
-          case OpKind::F:
-            if (v > 0) {
-              ok = finished(OpKind::F, op.mb, v - 1, &dep);
-              ready = dep + c.comm;
-            }
-            dur = c.f[size_t(v)];
-            break;
-          case OpKind::B:
-            if (v < last) {
-              ok = finished(OpKind::B, op.mb, v + 1, &dep);
-              ready = dep + c.comm;
-            } else {
-              ok = finished(OpKind::F, op.mb, v, &dep);
-              ready = dep;
-            }
-            dur = c.b[size_t(v)];
-            break;
-          case OpKind::W:
-            ok = finished(OpKind::B, op.mb, v, &dep);
-            ready = dep;
-            dur = c.w[size_t(v)];
-            break;
-          default:  // send / recv: the dependency rules above carry their cost
-            ++next[size_t(r)];
-            --remaining;
-            progressed = true;
-            continue;
+        for (size_t k = 0; k < group.size() && ok; ++k) {
+          const Op& g = ops[group[k]];
+          double ready = 0;  // a pair's W needs only the pair's own B
+          if (k < 2) ok = ready_at(r, g, &ready);
+          start = std::max(start, ready);
+          serial += cost(r, g);
         }
         if (!ok) break;
-        const double start = std::max(free_at[size_t(r)], ready);
-        free_at[size_t(r)] = start + dur;
-        slot(op.kind, op.mb, v) = start + dur;
-        t.ranks[size_t(r)].push_back({op, start, start + dur});
-        if (op.kind == OpKind::F) t.peak_activations[size_t(r)] = std::max(t.peak_activations[size_t(r)], ++in_flight[size_t(r)]);
-        if (op.kind == OpKind::B) --in_flight[size_t(r)];
-        ++next[size_t(r)];
-        --remaining;
+        const double duration = group.size() == 3 ? c.fb_scale * serial : serial;
+        const double end = start + duration;
+        double at = start;
+        for (const size_t j : group) {
+          const Op& g = ops[j];
+          const double share = serial > 0 ? cost(r, g) / serial * duration : 0.0;
+          // Results of a pair exist when the pair ends; drawn as the share each part would take.
+          slot(g.kind, g.mb, s.virtual_stage(r, g.chunk)) = group.size() == 3 ? end : at + share;
+          t.ranks[size_t(r)].push_back({g, at, at + share});
+          at += share;
+          if (g.kind == OpKind::F) {
+            t.peak_activations[size_t(r)] = std::max(t.peak_activations[size_t(r)], ++in_flight[size_t(r)]);
+            t.peak_held[size_t(r)] = std::max(t.peak_held[size_t(r)], ++held[size_t(r)]);
+          }
+          if (g.kind == OpKind::B) --in_flight[size_t(r)];
+          if (g.kind == OpKind::W) --held[size_t(r)];
+        }
+        free_at[size_t(r)] = end;
+        t.busy[size_t(r)] += duration;
+        remaining -= group.back() - next[size_t(r)] + 1;
+        next[size_t(r)] = group.back() + 1;
         progressed = true;
       }
     }
@@ -121,8 +151,9 @@ Timeline simulate(const Schedule& s, const StageCosts& c) {
   double busy = 0;
   for (int r = 0; r < P; ++r) {
     t.makespan = std::max(t.makespan, free_at[size_t(r)]);
-    for (const auto& e : t.ranks[size_t(r)]) busy += e.end - e.start;
+    busy += t.busy[size_t(r)];
   }
+  t.bubble = t.makespan - busy / P;
   t.bubble_fraction = t.makespan > 0 ? 1.0 - busy / (double(P) * t.makespan) : 0.0;
   return t;
 }

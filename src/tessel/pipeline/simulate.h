@@ -1,9 +1,12 @@
 #pragma once
 // Timeline simulator: prices any schedule. Each rank runs its operations in order; an operation
 // starts when its rank is free and its inputs exist: F of virtual stage v needs F of v - 1 (plus the
-// communication time across ranks), B of v needs B of v + 1 (the last stage: its own F), W needs its
-// B. Costs are per full pipeline stage (all of one rank's layers); a chunk of an interleaved
-// schedule costs 1/V of it. send/recv take no time of their own (their cost is `comm`).
+// communication time when v - 1 is on another rank), B of v needs B of v + 1 (the last stage: its own
+// F), W needs its B. An F&B pair (an overlapped F, the next B and its W) starts when both its F and
+// its B could, and both results exist when the pair ends. Costs are per pipeline stage of 1/P of the
+// model (all of one rank's layers under 1F1B); a chunk costs its share of that (1/V interleaved, 1/2
+// in a V, all of it under DualPipe, whose ranks hold two such stages). send/recv take no time of their
+// own (their cost is `comm`).
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@ namespace tessel::pipeline {
 
 struct Costs {
   double f = 1, b = 1, w = 1, comm = 0;
+  double fb = -1;  // an F&B pair of one stage; negative: f + b + w (the overlap saves nothing)
 };
 
 struct Event {
@@ -23,8 +27,11 @@ struct Event {
 struct Timeline {
   std::vector<std::vector<Event>> ranks;  // compute events per rank, in execution order
   double makespan = 0;
+  double bubble = 0;                      // makespan - the mean busy time of a rank
   double bubble_fraction = 0;             // idle time / (ranks x makespan)
+  std::vector<double> busy;               // per rank: time spent computing
   std::vector<int> peak_activations;      // per rank: micro-batch chunks forwarded but not yet through B
+  std::vector<int> peak_held;             // per rank: ... not yet through W (what a deferred W keeps)
 };
 
 // Costs per virtual stage (index chunk * pp + rank): the time of one micro-batch's F, B and W through
@@ -33,11 +40,12 @@ struct Timeline {
 struct StageCosts {
   std::vector<double> f, b, w;
   double comm = 0;
+  double fb_scale = 1;  // an F&B pair takes fb_scale x (F of its forward's stage + B + W of its backward's)
 };
 
 // Throws tessel::Error naming the blocked operations if the schedule deadlocks.
 Timeline simulate(const Schedule& s, const StageCosts& c);
-// Uniform costs: every rank's whole stage costs c.f (B c.b, W c.w), a chunk 1/V of it.
+// Uniform costs: every stage of 1/P of the model costs c.f (B c.b, W c.w), a chunk its share.
 Timeline simulate(const Schedule& s, const Costs& c);
 
 // A text chart: one row per rank, one character per time unit (F, B, W, '.' idle; lower case for
