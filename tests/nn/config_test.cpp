@@ -100,7 +100,26 @@ TEST(Config, UnknownSectionAndBadValues) {
             std::string::npos);
   EXPECT_NE(error_of("", {"parallel.virtual_pipeline_model_parallel_size=2"}).find("needs pipeline_model_parallel_size"),
             std::string::npos);
-  EXPECT_NE(error_of("", {"parallel.pipeline_schedule=gpipe"}).find("allowed: 1f1b, interleaved"), std::string::npos);
+  EXPECT_NE(error_of("", {"parallel.pipeline_schedule=gpipe"})
+                .find("allowed: 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev"),
+            std::string::npos);
+  // The zero-bubble and V schedules fix their chunks per rank; DualPipe (two copies) does not train yet.
+  for (const char* kind : {"zb-h1", "zb-h2", "zb-v", "dualpipev"})
+    EXPECT_EQ(error_of("", {"parallel.pipeline_model_parallel_size=2", "model.num_layers=4",
+                            std::string("parallel.pipeline_schedule=") + kind}),
+              "")
+        << kind;
+  EXPECT_NE(error_of("", {"parallel.pipeline_model_parallel_size=2", "model.num_layers=4",
+                          "parallel.virtual_pipeline_model_parallel_size=2", "parallel.pipeline_schedule=zb-v"})
+                .find("parallel.pipeline_schedule zb-v sets its own chunks per rank (2)"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"parallel.pipeline_model_parallel_size=2", "model.num_layers=3",
+                          "parallel.pipeline_schedule=zb-v"})
+                .find("does not split evenly over 4 pipeline stages"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"parallel.pipeline_model_parallel_size=2", "parallel.pipeline_schedule=dualpipe"})
+                .find("dualpipe is not supported in training yet"),
+            std::string::npos);
   EXPECT_NE(error_of("", {"parallel.sequence_parallel=true"}).find("needs tensor_model_parallel_size > 1"),
             std::string::npos);
   // FP8 recipes and their keys.

@@ -36,6 +36,20 @@ TEST(StagePlan, EvenSplitWithVirtualStagesInterleavesRanks) {
   EXPECT_TRUE(nn::whole_model_plan(layers(8)).whole());
 }
 
+TEST(StagePlan, AVPutsTheFirstAndLastStagesOnRankZero) {
+  // 8 layers, pp 2, a V of 4 stages: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2.
+  const auto r0 = nn::pipeline_plan(layers(8), 2, 2, 0, {}, nn::ChunkOrder::v_shape);
+  const auto r1 = nn::pipeline_plan(layers(8), 2, 2, 1, {}, nn::ChunkOrder::v_shape);
+  EXPECT_EQ(ranges(r0), (Ranges{{0, 2}, {6, 8}}));
+  EXPECT_EQ(ranges(r1), (Ranges{{2, 4}, {4, 6}}));
+  EXPECT_TRUE(r0.has_embedding && r0.has_head);
+  EXPECT_FALSE(r1.has_embedding || r1.has_head);
+  // Uneven stages are taken in stage order along the V.
+  const auto u = nn::pipeline_plan(layers(7), 2, 2, 1, nn::parse_layer_list("1,2,3,1", "k"), nn::ChunkOrder::v_shape);
+  EXPECT_EQ(ranges(u), (Ranges{{1, 3}, {3, 6}}));
+  EXPECT_THROW(nn::pipeline_plan(layers(8), 2, 4, 0, {}, nn::ChunkOrder::v_shape), tessel::Error);
+}
+
 TEST(StagePlan, ExplicitLayersPerStage) {
   const auto plan = nn::pipeline_plan(layers(7), 3, 1, 1, nn::parse_layer_list("3,2,2", "k"));
   EXPECT_EQ(ranges(plan), (Ranges{{3, 5}}));

@@ -16,11 +16,6 @@ enum Direction { kForward = 0, kBackward = 1 };
 
 int tag(int mb, int chunk, int vpp, Direction d) { return (mb * vpp + chunk) * 2 + int(d); }
 
-// Where virtual stage v lives: rank v % P, chunk v / P.
-struct Place {
-  int rank, chunk;
-};
-Place place(const Schedule& s, int v) { return {v % s.pp, v / s.pp}; }
 
 const char* phase_of(OpKind k) {
   switch (k) {
@@ -41,13 +36,23 @@ struct Peer {
 };
 Peer receiver_of(const Schedule& s, int me, const Op& op) {
   const bool fwd = op.kind == OpKind::send_fwd;
-  const Place to = place(s, s.virtual_stage(me, op.chunk) + (fwd ? 1 : -1));
+  const Where to = s.holder(s.virtual_stage(me, op.chunk) + (fwd ? 1 : -1), op.mb);
   return {to.rank, {fwd ? OpKind::recv_fwd : OpKind::recv_bwd, op.mb, to.chunk}};
 }
 Peer sender_of(const Schedule& s, int me, const Op& op) {
   const bool fwd = op.kind == OpKind::recv_fwd;
-  const Place from = place(s, s.virtual_stage(me, op.chunk) + (fwd ? -1 : 1));
+  const Where from = s.holder(s.virtual_stage(me, op.chunk) + (fwd ? -1 : 1), op.mb);
   return {from.rank, {fwd ? OpKind::send_fwd : OpKind::send_bwd, op.mb, from.chunk}};
+}
+
+// Per chunk, the position of this rank's last W of it: the chunk's gradients are final there (a
+// deferred W may run after a later micro-batch's, and a DualPipe chunk never runs the last one).
+std::vector<size_t> last_weight_pass(const Schedule& s, int me) {
+  std::vector<size_t> last(size_t(s.vpp), 0);
+  const std::vector<Op>& ops = s.ranks[size_t(me)];
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].kind == OpKind::W) last[size_t(ops[i].chunk)] = i;
+  return last;
 }
 
 // After which of rank `me`'s ops each of its sends is certainly complete, so that its buffer can
@@ -99,6 +104,7 @@ class Runner {
   double run() {
     const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
     const std::vector<std::vector<size_t>> release = sends_released_after(s_, pp_.rank());
+    last_w_ = last_weight_pass(s_, pp_.rank());
     for (size_t i = 0; i < ops.size(); ++i) {
       current_ = i;
       execute(ops[i]);
@@ -119,7 +125,7 @@ class Runner {
   int stage(int chunk) const { return s_.virtual_stage(pp_.rank(), chunk); }
 
   void send(Tensor t, int v_to, int mb, Direction d) {
-    const Place to = place(s_, v_to);
+    const Where to = s_.holder(v_to, mb);
     auto w = pp_.send_async(t.device_ptr(), t.numel(), DType::f32, to.rank, tag(mb, to.chunk, s_.vpp, d));
     sends_.emplace(current_, std::make_pair(std::move(w), std::move(t)));  // the buffer lives until the send completes
   }
@@ -127,7 +133,7 @@ class Runner {
   Tensor recv(int v_from, int mb, int chunk, Direction d) {
     Tensor t = Tensor::empty({rows_, width_}, DType::f32);
     ProfileScope prof("pp_recv_wait");
-    pp_.recv(t.device_ptr(), t.numel(), DType::f32, place(s_, v_from).rank, tag(mb, chunk, s_.vpp, d));
+    pp_.recv(t.device_ptr(), t.numel(), DType::f32, s_.holder(v_from, mb).rank, tag(mb, chunk, s_.vpp, d));
     return t;
   }
 
@@ -145,25 +151,34 @@ class Runner {
       case OpKind::send_fwd: send(take(outputs_, key), v + 1, op.mb, kForward); break;
       case OpKind::send_bwd: send(take(input_grads_, key), v - 1, op.mb, kBackward); break;
       case OpKind::F: {
-        const Tensor in = inputs_.count(key) ? take(inputs_, key) : Tensor();
+        // The previous stage's output: received, or left by this rank's other chunk (the V's bend).
+        const Tensor in = inputs_.count(key) ? take(inputs_, key) : local(outputs_, v - 1, op.mb);
         Tensor out = model_.forward_chunk(op.chunk, in, mb.tokens, mb.targets, scale_, saved_[key], &loss_);
         if (out.defined()) outputs_[key] = std::move(out);
         break;
       }
       case OpKind::B: {
-        const Tensor dout = grads_.count(key) ? take(grads_, key) : Tensor();
+        const Tensor dout = grads_.count(key) ? take(grads_, key) : local(input_grads_, v + 1, op.mb);
         Tensor din = model_.backward_chunk(op.chunk, dout, saved_[key], false);
         if (din.defined()) input_grads_[key] = std::move(din);
         break;
       }
       case OpKind::W: {
-        // Gradients are final during the last micro-batch's weight pass of each chunk.
-        const bool last = op.mb + 1 == s_.micro_batches;
+        // Gradients are final during the chunk's last weight pass.
+        const bool last = current_ == last_w_[size_t(op.chunk)];
         model_.backward_weight_chunk(op.chunk, saved_[key], last ? ready_ : nullptr);
         saved_.erase(key);
         break;
       }
     }
+  }
+
+  // What stage `v` left for micro-batch mb when this rank holds that stage; else nothing (the first
+  // stage's input, the last stage's output gradient).
+  Tensor local(std::map<Key, Tensor>& m, int v, int mb) {
+    if (v < 0 || v >= s_.stages()) return Tensor();
+    const Where w = s_.holder(v, mb);
+    return w.rank == pp_.rank() ? take(m, {mb, w.chunk}) : Tensor();
   }
 
   data::Batch micro_batch(int mb) const { return local_.cut ? local_.cut(mbs_[size_t(mb)]) : mbs_[size_t(mb)]; }
@@ -189,6 +204,7 @@ class Runner {
   std::map<Key, nn::Activations> saved_;
   std::map<Key, Tensor> inputs_, outputs_, grads_, input_grads_;
   size_t current_ = 0;  // index of the op being executed
+  std::vector<size_t> last_w_;  // per chunk: index of its last W
   std::map<size_t, std::pair<std::unique_ptr<comm::Work>, Tensor>> sends_;  // by the index of their send op
 };
 
@@ -203,26 +219,31 @@ double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
   return Runner(s, model, pp, micro_batches, grad_scale, ready, local).run();
 }
 
-double forward_only_loss(nn::Model& model, comm::Communicator& pp, const data::Batch& batch) {
-  const int P = pp.size(), V = model.num_chunks(), me = pp.rank();
+double forward_only_loss(nn::Model& model, comm::Communicator& pp, const data::Batch& batch, Placement placement) {
+  const int P = pp.size(), me = pp.rank();
+  Schedule where{"forward", P, model.num_chunks(), 1, {}, placement};  // only its placement is used
   const Shape act{model.activation_rows(batch.tokens.numel()), model.config().hidden_size};
   double loss = 0;
   Tensor x;
-  for (int v = 0; v < P * V; ++v) {
-    if (v % P != me) continue;
-    if (v > 0) {
+  for (int v = 0; v < where.stages(); ++v) {
+    const Where at = where.holder(v, 0);
+    if (at.rank != me) continue;
+    if (v > 0 && where.holder(v - 1, 0).rank != me) {  // else x is this rank's previous chunk's output
       x = Tensor::empty(act, DType::f32);
-      pp.recv(x.device_ptr(), x.numel(), DType::f32, (v - 1) % P, v);
+      pp.recv(x.device_ptr(), x.numel(), DType::f32, where.holder(v - 1, 0).rank, v);
     }
     nn::Activations dropped;
-    x = model.forward_chunk(v / P, x, batch.tokens, batch.targets, 0.0f, dropped, &loss);
-    if (v + 1 < P * V) pp.send(x.device_ptr(), x.numel(), DType::f32, (v + 1) % P, v + 1);
+    x = model.forward_chunk(at.chunk, x, batch.tokens, batch.targets, 0.0f, dropped, &loss);
+    if (v + 1 < where.stages() && where.holder(v + 1, 0).rank != me)
+      pp.send(x.device_ptr(), x.numel(), DType::f32, where.holder(v + 1, 0).rank, v + 1);
   }
   return comm::sum_in_rank_order(pp, loss);
 }
 
-Schedule make_training_schedule(int pp, int vpp, int micro_batches) {
-  Schedule s = vpp > 1 ? make_interleaved_1f1b(pp, vpp, micro_batches) : make_1f1b(pp, micro_batches);
+Schedule make_training_schedule(const std::string& kind, int pp, int vpp, int micro_batches) {
+  // 1f1b with several chunks per rank runs interleaved (Megatron-LM does the same).
+  Schedule s = make_schedule(kind == "1f1b" && vpp > 1 ? "interleaved" : kind, pp, vpp, micro_batches);
+  validate(s);
   add_p2p(s);
   return s;
 }

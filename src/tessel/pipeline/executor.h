@@ -5,6 +5,7 @@
 // non-blocking and receives blocking, so any schedule the simulator accepts runs without deadlock.
 // Messages are tagged by (micro-batch, receiving chunk, direction), so their order does not matter.
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "tessel/comm/communicator.h"
@@ -27,11 +28,14 @@ double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
                     const std::vector<data::Batch>& micro_batches, float grad_scale,
                     const nn::Model::GradsReady& ready = nullptr, const LocalPart& local = {});
 
-// Evaluation: one batch forward through every stage in order, nothing kept. Returns the summed loss
-// on every rank of the pipeline group.
-double forward_only_loss(nn::Model& model, comm::Communicator& pp, const data::Batch& batch);
+// Evaluation: one batch forward through every stage in order, nothing kept, the stages placed as a
+// training schedule of that placement places them. Returns the summed loss on every rank of the
+// pipeline group.
+double forward_only_loss(nn::Model& model, comm::Communicator& pp, const data::Batch& batch,
+                         Placement placement = Placement::interleaved);
 
-// The schedule a config asks for: interleaved 1F1B when vpp > 1, else 1F1B, with send/recv added.
-Schedule make_training_schedule(int pp, int vpp, int micro_batches);
+// The schedule parallel.pipeline_schedule names (schedule_kinds(); 1f1b with vpp > 1 runs
+// interleaved), validated, with send/recv added. vpp: the configured chunks per rank.
+Schedule make_training_schedule(const std::string& kind, int pp, int vpp, int micro_batches);
 
 }  // namespace tessel::pipeline

@@ -129,7 +129,7 @@ void check_kind(const std::string& kind) {
 
 int chunks_per_rank(const std::string& kind, int vpp) {
   check_kind(kind);
-  if (kind == "interleaved") return vpp;
+  if (kind == "interleaved" || kind == "1f1b") return vpp;  // 1f1b with vpp > 1 runs interleaved
   return kind == "zb-v" || kind == "dualpipe" || kind == "dualpipev" ? 2 : 1;
 }
 
@@ -137,6 +137,12 @@ Placement placement_of(const std::string& kind) {
   check_kind(kind);
   if (kind == "dualpipe") return Placement::dual;
   return kind == "zb-v" || kind == "dualpipev" ? Placement::v_shape : Placement::interleaved;
+}
+
+int fewest_micro_batches(const std::string& kind, int pp) {
+  check_kind(kind);
+  if (kind == "zb-h2") return 2 * pp - 1;
+  return kind == "dualpipe" || kind == "dualpipev" ? 2 * pp : 1;
 }
 
 Schedule make_schedule(const std::string& kind, int pp, int vpp, int m, const PassTimes& times) {

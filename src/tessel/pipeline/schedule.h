@@ -106,10 +106,13 @@ Schedule make_dualpipe_v(int pp, int micro_batches);
 // the allowed ones, or the constraint a size breaks.
 const std::vector<std::string>& schedule_kinds();
 Schedule make_schedule(const std::string& kind, int pp, int vpp, int micro_batches, const PassTimes& times = {});
-// The chunks per rank a kind runs with, given the configured vpp (which only `interleaved` uses).
+// The chunks per rank a kind runs with, given the configured vpp (which 1f1b and interleaved use;
+// 1f1b with vpp > 1 runs interleaved).
 int chunks_per_rank(const std::string& kind, int vpp);
 // The placement of a kind.
 Placement placement_of(const std::string& kind);
+// The fewest micro-batches a kind's generator accepts on pp ranks (zb-h2 2P - 1, DualPipe 2P; else 1).
+int fewest_micro_batches(const std::string& kind, int pp);
 
 // Inserts the send/recv operations each compute operation implies (recv before, send after), except
 // between two chunks of one rank (the V's bend), which the executor hands over in place.

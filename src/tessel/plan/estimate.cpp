@@ -139,11 +139,9 @@ int measured_micro_batches(int real, int P, int V) {
 
 // What makes two pipeline stages run the same ops: whether they hold the embedding and the head,
 // and each chunk's layers as the model builds them (dense or MoE, FP8 or kept in bf16).
-std::string stage_signature(const train::Config& cfg, int P, int V, int stage) {
+std::string stage_signature(const train::Config& cfg, int P, int stage) {
   if (P == 1) return "whole";
-  const nn::StagePlan plan =
-      nn::pipeline_plan(cfg.model, P, V, stage,
-                        nn::parse_layer_list(cfg.parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage"));
+  const nn::StagePlan plan = cfg.stage_plan(stage);
   const nn::ModelConfig& m = cfg.model;
   std::string sig = fmt::format("{}{}", plan.has_embedding ? "E" : "", plan.has_head ? "H" : "");
   for (const nn::LayerRange& r : plan.chunks) {
@@ -166,9 +164,12 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
   const comm::ParallelState layout(*world0, s);  // refuses sizes that do not divide the world
   const int dp = layout.dp_size();
   cfg.check_batch_splits(dp);
-  const int P = s.pp, V = int(cfg.parallel.virtual_pipeline_model_parallel_size);
+  const int P = s.pp, V = P > 1 ? cfg.parallel.chunks_per_rank() : 1;
   const int local_mbs = int(cfg.grad_accumulation_steps() / dp);
-  MicroBatches mbs{local_mbs, opt.every_micro_batch ? local_mbs : measured_micro_batches(local_mbs, P, V)};
+  const int fewest = P > 1 ? pipeline::fewest_micro_batches(cfg.parallel.pipeline_schedule, P) : 1;
+  MicroBatches mbs{local_mbs, opt.every_micro_batch ? local_mbs
+                                                    : std::max(std::min(local_mbs, fewest),
+                                                               measured_micro_batches(local_mbs, P, V))};
   train::Config measured = cfg;
   measured.train.global_batch_size = int64_t(mbs.measured) * cfg.train.micro_batch_size * dp;
   Estimate est;
@@ -177,10 +178,14 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
   est.hardware = hw.name;
   DefaultDeviceScope on_meta(Device::meta);
   const nn::AlikeCallsOnceScope alike_experts(!opt.every_expert);
+  // Equal stages share one measurement where an earlier rank keeps at least as many micro-batches in
+  // flight as a later one (1F1B, interleaved); a deferred W or a V breaks that order.
+  const std::string& kind = cfg.parallel.pipeline_schedule;
+  const bool share = opt.share_equal_stages && (kind == "1f1b" || kind == "interleaved");
   std::vector<PricedStage> stages;
   std::map<std::string, int> measured_stage;  // signature -> the first stage that has it
   for (int stage = 0; stage < P; ++stage) {
-    const std::string sig = opt.share_equal_stages ? stage_signature(cfg, P, V, stage) : std::to_string(stage);
+    const std::string sig = share ? stage_signature(cfg, P, stage) : std::to_string(stage);
     const auto same = measured_stage.find(sig);
     PricedStage st;
     if (same != measured_stage.end()) {
@@ -216,19 +221,20 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
   for (int r = 0; r < P; ++r)
     for (const auto& [k, t] : stages[size_t(r)].pass_s) own[size_t(r)] += t;
   if (P > 1) {
+    const pipeline::Schedule schedule = pipeline::make_training_schedule(
+        cfg.parallel.pipeline_schedule, P, int(cfg.parallel.virtual_pipeline_model_parallel_size), local_mbs);
     pipeline::StageCosts costs;
-    costs.f.assign(size_t(P * V), 0);
+    costs.f.assign(size_t(schedule.stages()), 0);
     costs.b = costs.w = costs.f;
     for (int r = 0; r < P; ++r) {
       for (int c = 0; c < V; ++c) {
-        const size_t v = size_t(c * P + r);
+        const size_t v = size_t(schedule.virtual_stage(r, c));
         costs.f[v] = pass_sum(stages[size_t(r)].pass_s, Part::forward, c) / local_mbs;
         costs.b[v] = pass_sum(stages[size_t(r)].pass_s, Part::backward, c) / local_mbs;
         costs.w[v] = pass_sum(stages[size_t(r)].pass_s, Part::weights, c) / local_mbs;
       }
       costs.comm = std::max(costs.comm, stages[size_t(r)].transfer_s);
     }
-    const pipeline::Schedule schedule = pipeline::make_training_schedule(P, V, local_mbs);
     const pipeline::Timeline t = pipeline::simulate(schedule, costs);
     for (int r = 0; r < P; ++r) end[size_t(r)] = t.ranks[size_t(r)].empty() ? 0 : t.ranks[size_t(r)].back().end;
   } else {

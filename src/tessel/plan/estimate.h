@@ -73,7 +73,8 @@ struct EstimateOptions {
   // Pipeline stages that run the same layers (and hold the same embedding / head) are measured
   // once, on the first of them: the others take its times, which are theirs, and its peak, which
   // bounds theirs (a later stage holds fewer micro-batches in flight). For searches: the step time
-  // and the peak over ranks are exact, a later stage's own peak is not.
+  // and the peak over ranks are exact, a later stage's own peak is not. 1F1B and interleaved only:
+  // under the zero-bubble and V schedules every stage is measured.
   bool share_equal_stages = false;
 };
 

@@ -12,6 +12,7 @@
 
 #include "tessel/core/check.h"
 #include "tessel/nn/stage_plan.h"
+#include "tessel/pipeline/schedule.h"
 #include "tessel/optim/lr_schedule.h"
 #include "tessel/train/config_yaml.h"
 
@@ -264,6 +265,19 @@ Config Config::load(const std::string& path, const std::vector<std::string>& ove
   return build_config(root, overrides, path);
 }
 
+nn::StagePlan Config::stage_plan(int pp_rank) const {
+  const int pp = int(parallel.pipeline_model_parallel_size);
+  if (pp == 1) return nn::whole_model_plan(model);
+  const bool v_shape = pipeline::placement_of(parallel.pipeline_schedule) == pipeline::Placement::v_shape;
+  return nn::pipeline_plan(model, pp, parallel.chunks_per_rank(), pp_rank,
+                           nn::parse_layer_list(parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage"),
+                           v_shape ? nn::ChunkOrder::v_shape : nn::ChunkOrder::interleaved);
+}
+
+int ParallelConfig::chunks_per_rank() const {
+  return pipeline::chunks_per_rank(pipeline_schedule, int(virtual_pipeline_model_parallel_size));
+}
+
 void Config::validate() const {
   TESSEL_CHECK(precision.compute == "fp32" || precision.compute == "bf16",
                "precision.compute: '{}' is not supported (allowed: fp32, bf16)", precision.compute);
@@ -300,17 +314,31 @@ void Config::validate() const {
                  "parallel.expert_model_parallel_size {} needs Mixture-of-Experts layers whose model.num_experts ({}) "
                  "it divides", parallel.expert_model_parallel_size, model.num_experts);
   }
-  TESSEL_CHECK(parallel.pipeline_schedule == "1f1b" || parallel.pipeline_schedule == "interleaved",
-               "parallel.pipeline_schedule: '{}' is not supported (allowed: 1f1b, interleaved; with "
-               "virtual_pipeline_model_parallel_size > 1 1f1b runs interleaved)", parallel.pipeline_schedule);
+  {
+    const auto& kinds = pipeline::schedule_kinds();
+    std::string allowed;
+    for (const auto& k : kinds) allowed += (allowed.empty() ? "" : ", ") + k;
+    TESSEL_CHECK(std::find(kinds.begin(), kinds.end(), parallel.pipeline_schedule) != kinds.end(),
+                 "parallel.pipeline_schedule: '{}' is not supported (allowed: {}; with "
+                 "virtual_pipeline_model_parallel_size > 1 1f1b runs interleaved)", parallel.pipeline_schedule, allowed);
+  }
+  TESSEL_CHECK(parallel.pipeline_schedule != "dualpipe" || parallel.pipeline_model_parallel_size == 1,
+               "parallel.pipeline_schedule: dualpipe is not supported in training yet (each rank would hold two "
+               "stages' parameters with their gradients summed across the pair); `tessel schedule --kind dualpipe` "
+               "simulates it; dualpipev runs its schedule on one copy of the model");
+  const bool fixed_chunks = parallel.pipeline_schedule != "1f1b" && parallel.pipeline_schedule != "interleaved";
+  TESSEL_CHECK(!fixed_chunks || parallel.virtual_pipeline_model_parallel_size == 1,
+               "parallel.pipeline_schedule {} sets its own chunks per rank ({}); "
+               "virtual_pipeline_model_parallel_size {} is for 1f1b / interleaved", parallel.pipeline_schedule,
+               pipeline::chunks_per_rank(parallel.pipeline_schedule, 1), parallel.virtual_pipeline_model_parallel_size);
   TESSEL_CHECK(parallel.virtual_pipeline_model_parallel_size == 1 || parallel.pipeline_model_parallel_size > 1,
                "parallel.virtual_pipeline_model_parallel_size {} needs pipeline_model_parallel_size > 1",
                parallel.virtual_pipeline_model_parallel_size);
   if (parallel.pipeline_model_parallel_size > 1) {
     const auto explicit_layers =
         nn::parse_layer_list(parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage");
-    nn::layers_per_virtual_stage(model, int(parallel.pipeline_model_parallel_size),
-                                 int(parallel.virtual_pipeline_model_parallel_size), explicit_layers);
+    nn::layers_per_virtual_stage(model, int(parallel.pipeline_model_parallel_size), parallel.chunks_per_rank(),
+                                 explicit_layers);
   } else {
     TESSEL_CHECK(parallel.pipeline_layers_per_stage.empty(),
                  "parallel.pipeline_layers_per_stage is set but pipeline_model_parallel_size is 1");

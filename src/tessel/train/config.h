@@ -9,6 +9,7 @@
 
 #include "tessel/comm/parallel_state.h"
 #include "tessel/nn/model_config.h"
+#include "tessel/nn/stage_plan.h"
 
 namespace tessel::train {
 
@@ -43,7 +44,9 @@ struct ParallelConfig {
   // replicated on it (1); 0: as Megatron-Core, the tensor-parallel size.
   int64_t expert_tensor_parallel_size = 0;
   bool use_distributed_optimizer = false;
-  std::string pipeline_schedule = "1f1b";   // 1f1b | interleaved (vpp > 1 runs interleaved either way)
+  // 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | dualpipev (pipeline/schedule.h; 1f1b with vpp > 1 runs
+  // interleaved; dualpipe is simulated only)
+  std::string pipeline_schedule = "1f1b";
   std::string pipeline_layers_per_stage;   // "3,2,2,1": layers per virtual stage; empty: even split
   int64_t ddp_bucket_size = 4000000;  // elements per data-parallel gradient all-reduce bucket
   // The distributed optimizer reduces each gradient bucket during backward, to the ranks owning its
@@ -58,6 +61,8 @@ struct ParallelConfig {
   // with, ranked by predicted tokens/s on auto_hardware (a hardware profile; empty: this machine,
   // measured at start-up as `tessel plan calibrate` does).
   bool auto_layout = false;  // key: parallel.auto
+  // Model chunks per pipeline rank: the virtual pipeline size, or 2 for the V-shaped schedules.
+  int chunks_per_rank() const;
   std::string auto_hardware;
 };
 
@@ -123,6 +128,9 @@ struct Config {
   }
   // Throws, naming both sizes, when the global batch does not split over `data_parallel` ranks.
   void check_batch_splits(int64_t data_parallel) const;
+  // The layers pipeline rank `pp_rank` holds under this config's pipeline size, schedule (its chunks
+  // per rank and their order) and parallel.pipeline_layers_per_stage; the whole model without a pipeline.
+  nn::StagePlan stage_plan(int pp_rank) const;
 };
 
 }  // namespace tessel::train

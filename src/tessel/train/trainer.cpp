@@ -13,12 +13,12 @@ namespace tessel::train {
 namespace {
 comm::Communicator* multi_rank(comm::Communicator* c) { return c && c->size() > 1 ? c : nullptr; }
 
+bool v_shaped(const Config& cfg) {
+  return pipeline::placement_of(cfg.parallel.pipeline_schedule) == pipeline::Placement::v_shape;
+}
+
 nn::StagePlan stage_plan(const Config& cfg, comm::ParallelState* groups) {
-  if (!groups || groups->pp_size() == 1) return nn::whole_model_plan(cfg.model);
-  return nn::pipeline_plan(cfg.model, groups->pp_size(), int(cfg.parallel.virtual_pipeline_model_parallel_size),
-                           groups->coords().pp,
-                           nn::parse_layer_list(cfg.parallel.pipeline_layers_per_stage,
-                                                "parallel.pipeline_layers_per_stage"));
+  return !groups || groups->pp_size() == 1 ? nn::whole_model_plan(cfg.model) : cfg.stage_plan(groups->coords().pp);
 }
 }  // namespace
 
@@ -33,8 +33,10 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
     tp_ = tp;
     pp_ = multi_rank(&groups->pp());
     // The first and last stages both hold the embedding weight when the head is tied to it or
-    // multi-token prediction embeds on the last stage.
-    embedding_ = pp_ && (cfg_.model.tie_embeddings || cfg_.model.mtp_num_layers > 0) ? groups->embedding() : nullptr;
+    // multi-token prediction embeds on the last stage; in a V both stages are on rank 0.
+    embedding_ = pp_ && (cfg_.model.tie_embeddings || cfg_.model.mtp_num_layers > 0) && !v_shaped(cfg_)
+                     ? groups->embedding()
+                     : nullptr;
     ep_ = multi_rank(&groups->ep());
     ep_dp_ = ep_ ? multi_rank(&groups->ep_dp()) : nullptr;
   }
@@ -47,7 +49,9 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
   model_->params().initialize(uint64_t(cfg_.train.seed));
   if (pp_) {
     const int64_t local = cfg_.grad_accumulation_steps() / data_parallel_size();
-    schedule_ops_ = pipeline::make_training_schedule(pp_->size(), model_->num_chunks(), int(local));
+    schedule_ops_ = pipeline::make_training_schedule(cfg_.parallel.pipeline_schedule, pp_->size(),
+                                                     int(cfg_.parallel.virtual_pipeline_model_parallel_size),
+                                                     int(local));
   }
   optim::AdamWConfig oc;
   oc.beta1 = cfg_.train.adam_beta1;
@@ -266,7 +270,8 @@ double Trainer::eval_loss_sum(const data::Batch& whole) {
   wait_for_parameters();  // the forward would wait layer by layer; evaluation between steps need not
   const data::Batch batch = local_part(whole);
   const double loss =
-      pp_ ? pipeline::forward_only_loss(*model_, *pp_, batch) : model_->loss_sum(batch.tokens, batch.targets);
+      pp_ ? pipeline::forward_only_loss(*model_, *pp_, batch, schedule_ops_.placement)
+          : model_->loss_sum(batch.tokens, batch.targets);
   return cp_ ? comm::sum_in_rank_order(*cp_, loss) : loss;
 }
 
