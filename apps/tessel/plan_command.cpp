@@ -234,6 +234,10 @@ Action add_plan_command(CLI::App& app) {
                   "FP8 recipes to try besides the configured one, comma-separated (none, delayed, current, block; "
                   "default: the configured recipe only)")
       ->delimiter(',');
+  sea->add_option("--pipeline-schedules", s->search.pipeline_schedules,
+                  "pipeline schedules to try besides the configured one on pipelined layouts, comma-separated "
+                  "(1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev; default: the configured schedule only)")
+      ->delimiter(',');
   s->search.workers = int(std::max(1u, std::thread::hardware_concurrency()));
   sea->add_option("--workers", s->search.workers, "processes estimating layouts at once (default: the cores)")
       ->check(integer_at_least(1));

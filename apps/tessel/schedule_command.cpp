@@ -3,6 +3,7 @@
 // prints each rank's timeline from the simulator, the makespan, the bubble and the peak in-flight
 // activations per rank; the last line is the same as JSON.
 #include <cstdio>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,7 @@ struct ScheduleOptions {
   int pp = 4, vpp = 1, micro_batches = 8;
   pipeline::Costs costs;
   bool ops = false;
+  std::string trace;  // Chrome trace file to write; empty: none
 };
 
 int run_schedule(const ScheduleOptions& o) {
@@ -40,6 +42,13 @@ int run_schedule(const ScheduleOptions& o) {
       for (const auto& op : s.ranks[size_t(r)]) std::printf(" %s(%d,%d)", pipeline::op_name(op.kind), op.mb, op.chunk);
       std::printf("\n");
     }
+  if (!o.trace.empty()) {
+    std::ofstream f(o.trace);
+    f << pipeline::chrome_trace(s, t);
+    f.close();
+    TESSEL_CHECK(f.good(), "--trace: cannot write '{}'", o.trace);
+    std::printf("trace: %s (one time unit shown as 1 ms)\n", o.trace.c_str());
+  }
   std::printf("bubble %.3f (makespan - mean busy time per rank)\n", t.bubble);
   std::printf("peak in-flight activations per rank (chunks forwarded, not yet through B):");
   for (const int p : t.peak_activations) std::printf(" %d", p);
@@ -90,6 +99,8 @@ Action add_schedule_command(CLI::App& app) {
       ->capture_default_str()
       ->check(finite_non_negative());
   cmd->add_flag("--ops", o->ops, "also list every rank's operations");
+  cmd->add_option("--trace", o->trace,
+                  "write the simulated timeline as a Chrome trace (chrome://tracing, Perfetto; 1 unit = 1 ms)");
   return [o] { return run_schedule(*o); };
 }
 

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "tessel/core/check.h"
 #include "tessel/pipeline/simulate.h"
 
@@ -67,12 +69,17 @@ TEST(ZeroBubble, VHalvesTheH1BubbleAtEqualCostsAndKeepsUpWithItOtherwise) {
         const Timeline h1 = priced(make_zb_h1(p, m), c);
         // A list scheduler is a heuristic: on this grid it beats ZB-H1 but for one case (p 6, m 19,
         // B = 2W: 1.5 later), never by more than one chunk's F + B.
-        EXPECT_LE(v.makespan, h1.makespan + (c.f + c.b) / 2 + 1e-9) << "p " << p << " m " << m << " F " << c.f << " B " << c.b;
-        if (c.f == c.b && c.b == c.w && p > 1) EXPECT_LT(v.makespan, h1.makespan);
+        EXPECT_LE(v.makespan, h1.makespan + (c.f + c.b) / 2 + 1e-9)
+            << "p " << p << " m " << m << " F " << c.f << " B " << c.b;
+        const bool equal = c.f == c.b && c.b == c.w;
+        if (equal && p > 1) {
+          EXPECT_LT(v.makespan, h1.makespan);
+        }
         for (int r = 0; r < p; ++r) EXPECT_LE(v.peak_held[size_t(r)], 2 * p);  // chunks of half a stage: 1F1B's memory
-        if (c.f == c.b && c.b == c.w && m >= p)
+        if (equal && m >= p) {
           // The floor: the last rank's first input needs P - 1 chunk forwards (F / 2 each).
           EXPECT_NEAR(v.bubble, (p - 1) * c.f / 2, 1e-9) << "p " << p << " m " << m;
+        }
       }
 }
 
@@ -130,8 +137,11 @@ TEST(Placement, TheVsBendStaysOnItsRankAndCostsNoTransfer) {
   EXPECT_EQ(s.virtual_stage(0, 1), 5);
   EXPECT_EQ(s.holder(3, 0).rank, 2);
   add_p2p(s);
-  for (const Op& op : s.ranks[2])  // rank 2 holds stages 2 and 3: nothing goes between its chunks
-    if (op.kind == OpKind::send_fwd) EXPECT_EQ(op.chunk, 1) << "stage 2 sends its output to itself";
+  for (const Op& op : s.ranks[2]) {  // rank 2 holds stages 2 and 3: nothing goes between its chunks
+    if (op.kind == OpKind::send_fwd) {
+      EXPECT_EQ(op.chunk, 1) << "stage 2 sends its output to itself";
+    }
+  }
   // One rank: the whole V on it, so communication costs nothing.
   Schedule one = make_zb_v(1, 4);
   add_p2p(one);
@@ -167,7 +177,7 @@ TEST(MakeSchedule, NamesTheKindsAndRefusesTheRest) {
     const int m = 8;
     Schedule s = make_schedule(kind, 4, kind == "interleaved" ? 2 : 1, m);
     EXPECT_EQ(s.kind, kind);
-    EXPECT_EQ(s.vpp, chunks_per_rank(kind, 2 - (kind != "interleaved")));
+    EXPECT_EQ(s.vpp, chunks_per_rank(kind, kind == "interleaved" ? 2 : 1));
     validate(s);
   }
   try {
@@ -180,6 +190,33 @@ TEST(MakeSchedule, NamesTheKindsAndRefusesTheRest) {
         << e.what();
   }
   EXPECT_THROW(make_schedule("zb-v", 4, 2, 8), Error);  // vpp is for interleaved only
+  EXPECT_EQ(chunks_per_rank("1f1b", 3), 3);              // runs interleaved
+  EXPECT_EQ(chunks_per_rank("zb-v", 1), 2);
+}
+
+TEST(ChromeTrace, OneTrackPerRankWithEveryComputeSpanAndTheBusyTime) {
+  Costs c{1, 2, 1, 0};
+  c.fb = 3;
+  Schedule s = make_dualpipe(4, 8);
+  add_p2p(s);
+  const Timeline t = simulate(s, c);
+  const auto j = nlohmann::json::parse(chrome_trace(s, t, 1e-3));
+  std::vector<double> busy_us(4, 0.0);
+  std::vector<int> spans(4, 0), pairs(4, 0);
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const int r = e.at("tid").get<int>();
+    busy_us[size_t(r)] += e.at("dur").get<double>();
+    ++spans[size_t(r)];
+    pairs[size_t(r)] += e.at("args").at("pair").get<bool>() ? 1 : 0;
+  }
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(spans[size_t(r)], int(t.ranks[size_t(r)].size()));
+    EXPECT_NEAR(busy_us[size_t(r)], t.busy[size_t(r)] * 1e3, 1e-3 * spans[size_t(r)]);  // 1 unit = 1 ms
+    int overlapped = 0;
+    for (const Op& op : s.ranks[size_t(r)]) overlapped += op.overlapped ? 1 : 0;
+    EXPECT_EQ(pairs[size_t(r)], 3 * overlapped);  // F, B and W of each pair
+  }
 }
 
 }  // namespace

@@ -179,4 +179,35 @@ std::string render(const Schedule& s, const Timeline& t, double unit) {
   return out;
 }
 
+std::string chrome_trace(const Schedule& s, const Timeline& t, double seconds_per_unit) {
+  TESSEL_CHECK(std::isfinite(seconds_per_unit) && seconds_per_unit > 0, "trace time unit must be > 0, got {}",
+               seconds_per_unit);
+  const double us = seconds_per_unit * 1e6;
+  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  bool first = true;
+  const auto add = [&](const std::string& event) {
+    out += (first ? "  " : ",\n  ") + event;
+    first = false;
+  };
+  add(fmt::format(R"({{"ph": "M", "pid": 0, "name": "process_name", "args": {{"name": "{} simulated"}}}})", s.kind));
+  for (int r = 0; r < s.pp; ++r) {
+    add(fmt::format(R"({{"ph": "M", "pid": 0, "tid": {}, "name": "thread_name", "args": {{"name": "rank {}"}}}})", r, r));
+    bool pair = false;  // inside an F&B pair: its F, then its B and W
+    int left = 0;
+    for (const Event& e : t.ranks[size_t(r)]) {
+      if (e.op.overlapped) {
+        pair = true;
+        left = 3;
+      }
+      add(fmt::format(R"({{"ph": "X", "pid": 0, "tid": {}, "name": "{}", "ts": {:.3f}, "dur": {:.3f}, )"
+                      R"("args": {{"mb": {}, "chunk": {}, "stage": {}, "pair": {}}}}})",
+                      r, op_name(e.op.kind), e.start * us, (e.end - e.start) * us, e.op.mb, e.op.chunk,
+                      s.virtual_stage(r, e.op.chunk), pair ? "true" : "false"));
+      if (pair && --left == 0) pair = false;
+    }
+  }
+  out += "\n]}\n";
+  return out;
+}
+
 }  // namespace tessel::pipeline

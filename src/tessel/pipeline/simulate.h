@@ -53,4 +53,9 @@ Timeline simulate(const Schedule& s, const Costs& c);
 // hundreds of ranks): a longer timeline is drawn at a coarser unit.
 std::string render(const Schedule& s, const Timeline& t, double unit = 1.0);
 
+// The timeline in Chrome's trace event format (chrome://tracing, Perfetto): one track per rank
+// ("rank R"), each compute event a complete span named "F", "B" or "W" (with its micro-batch, chunk
+// and stage as arguments; "F&B" pairs marked), times in microseconds of `seconds_per_unit` each.
+std::string chrome_trace(const Schedule& s, const Timeline& t, double seconds_per_unit = 1e-3);
+
 }  // namespace tessel::pipeline

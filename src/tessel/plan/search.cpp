@@ -17,6 +17,7 @@
 
 #include "tessel/core/check.h"
 #include "tessel/nn/stage_plan.h"
+#include "tessel/pipeline/schedule.h"
 
 namespace tessel::plan {
 namespace {
@@ -77,7 +78,8 @@ struct Structure {
 struct Knobs {
   int64_t mbs;
   bool zero, recompute;
-  std::string fp8 = "";  // precision.fp8.recipe; "": as configured
+  std::string fp8 = "";       // precision.fp8.recipe; "": as configured
+  std::string schedule = "";  // parallel.pipeline_schedule; "": as configured
 };
 
 struct Job {
@@ -202,14 +204,9 @@ double routed_expert_floor_gib(const train::Config& cfg) {
   const nn::ModelConfig& m = cfg.model;
   if (m.num_experts == 0) return 0;
   const int pp = int(cfg.parallel.pipeline_model_parallel_size);
-  const int vpp = int(cfg.parallel.virtual_pipeline_model_parallel_size);
   int64_t most = 0;
   for (int stage = 0; stage < pp; ++stage) {
-    const nn::StagePlan plan =
-        pp == 1 ? nn::whole_model_plan(m)
-                : nn::pipeline_plan(m, pp, vpp, stage,
-                                    nn::parse_layer_list(cfg.parallel.pipeline_layers_per_stage,
-                                                         "parallel.pipeline_layers_per_stage"));
+    const nn::StagePlan plan = cfg.stage_plan(stage);
     int64_t moe = 0;
     for (const nn::LayerRange& r : plan.chunks)
       for (int64_t l = r.begin; l < r.end; ++l) moe += m.is_moe_layer(l) ? 1 : 0;
@@ -235,6 +232,13 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
     if (with.precision.fp8_recipe != base.precision.fp8_recipe &&
         std::find(recipes.begin(), recipes.end(), r) == recipes.end())
       recipes.push_back(r);
+  }
+  // Likewise the pipeline schedules: the configured one ("") and each other one asked for.
+  std::vector<std::string> schedules{""};
+  for (const std::string& k : o.pipeline_schedules) {
+    pipeline::placement_of(k);  // throws naming the allowed kinds
+    if (k != base.parallel.pipeline_schedule && std::find(schedules.begin(), schedules.end(), k) == schedules.end())
+      schedules.push_back(k);
   }
   const int64_t G = o.global_batch > 0 ? o.global_batch : base.train.global_batch_size;
   const double limit = o.memory_gib > 0 ? o.memory_gib : hw.memory_gib;
@@ -275,9 +279,11 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
                    fmt::format("train.global_batch_size={}", G),
                    fmt::format("model.recompute={}", k.recompute ? "true" : "false")};
     if (!k.fp8.empty()) c.overrides.push_back("precision.fp8.recipe=" + k.fp8);
+    if (!k.schedule.empty()) c.overrides.push_back("parallel.pipeline_schedule=" + k.schedule);
     // An uneven split names its layers per virtual stage; an even one is the default, reset only
     // where the caller's config names a split of its own ("" is YAML's empty string).
-    const std::string split = layers_per_stage(layers, st.pp * st.vpp);
+    const std::string kind = k.schedule.empty() ? base.parallel.pipeline_schedule : k.schedule;
+    const std::string split = layers_per_stage(layers, st.pp * pipeline::chunks_per_rank(kind, int(st.vpp)));
     if (!split.empty() || !base.parallel.pipeline_layers_per_stage.empty())
       c.overrides.push_back(
           fmt::format("parallel.pipeline_layers_per_stage={}", split.empty() ? std::string("\"\"") : split));
@@ -285,7 +291,7 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
                            st.tp > 1 ? " sp" : "", st.pp, st.vpp, st.cp, st.ep,
                            moe && st.tp > 1 ? (st.etp == 1 ? " (experts whole)" : " (experts split)") : "", dp,
                            k.zero ? " zero1" : "", k.mbs, k.recompute ? "on" : "off") +
-               (k.fp8.empty() ? "" : ", fp8 " + k.fp8);
+               (k.fp8.empty() ? "" : ", fp8 " + k.fp8) + (k.schedule.empty() ? "" : ", " + k.schedule);
     return c;
   };
   const std::string over_memory = fmt::format("peak memory over {:g} GiB", limit);
@@ -362,10 +368,13 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
     for (int64_t mbs = 1; mbs <= 8; mbs *= 2)
       for (const bool zero : dp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false})
         for (const bool recompute : {false, true})
-          for (const std::string& fp8 : recipes) {
-            if (mbs == 1 && zero == (dp > 1) && fp8.empty()) continue;  // phase 1 evaluated these
-            refined.push_back({i, {mbs, zero, recompute, fp8}});
-          }
+          for (const std::string& fp8 : recipes)
+            for (const std::string& schedule : schedules) {
+              if (mbs == 1 && zero == (dp > 1) && fp8.empty() && schedule.empty()) continue;  // phase 1's
+              // The other schedules pipeline one chunk per rank, or fix their own chunks (a V).
+              if (!schedule.empty() && (structures[i].pp == 1 || structures[i].vpp > 1)) continue;
+              refined.push_back({i, {mbs, zero, recompute, fp8, schedule}});
+            }
   }
   run(refined);
   std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const Candidate& a, const Candidate& b) {

@@ -8,7 +8,8 @@
 //      what remains. Each at micro-batch 1 with the distributed optimizer, and with full-layer
 //      recompute only where it must, to fit;
 //   2. the kRefinedStructures fastest of them with micro-batches 1, 2, 4, 8, the distributed
-//      optimizer on and off, recompute off and on, and each FP8 recipe asked for (fp8_recipes).
+//      optimizer on and off, recompute off and on, each FP8 recipe asked for (fp8_recipes), and on
+//      pipelined structures of one chunk per rank each pipeline schedule asked for (pipeline_schedules).
 // Phase 2 is a local search, not every combination: a structure slow at micro-batch 1 is not
 // refined. A layout the config refuses (a size that does not divide heads, layers or the
 // sequence), that cannot exist on N ranks, or whose peak memory exceeds the limit is pruned,
@@ -33,6 +34,9 @@ struct SearchOptions {
   // FP8 recipes phase 2 tries besides the configured one (precision.fp8.recipe values: none,
   // delayed, current, block); empty: the configured recipe only.
   std::vector<std::string> fp8_recipes;
+  // Pipeline schedules phase 2 tries besides the configured one (parallel.pipeline_schedule values:
+  // zb-h1, zb-h2, zb-v, dualpipev, ...); empty: the configured schedule only.
+  std::vector<std::string> pipeline_schedules;
   // Processes estimating layouts at once (forked: each has its own meta device). 1 in a process
   // that must not fork (an MPI rank: parallel.auto searches in one).
   int workers = 1;
