@@ -3,7 +3,9 @@
 // prints each rank's timeline from the simulator, the makespan, the bubble and the peak in-flight
 // activations per rank; the last line is the same as JSON.
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -11,6 +13,7 @@
 #include "option_checks.h"
 #include "tessel/core/check.h"
 #include "tessel/pipeline/simulate.h"
+#include "tessel/pipeline/trace.h"
 
 namespace tessel::app {
 namespace {
@@ -20,8 +23,68 @@ struct ScheduleOptions {
   int pp = 4, vpp = 1, micro_batches = 8;
   pipeline::Costs costs;
   bool ops = false;
-  std::string trace;  // Chrome trace file to write; empty: none
+  std::string trace;       // Chrome trace file to write; empty: none
+  std::string costs_from;  // a measured step's trace (log.pipeline_trace) to take F, B, W per stage from
 };
+
+// Per stage, the mean F, B and W seconds of a measured step's trace (log.pipeline_trace), and that
+// step's makespan and mean idle time per rank (idle: not in F, B or W, waits in receives included).
+struct Measured {
+  pipeline::StageCosts costs;
+  double makespan = 0, idle = 0;
+};
+
+Measured measured_costs(const std::string& path, const pipeline::Schedule& s) {
+  std::ifstream f(path);
+  TESSEL_CHECK(f.good(), "--costs-from: cannot read '{}'", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    TESSEL_FAIL("--costs-from: '{}' is not a Chrome trace: {}", path, e.what());
+  }
+  const size_t stages = size_t(s.stages());
+  Measured m;
+  m.costs.f.assign(stages, 0);
+  m.costs.b = m.costs.w = m.costs.f;
+  std::vector<double> n(3 * stages, 0.0);
+  std::vector<pipeline::RankTrace> ranks(size_t(s.pp));
+  for (const auto& e : j.value("traceEvents", nlohmann::json::array())) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string name = e.value("name", "");
+    const int rank = e.value("tid", -1), stage = e.at("args").value("stage", -1);
+    TESSEL_CHECK(rank >= 0 && rank < s.pp && stage >= 0 && stage < int(stages),
+                 "--costs-from: '{}' has a span of rank {} stage {}; the schedule has {} ranks and {} stages", path,
+                 rank, stage, s.pp, stages);
+    const double start = e.value("ts", 0.0) * 1e-6, dur = e.value("dur", 0.0) * 1e-6;
+    pipeline::OpKind kind = pipeline::OpKind::send_fwd;  // any non-compute kind
+    const int which = name == "F" ? 0 : name == "B" ? 1 : name == "W" ? 2 : -1;
+    if (which >= 0) {
+      kind = which == 0 ? pipeline::OpKind::F : which == 1 ? pipeline::OpKind::B : pipeline::OpKind::W;
+      auto& list = which == 0 ? m.costs.f : which == 1 ? m.costs.b : m.costs.w;
+      list[size_t(stage)] += dur;
+      n[size_t(which) * stages + size_t(stage)] += 1;
+    }
+    ranks[size_t(rank)].push_back({kind, 0, 0, stage, false, start, start + dur});
+  }
+  for (size_t v = 0; v < stages; ++v)
+    for (int which = 0; which < 3; ++which) {
+      const double count = n[size_t(which) * stages + v];
+      TESSEL_CHECK(count > 0, "--costs-from: '{}' has no {} span of stage {}", path, "FBW"[which], v);
+      auto& list = which == 0 ? m.costs.f : which == 1 ? m.costs.b : m.costs.w;
+      list[v] /= count;
+    }
+  double first = 1e300, last = 0;
+  for (auto& r : ranks) {
+    std::sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+    if (r.empty()) continue;
+    first = std::min(first, r.front().start);
+    last = std::max(last, r.back().end);
+  }
+  m.makespan = last - first;
+  for (const double idle : pipeline::idle_seconds(ranks)) m.idle += idle / s.pp;
+  return m;
+}
 
 int run_schedule(const ScheduleOptions& o) {
   pipeline::Schedule s = pipeline::make_schedule(
@@ -29,12 +92,18 @@ int run_schedule(const ScheduleOptions& o) {
       {std::max(o.costs.f, 1e-9), std::max(o.costs.b, 1e-9), std::max(o.costs.w, 1e-9)});
   pipeline::validate(s);
   pipeline::add_p2p(s);
-  const auto t = pipeline::simulate(s, o.costs);
+  std::optional<Measured> measured;
+  if (!o.costs_from.empty()) measured = measured_costs(o.costs_from, s);
+  const auto t = measured ? pipeline::simulate(s, measured->costs) : pipeline::simulate(s, o.costs);
+  if (measured)
+    std::printf("costs per stage from %s (seconds): measured step %.6f, mean idle per rank %.6f; predicted "
+                "below\n",
+                o.costs_from.c_str(), measured->makespan, measured->idle);
   std::printf("%s schedule: pp %d, %d chunks per rank, %d stages, %d micro-batches, F %.3g B %.3g W %.3g F&B %.3g "
               "comm %.3g (per stage of 1/pp of the model)\n",
               s.kind.c_str(), s.pp, s.vpp, s.stages(), s.micro_batches, o.costs.f, o.costs.b, o.costs.w,
               o.costs.fb >= 0 ? o.costs.fb : o.costs.f + o.costs.b + o.costs.w, o.costs.comm);
-  const double unit = std::min({o.costs.f, o.costs.b, o.costs.w}) * s.pp / s.stages();
+  const double unit = measured ? t.makespan / 120 : std::min({o.costs.f, o.costs.b, o.costs.w}) * s.pp / s.stages();
   std::printf("%s", pipeline::render(s, t, unit > 0 ? unit : 1.0).c_str());
   if (o.ops)
     for (int r = 0; r < s.pp; ++r) {
@@ -55,19 +124,22 @@ int run_schedule(const ScheduleOptions& o) {
   std::printf("\nheld until W per rank:");
   for (const int p : t.peak_held) std::printf(" %d", p);
   std::printf("\n");
-  std::printf("%s\n", nlohmann::json{{"kind", s.kind},
-                                     {"pp", s.pp},
-                                     {"vpp", s.vpp},
-                                     {"stages", s.stages()},
-                                     {"micro_batches", s.micro_batches},
-                                     {"makespan", t.makespan},
-                                     {"bubble", t.bubble},
-                                     {"bubble_fraction", t.bubble_fraction},
-                                     {"busy", t.busy},
-                                     {"peak_activations", t.peak_activations},
-                                     {"peak_held", t.peak_held}}
-                          .dump()
-                          .c_str());
+  nlohmann::json out{{"kind", s.kind},
+                     {"pp", s.pp},
+                     {"vpp", s.vpp},
+                     {"stages", s.stages()},
+                     {"micro_batches", s.micro_batches},
+                     {"makespan", t.makespan},
+                     {"bubble", t.bubble},
+                     {"bubble_fraction", t.bubble_fraction},
+                     {"busy", t.busy},
+                     {"peak_activations", t.peak_activations},
+                     {"peak_held", t.peak_held}};
+  if (measured) {
+    out["measured_makespan"] = measured->makespan;
+    out["measured_bubble"] = measured->idle;
+  }
+  std::printf("%s\n", out.dump().c_str());
   return 0;
 }
 
@@ -99,6 +171,9 @@ Action add_schedule_command(CLI::App& app) {
       ->capture_default_str()
       ->check(finite_non_negative());
   cmd->add_flag("--ops", o->ops, "also list every rank's operations");
+  cmd->add_option("--costs-from", o->costs_from,
+                  "a measured step's trace (log.pipeline_trace): simulate with its mean F, B, W per stage and print "
+                  "the measured step and idle time beside the prediction");
   cmd->add_option("--trace", o->trace,
                   "write the simulated timeline as a Chrome trace (chrome://tracing, Perfetto; 1 unit = 1 ms)");
   return [o] { return run_schedule(*o); };

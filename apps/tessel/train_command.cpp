@@ -209,6 +209,10 @@ int run_train(const TrainOptions& o) {
       j["expert_load_max_mean"] = per_layer;
     }
     if (lead) metrics->append(j);
+    if (cfg.log.pipeline_trace && pstate.pp_size() > 1) {  // collective over each pipeline group
+      const std::string trace = trainer.pipeline_trace_json();
+      if (lead) train::write_run_file((std::filesystem::path(cfg.log.dir) / "pipeline_trace.json").string(), trace);
+    }
     if (lead && (it % cfg.log.interval == 0 || it == cfg.train.train_iters)) {
       const double eta = elapsed / double(it - start) * double(cfg.train.train_iters - it);
       std::printf(

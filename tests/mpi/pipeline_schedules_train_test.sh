@@ -46,6 +46,30 @@ for kind in zb-h1 zb-v dualpipev; do
 done
 unset CONFIG
 
+# log.pipeline_trace: the last step's timeline, every rank's spans in the order the schedule lists its
+# operations (sends and receives included); `tessel schedule --costs-from` prices it.
+run 2 traced --set $PP=2 --set $KIND=zb-v --set log.pipeline_trace=true
+"$TESSEL" schedule --kind zb-v --pp 2 --micro-batches 8 --ops > zb-v-ops.txt
+"$TESSEL" schedule --kind zb-v --pp 2 --micro-batches 8 --costs-from traced/pipeline_trace.json > traced-priced.txt
+/usr/bin/python3 - <<'PY'
+import json, re
+spans = [e for e in json.load(open("traced/pipeline_trace.json"))["traceEvents"] if e["ph"] == "X"]
+for line in open("zb-v-ops.txt"):
+    m = re.match(r"rank (\d+): (.*)", line)
+    if not m:
+        continue
+    rank = int(m.group(1))
+    want = re.findall(r"(\w+)\((\d+),(\d+)\)", m.group(2))
+    got = [(e["name"], str(e["args"]["mb"]), str(e["args"]["chunk"])) for e in spans if e["tid"] == rank]
+    assert got == want, f"rank {rank}: traced {got[:6]}... against the schedule's {want[:6]}..."
+    starts = [e["ts"] for e in spans if e["tid"] == rank]
+    assert starts == sorted(starts), f"rank {rank}: spans out of time order"
+priced = json.loads(open("traced-priced.txt").read().strip().splitlines()[-1])
+assert priced["measured_makespan"] > 0 and priced["makespan"] > 0, priced
+print("traced: every rank ran the zb-v schedule's operations in order; measured step "
+      f"{priced['measured_makespan'] * 1e3:.1f} ms, predicted from its F/B/W {priced['makespan'] * 1e3:.1f} ms")
+PY
+
 # DualPipe holds every stage twice; training with it is not built yet.
 if launch 2 dualpipe --set $PP=2 --set $KIND=dualpipe; then
   echo "dualpipe trained: expected a refusal"; exit 1

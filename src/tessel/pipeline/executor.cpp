@@ -1,5 +1,7 @@
 #include "tessel/pipeline/executor.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -96,8 +98,8 @@ std::vector<std::vector<size_t>> sends_released_after(const Schedule& s, int me)
 class Runner {
  public:
   Runner(const Schedule& s, nn::Model& model, comm::Communicator& pp, const std::vector<data::Batch>& mbs,
-         float grad_scale, const nn::Model::GradsReady& ready, const LocalPart& local)
-      : s_(s), model_(model), pp_(pp), mbs_(mbs), scale_(grad_scale), ready_(ready), local_(local),
+         float grad_scale, const nn::Model::GradsReady& ready, const LocalPart& local, RankTrace* trace)
+      : s_(s), model_(model), pp_(pp), mbs_(mbs), scale_(grad_scale), ready_(ready), local_(local), trace_(trace),
         rows_(mbs.empty() ? 0 : model.activation_rows(mbs.front().tokens.numel() / local.parts)),
         width_(model.config().hidden_size) {}
 
@@ -105,9 +107,18 @@ class Runner {
     const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
     const std::vector<std::vector<size_t>> release = sends_released_after(s_, pp_.rank());
     last_w_ = last_weight_pass(s_, pp_.rank());
+    if (trace_) trace_->clear();
+    int pair_left = 0;  // spans left in the current F&B pair (F, B, W; the sends and receives between)
     for (size_t i = 0; i < ops.size(); ++i) {
       current_ = i;
+      const double start = trace_ ? seconds_now() : 0;
       execute(ops[i]);
+      if (trace_) {
+        const Op& op = ops[i];
+        if (op.overlapped) pair_left = 3;
+        trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), pair_left > 0, start, seconds_now()});
+        if (op.kind == OpKind::F || op.kind == OpKind::B || op.kind == OpKind::W) pair_left = std::max(0, pair_left - 1);
+      }
       for (const size_t send : release[i]) {  // complete already: their receiver has moved past them
         auto it = sends_.find(send);
         it->second.first->wait();
@@ -123,6 +134,10 @@ class Runner {
   using Key = std::pair<int, int>;  // (micro-batch, chunk)
 
   int stage(int chunk) const { return s_.virtual_stage(pp_.rank(), chunk); }
+
+  static double seconds_now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
 
   void send(Tensor t, int v_to, int mb, Direction d) {
     const Where to = s_.holder(v_to, mb);
@@ -199,6 +214,7 @@ class Runner {
   float scale_;
   const nn::Model::GradsReady& ready_;
   const LocalPart& local_;
+  RankTrace* trace_;
   int64_t rows_, width_;
   double loss_ = 0;
   std::map<Key, nn::Activations> saved_;
@@ -212,11 +228,11 @@ class Runner {
 
 double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
                     const std::vector<data::Batch>& micro_batches, float grad_scale,
-                    const nn::Model::GradsReady& ready, const LocalPart& local) {
+                    const nn::Model::GradsReady& ready, const LocalPart& local, RankTrace* trace) {
   TESSEL_CHECK(s.pp == pp.size() && s.vpp == model.num_chunks() && s.micro_batches == int(micro_batches.size()),
                "pipeline schedule for pp {} x vpp {} with {} micro-batches; this run has pp {}, {} chunks, {} "
                "micro-batches", s.pp, s.vpp, s.micro_batches, pp.size(), model.num_chunks(), micro_batches.size());
-  return Runner(s, model, pp, micro_batches, grad_scale, ready, local).run();
+  return Runner(s, model, pp, micro_batches, grad_scale, ready, local, trace).run();
 }
 
 double forward_only_loss(nn::Model& model, comm::Communicator& pp, const data::Batch& batch, Placement placement) {

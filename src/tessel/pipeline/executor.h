@@ -12,6 +12,7 @@
 #include "tessel/data/batch.h"
 #include "tessel/nn/model.h"
 #include "tessel/pipeline/schedule.h"
+#include "tessel/pipeline/trace.h"
 
 namespace tessel::pipeline {
 
@@ -24,9 +25,11 @@ struct LocalPart {
   std::function<data::Batch(const data::Batch&)> cut;  // empty: the whole micro-batch
   int64_t parts = 1;
 };
+// trace (optional): receives this rank's spans, one per operation, on the steady clock.
 double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
                     const std::vector<data::Batch>& micro_batches, float grad_scale,
-                    const nn::Model::GradsReady& ready = nullptr, const LocalPart& local = {});
+                    const nn::Model::GradsReady& ready = nullptr, const LocalPart& local = {},
+                    RankTrace* trace = nullptr);
 
 // Evaluation: one batch forward through every stage in order, nothing kept, the stages placed as a
 // training schedule of that placement places them. Returns the summed loss on every rank of the

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "tessel/core/check.h"
+#include "tessel/pipeline/trace.h"
 
 namespace tessel::pipeline {
 
@@ -182,32 +183,17 @@ std::string render(const Schedule& s, const Timeline& t, double unit) {
 std::string chrome_trace(const Schedule& s, const Timeline& t, double seconds_per_unit) {
   TESSEL_CHECK(std::isfinite(seconds_per_unit) && seconds_per_unit > 0, "trace time unit must be > 0, got {}",
                seconds_per_unit);
-  const double us = seconds_per_unit * 1e6;
-  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-  bool first = true;
-  const auto add = [&](const std::string& event) {
-    out += (first ? "  " : ",\n  ") + event;
-    first = false;
-  };
-  add(fmt::format(R"({{"ph": "M", "pid": 0, "name": "process_name", "args": {{"name": "{} simulated"}}}})", s.kind));
+  std::vector<RankTrace> ranks(size_t(s.pp));
   for (int r = 0; r < s.pp; ++r) {
-    add(fmt::format(R"({{"ph": "M", "pid": 0, "tid": {}, "name": "thread_name", "args": {{"name": "rank {}"}}}})", r, r));
-    bool pair = false;  // inside an F&B pair: its F, then its B and W
-    int left = 0;
+    int pair_left = 0;  // spans left in the current F&B pair: its F, B and W
     for (const Event& e : t.ranks[size_t(r)]) {
-      if (e.op.overlapped) {
-        pair = true;
-        left = 3;
-      }
-      add(fmt::format(R"({{"ph": "X", "pid": 0, "tid": {}, "name": "{}", "ts": {:.3f}, "dur": {:.3f}, )"
-                      R"("args": {{"mb": {}, "chunk": {}, "stage": {}, "pair": {}}}}})",
-                      r, op_name(e.op.kind), e.start * us, (e.end - e.start) * us, e.op.mb, e.op.chunk,
-                      s.virtual_stage(r, e.op.chunk), pair ? "true" : "false"));
-      if (pair && --left == 0) pair = false;
+      if (e.op.overlapped) pair_left = 3;
+      ranks[size_t(r)].push_back({e.op.kind, e.op.mb, e.op.chunk, s.virtual_stage(r, e.op.chunk), pair_left > 0,
+                                  e.start * seconds_per_unit, e.end * seconds_per_unit});
+      pair_left = std::max(0, pair_left - 1);
     }
   }
-  out += "\n]}\n";
-  return out;
+  return pipeline::chrome_trace(s.kind + " simulated", ranks);
 }
 
 }  // namespace tessel::pipeline

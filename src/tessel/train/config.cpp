@@ -146,6 +146,7 @@ struct Schema {
     auto& l = sections["log"];
     l["dir"] = bind_field(c.log.dir, "log.dir");
     l["interval"] = bind_field(c.log.interval, "log.interval");
+    l["pipeline_trace"] = bind_field(c.log.pipeline_trace, "log.pipeline_trace");
 
     sections["resilience"];  // reserved: no keys yet
   }

@@ -99,6 +99,9 @@ struct CheckpointConfig {
 struct LogConfig {
   std::string dir = "runs/latest";
   int64_t interval = 1;
+  // Under pipeline parallelism: each step's timeline (every rank's F, B, W, sends and receives) as a
+  // Chrome trace, log.dir/pipeline_trace.json, rewritten after every step (the last one stays).
+  bool pipeline_trace = false;
 };
 
 struct Config {

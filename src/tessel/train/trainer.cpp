@@ -137,7 +137,8 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   if (reducer) ready = [&](int64_t b, int64_t e) { reducer->ready(b, e); };
   if (pp_) {
     MemoryPhaseScope phase("pipeline schedule");
-    loss = pipeline::run_schedule(schedule_ops_, *model_, *pp_, whole_micro_batches, scale, ready, local);
+    loss = pipeline::run_schedule(schedule_ops_, *model_, *pp_, whole_micro_batches, scale, ready, local,
+                                  cfg_.log.pipeline_trace ? &last_trace_ : nullptr);
     loss = comm::sum_in_rank_order(*pp_, loss);  // the last stage's loss, on every stage
   } else {
     for (size_t k = 0; k < whole_micro_batches.size(); ++k) {  // gradients are final during the last backward
@@ -260,6 +261,15 @@ void Trainer::reduce_tied_embedding() {
   const auto& spec = model_->params().spec("model.embed_tokens.weight");
   embedding_->all_reduce(model_->params().grads_flat().slice(0, spec.offset, spec.offset + spec.numel).device_ptr(),
                          spec.numel, DType::f32, comm::ReduceOp::sum);
+}
+
+std::string Trainer::pipeline_trace_json() {
+  if (!pp_) return "";
+  const auto ranks = pipeline::gather_traces(*pp_, last_trace_);
+  if (pp_->rank() != 0) return "";
+  return pipeline::chrome_trace(fmt::format("{} step, pp {}, {} micro-batches", schedule_ops_.kind, schedule_ops_.pp,
+                                            schedule_ops_.micro_batches),
+                                ranks);
 }
 
 void Trainer::wait_for_parameters() {

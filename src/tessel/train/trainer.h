@@ -13,6 +13,7 @@
 #include "tessel/optim/lr_schedule.h"
 #include "tessel/optim/param_gather.h"
 #include "tessel/pipeline/schedule.h"
+#include "tessel/pipeline/trace.h"
 #include "tessel/train/config.h"
 
 namespace tessel::train {
@@ -76,6 +77,9 @@ class Trainer {
   // Evaluation loss summed over a batch's tokens, the same on every rank (collective over the
   // pipeline group when the model is split into stages).
   double eval_loss_sum(const data::Batch& batch);
+  // The last step's pipeline timeline as a Chrome trace (log.pipeline_trace), on pipeline rank 0; ""
+  // elsewhere and without a pipeline. Collective over the pipeline group.
+  std::string pipeline_trace_json();
 
  private:
   int64_t data_parallel_size() const;                 // replicas taking different micro-batches
@@ -94,6 +98,7 @@ class Trainer {
   comm::Communicator* ep_dp_ = nullptr;  // ranks holding the same experts
   comm::Communicator* shard_ = nullptr;  // the distributed optimizer's group (null: not sharded)
   pipeline::Schedule schedule_ops_;
+  pipeline::RankTrace last_trace_;  // the last step's spans on this rank (log.pipeline_trace)
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<optim::AdamW> opt_;
   // The overlapped parameter all-gather (null: gathered after the step); declared after the model,
