@@ -21,6 +21,13 @@ for kind in zb-h1 zb-h2 zb-v dualpipev; do
   run 4 "llama-pp4-$kind" --set $PP=4 --set $KIND=$kind
   compare llama "llama-pp4-$kind"
 done
+# parallel.overlap_p2p_comm: receives posted one operation early, the same losses; and under the
+# test-only transfer time (every message stamped and held back), still the same.
+run 4 llama-pp4-dualpipev-overlap --set $PP=4 --set $KIND=dualpipev --set parallel.overlap_p2p_comm=true
+compare llama llama-pp4-dualpipev-overlap
+TESSEL_TEST_P2P_DELAY_MS=0.2 run 2 llama-pp2-zb-h1-overlap-delayed --set $PP=2 --set $KIND=zb-h1 \
+  --set parallel.overlap_p2p_comm=true
+compare llama llama-pp2-zb-h1-overlap-delayed
 # Buckets reduced to their owners during each chunk's last W (not the last micro-batch's: deferred).
 run 4 llama-pp2-dp2-zero-zb-v --set $PP=2 --set $KIND=zb-v --set parallel.use_distributed_optimizer=true \
   --set parallel.overlap_grad_reduce=true
@@ -44,6 +51,9 @@ for kind in zb-h1 zb-v dualpipev; do
   run 4 "deepseek-pp2-ep2-$kind" "${DS[@]}" --set $PP=2 --set $EP=2 --set $KIND=$kind
   compare deepseek "deepseek-pp2-ep2-$kind"
 done
+run 4 deepseek-pp2-ep2-dualpipev-overlap "${DS[@]}" --set $PP=2 --set $EP=2 --set $KIND=dualpipev \
+  --set parallel.overlap_p2p_comm=true
+compare deepseek deepseek-pp2-ep2-dualpipev-overlap
 unset CONFIG
 
 # log.pipeline_trace: the last step's timeline, every rank's spans in the order the schedule lists its

@@ -3,12 +3,15 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "tessel/comm/communicator.h"
@@ -99,6 +102,54 @@ class MpiWork : public Work {
   std::function<void()> finish_;
   std::optional<DeviceMemoryAccess> in_flight_;  // no allocation per operation
   bool done_ = false;
+};
+
+// Test-only transfer time: with TESSEL_TEST_P2P_DELAY_MS=D every point-to-point message takes D to
+// move once both its send and its receive are posted (a rendezvous transfer that then runs in the
+// background, as a copy engine would): it is delivered no earlier than max(sent, posted) + D. The
+// sender's steady-clock time (shared by the ranks of one machine) travels beside the message, one
+// i64 under tag + kStampTag; the receiver's wait sleeps the rest. A receive posted early hides the
+// transfer behind whatever runs meanwhile; one posted when needed waits all of D. It shows whether
+// a pipeline schedule overlaps its transfers (bench/pipeline_overlap.sh); unset, nothing changes.
+constexpr int kStampTag = 1 << 28;
+std::chrono::nanoseconds p2p_delay() {
+  static const std::chrono::nanoseconds d = [] {
+    const char* v = std::getenv("TESSEL_TEST_P2P_DELAY_MS");
+    if (!v || !*v) return std::chrono::nanoseconds(0);
+    char* end = nullptr;
+    const double ms = std::strtod(v, &end);
+    TESSEL_CHECK(end && *end == '\0' && std::isfinite(ms) && ms >= 0,
+                 "TESSEL_TEST_P2P_DELAY_MS must be a number of milliseconds >= 0, got '{}'", v);
+    return std::chrono::nanoseconds(int64_t(ms * 1e6));
+  }();
+  return d;
+}
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+int64_t delivered_ns(int64_t sent_ns, int64_t posted_ns) { return std::max(sent_ns, posted_ns) + p2p_delay().count(); }
+
+// A receive under the test latency: the message and its stamp, then the rest of the delay.
+class DelayedRecvWork : public Work {
+ public:
+  DelayedRecvWork(std::unique_ptr<Work> data, std::unique_ptr<Work> stamp, std::unique_ptr<int64_t> sent_ns)
+      : data_(std::move(data)), stamp_(std::move(stamp)), sent_ns_(std::move(sent_ns)), posted_ns_(steady_ns()) {}
+  void wait() override {
+    stamp_->wait();
+    data_->wait();
+    std::this_thread::sleep_until(
+        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(delivered_ns(*sent_ns_, posted_ns_))));
+  }
+  bool test() override {
+    const bool arrived = stamp_->test() & data_->test();  // both tested: both progress
+    return arrived && steady_ns() >= delivered_ns(*sent_ns_, posted_ns_);
+  }
+
+ private:
+  std::unique_ptr<Work> data_, stamp_;
+  std::unique_ptr<int64_t> sent_ns_;
+  int64_t posted_ns_;
 };
 
 // An fp32 staging buffer, accounted as communication memory (a tensor: it lives until the
@@ -242,9 +293,11 @@ class MpiCommunicator : public Communicator {
   void send(const void* buf, int64_t count, DType t, int dst, int tag) override {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("send", count, t);
+    stamp(dst, tag);
     check_mpi(MPI_Send(buf, as_int(count, "send"), move_type(t), dst, tag, comm_), "send");
   }
   void recv(void* buf, int64_t count, DType t, int src, int tag) override {
+    if (p2p_delay().count() > 0) return recv_async(buf, count, t, src, tag)->wait();
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_mpi(MPI_Recv(buf, as_int(count, "recv"), move_type(t), src, tag, comm_, MPI_STATUS_IGNORE), "recv");
   }
@@ -341,6 +394,7 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<Work> send_async(const void* buf, int64_t count, DType t, int dst, int tag) override {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("send", count, t);
+    stamp(dst, tag);
     MPI_Request req;
     check_mpi(MPI_Isend(buf, as_int(count, "send"), move_type(t), dst, tag, comm_, &req), "send");
     return std::make_unique<MpiWork>(req, nullptr);
@@ -349,7 +403,13 @@ class MpiCommunicator : public Communicator {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     MPI_Request req;
     check_mpi(MPI_Irecv(buf, as_int(count, "recv"), move_type(t), src, tag, comm_, &req), "recv");
-    return std::make_unique<MpiWork>(req, nullptr);
+    auto data = std::make_unique<MpiWork>(req, nullptr);
+    if (p2p_delay().count() == 0) return data;
+    auto sent_ns = std::make_unique<int64_t>(0);
+    MPI_Request stamp_req;
+    check_mpi(MPI_Irecv(sent_ns.get(), 1, MPI_INT64_T, src, tag + kStampTag, comm_, &stamp_req), "recv");
+    return std::make_unique<DelayedRecvWork>(std::move(data), std::make_unique<MpiWork>(stamp_req, nullptr),
+                                             std::move(sent_ns));
   }
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm c;
@@ -360,6 +420,12 @@ class MpiCommunicator : public Communicator {
 
  private:
   void count_op(const char* kind, int64_t elements, DType t) { count(kind, elements, t); }
+  // Under the test latency, the send time travels beside each message (a small eager send).
+  void stamp(int dst, int tag) {
+    if (p2p_delay().count() == 0) return;
+    const int64_t now = steady_ns();
+    check_mpi(MPI_Send(&now, 1, MPI_INT64_T, dst, tag + kStampTag, comm_), "send");
+  }
   std::vector<int> int_counts(const std::vector<int64_t>& counts, const char* what) const {
     TESSEL_CHECK(int(counts.size()) == size_, "{}: {} counts for {} ranks", what, counts.size(), size_);
     std::vector<int> c;

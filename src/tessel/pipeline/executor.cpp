@@ -98,8 +98,9 @@ std::vector<std::vector<size_t>> sends_released_after(const Schedule& s, int me)
 class Runner {
  public:
   Runner(const Schedule& s, nn::Model& model, comm::Communicator& pp, const std::vector<data::Batch>& mbs,
-         float grad_scale, const nn::Model::GradsReady& ready, const LocalPart& local, RankTrace* trace)
-      : s_(s), model_(model), pp_(pp), mbs_(mbs), scale_(grad_scale), ready_(ready), local_(local), trace_(trace),
+         float grad_scale, const nn::Model::GradsReady& ready, const LocalPart& local, const RunOptions& options)
+      : s_(s), model_(model), pp_(pp), mbs_(mbs), scale_(grad_scale), ready_(ready), local_(local),
+        trace_(options.trace), prefetch_(options.prefetch),
         rows_(mbs.empty() ? 0 : model.activation_rows(mbs.front().tokens.numel() / local.parts)),
         width_(model.config().hidden_size) {}
 
@@ -111,13 +112,14 @@ class Runner {
     int pair_left = 0;  // spans left in the current F&B pair (F, B, W; the sends and receives between)
     for (size_t i = 0; i < ops.size(); ++i) {
       current_ = i;
+      if (prefetch_ && is_compute(ops[i])) post_receives_after(i);
       const double start = trace_ ? seconds_now() : 0;
       execute(ops[i]);
       if (trace_) {
         const Op& op = ops[i];
         if (op.overlapped) pair_left = 3;
         trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), pair_left > 0, start, seconds_now()});
-        if (op.kind == OpKind::F || op.kind == OpKind::B || op.kind == OpKind::W) pair_left = std::max(0, pair_left - 1);
+        if (is_compute(op)) pair_left = std::max(0, pair_left - 1);
       }
       for (const size_t send : release[i]) {  // complete already: their receiver has moved past them
         auto it = sends_.find(send);
@@ -127,6 +129,7 @@ class Runner {
     }
     for (auto& [i, w] : sends_) w.first->wait();
     sends_.clear();
+    TESSEL_CHECK(posted_.empty(), "pipeline executor: {} receives posted early were never consumed", posted_.size());
     return loss_;
   }
 
@@ -145,10 +148,41 @@ class Runner {
     sends_.emplace(current_, std::make_pair(std::move(w), std::move(t)));  // the buffer lives until the send completes
   }
 
-  Tensor recv(int v_from, int mb, int chunk, Direction d) {
-    Tensor t = Tensor::empty({rows_, width_}, DType::f32);
+  static bool is_compute(const Op& op) {
+    return op.kind == OpKind::F || op.kind == OpKind::B || op.kind == OpKind::W;
+  }
+
+  // The sender and tag of receive op `op` of this rank.
+  std::pair<int, int> source_of(const Op& op) const {
+    const bool fwd = op.kind == OpKind::recv_fwd;
+    const int v_from = stage(op.chunk) + (fwd ? -1 : 1);
+    return {s_.holder(v_from, op.mb).rank, tag(op.mb, op.chunk, s_.vpp, fwd ? kForward : kBackward)};
+  }
+
+  // Posts the receives between compute op i and the next compute op, to run during op i.
+  void post_receives_after(size_t i) {
+    const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
+    for (size_t j = i + 1; j < ops.size() && !is_compute(ops[j]); ++j) {
+      if (ops[j].kind != OpKind::recv_fwd && ops[j].kind != OpKind::recv_bwd) continue;
+      Tensor t = Tensor::empty({rows_, width_}, DType::f32);
+      const auto [src, tg] = source_of(ops[j]);
+      auto w = pp_.recv_async(t.device_ptr(), t.numel(), DType::f32, src, tg);
+      posted_.emplace(j, std::make_pair(std::move(w), std::move(t)));
+    }
+  }
+
+  // Receive op `op` (the current one): waits for it if it was posted early, else receives now.
+  Tensor recv(const Op& op) {
     ProfileScope prof("pp_recv_wait");
-    pp_.recv(t.device_ptr(), t.numel(), DType::f32, s_.holder(v_from, mb).rank, tag(mb, chunk, s_.vpp, d));
+    if (auto it = posted_.find(current_); it != posted_.end()) {
+      it->second.first->wait();
+      Tensor t = std::move(it->second.second);
+      posted_.erase(it);
+      return t;
+    }
+    Tensor t = Tensor::empty({rows_, width_}, DType::f32);
+    const auto [src, tg] = source_of(op);
+    pp_.recv(t.device_ptr(), t.numel(), DType::f32, src, tg);
     return t;
   }
 
@@ -161,8 +195,8 @@ class Runner {
         op.kind == OpKind::F && (model_.first_chunk_is_first_stage(op.chunk) || model_.chunk_is_last_stage(op.chunk));
     const data::Batch mb = reads_batch ? micro_batch(op.mb) : data::Batch{};
     switch (op.kind) {
-      case OpKind::recv_fwd: inputs_[key] = recv(v - 1, op.mb, op.chunk, kForward); break;
-      case OpKind::recv_bwd: grads_[key] = recv(v + 1, op.mb, op.chunk, kBackward); break;
+      case OpKind::recv_fwd: inputs_[key] = recv(op); break;
+      case OpKind::recv_bwd: grads_[key] = recv(op); break;
       case OpKind::send_fwd: send(take(outputs_, key), v + 1, op.mb, kForward); break;
       case OpKind::send_bwd: send(take(input_grads_, key), v - 1, op.mb, kBackward); break;
       case OpKind::F: {
@@ -215,6 +249,7 @@ class Runner {
   const nn::Model::GradsReady& ready_;
   const LocalPart& local_;
   RankTrace* trace_;
+  bool prefetch_;
   int64_t rows_, width_;
   double loss_ = 0;
   std::map<Key, nn::Activations> saved_;
@@ -222,17 +257,18 @@ class Runner {
   size_t current_ = 0;  // index of the op being executed
   std::vector<size_t> last_w_;  // per chunk: index of its last W
   std::map<size_t, std::pair<std::unique_ptr<comm::Work>, Tensor>> sends_;  // by the index of their send op
+  std::map<size_t, std::pair<std::unique_ptr<comm::Work>, Tensor>> posted_;  // receives posted early, by op index
 };
 
 }  // namespace
 
 double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
                     const std::vector<data::Batch>& micro_batches, float grad_scale,
-                    const nn::Model::GradsReady& ready, const LocalPart& local, RankTrace* trace) {
+                    const nn::Model::GradsReady& ready, const LocalPart& local, const RunOptions& options) {
   TESSEL_CHECK(s.pp == pp.size() && s.vpp == model.num_chunks() && s.micro_batches == int(micro_batches.size()),
                "pipeline schedule for pp {} x vpp {} with {} micro-batches; this run has pp {}, {} chunks, {} "
                "micro-batches", s.pp, s.vpp, s.micro_batches, pp.size(), model.num_chunks(), micro_batches.size());
-  return Runner(s, model, pp, micro_batches, grad_scale, ready, local, trace).run();
+  return Runner(s, model, pp, micro_batches, grad_scale, ready, local, options).run();
 }
 
 double forward_only_loss(nn::Model& model, comm::Communicator& pp, const data::Batch& batch, Placement placement) {

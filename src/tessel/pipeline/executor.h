@@ -25,11 +25,17 @@ struct LocalPart {
   std::function<data::Batch(const data::Batch&)> cut;  // empty: the whole micro-batch
   int64_t parts = 1;
 };
-// trace (optional): receives this rank's spans, one per operation, on the steady clock.
+// How the executor runs: trace (optional) receives this rank's spans, one per operation, on the
+// steady clock; prefetch posts each receive before the compute operation that precedes it, so the
+// transfer is in flight during that computation (parallel.overlap_p2p_comm).
+struct RunOptions {
+  RankTrace* trace = nullptr;
+  bool prefetch = false;
+};
 double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
                     const std::vector<data::Batch>& micro_batches, float grad_scale,
                     const nn::Model::GradsReady& ready = nullptr, const LocalPart& local = {},
-                    RankTrace* trace = nullptr);
+                    const RunOptions& options = {});
 
 // Evaluation: one batch forward through every stage in order, nothing kept, the stages placed as a
 // training schedule of that placement places them. Returns the summed loss on every rank of the

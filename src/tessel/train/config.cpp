@@ -113,6 +113,7 @@ struct Schema {
     p["ddp_bucket_size"] = bind_field(c.parallel.ddp_bucket_size, "parallel.ddp_bucket_size");
     p["overlap_grad_reduce"] = bind_field(c.parallel.overlap_grad_reduce, "parallel.overlap_grad_reduce");
     p["overlap_param_gather"] = bind_field(c.parallel.overlap_param_gather, "parallel.overlap_param_gather");
+    p["overlap_p2p_comm"] = bind_field(c.parallel.overlap_p2p_comm, "parallel.overlap_p2p_comm");
     p["auto"] = bind_field(c.parallel.auto_layout, "parallel.auto");
     p["auto_hardware"] = bind_field(c.parallel.auto_hardware, "parallel.auto_hardware");
 

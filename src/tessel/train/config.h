@@ -56,6 +56,11 @@ struct ParallelConfig {
   // The distributed optimizer's parameter all-gather runs layer by layer during the next forward,
   // each layer waiting for its own weights (optim/param_gather.h); false: one all-gather after the step.
   bool overlap_param_gather = false;
+  // Pipeline receives are posted one operation early (before the compute operation that precedes
+  // them), so a transfer is in flight during that computation: the next forward's activations, or an
+  // F&B pair's incoming gradient during its forward (Megatron-LM's overlap_p2p_comm); false: each
+  // receive is posted when the schedule reaches it.
+  bool overlap_p2p_comm = false;
   // Choose the layout (every size above, sequence parallelism, the distributed optimizer, the
   // micro-batch size and recompute) with `tessel plan search` for the world the run is launched
   // with, ranked by predicted tokens/s on auto_hardware (a hardware profile; empty: this machine,
