@@ -131,7 +131,7 @@ int run_train(const TrainOptions& o) {
       // Every rank writes what it owns; rank 0 adds the metadata and publishes (collective).
       where = ckpt::save_distributed_checkpoint(
           cfg.checkpoint.dir, trainer.model().params(), trainer.optimizer(), st, cfg.to_yaml(), cfg.checkpoint.keep,
-          *world, trainer.model().state_tensors(),
+          *world, trainer.checkpoint_state_tensors(),
           {{"world", world->size()}, {"tensor", pstate.tp_size()}, {"pipeline", pstate.pp_size()},
            {"virtual_pipeline", cfg.parallel.virtual_pipeline_model_parallel_size}, {"data", dp},
            {"context", pstate.cp_size()}, {"expert", pstate.ep_size()},
@@ -144,7 +144,7 @@ int run_train(const TrainOptions& o) {
       const auto& c = pstate.coords();
       comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
       where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), gathered.view, st, cfg.to_yaml(),
-                                    cfg.checkpoint.keep, &pstate.tp(), lead, stages, trainer.model().state_tensors(),
+                                    cfg.checkpoint.keep, &pstate.tp(), lead, stages, trainer.checkpoint_state_tensors(),
                                     &pstate.ep());
     }
     world->barrier();

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The zero-bubble and DualPipeV schedules end to end (issue 15): `mpirun -np N tessel train` with
-# parallel.pipeline_schedule = zb-h1, zb-h2, zb-v or dualpipev gives the single-process run's losses,
+# parallel.pipeline_schedule = zb-h1, zb-h2, zb-v, dualpipev or dualpipe gives the single-process run's losses,
 # gradient norms and final parameters over 5 steps on the same global batch (8 micro-batches), fp32
 # (tolerances in compare_runs.py). Deferred W's run after later micro-batches' B's, so each weight
 # gradient is summed in micro-batch order either way; the V's bend (stage P-1 to P on one rank) hands
 # its tensors over in place; under a V rank 0 holds both the embedding and the head, so a tied head
 # needs no embedding group. Dense Llama at pp2 and pp4, GPT-2 with a tied head, DeepSeek-V3-tiny
 # with expert parallelism and multi-token prediction, and the distributed optimizer reducing its
-# buckets during each chunk's last W. DualPipe itself is refused with the reason.
+# buckets during each chunk's last W. Under DualPipe ranks r and P-1-r hold the same two stages: their
+# gradients, expert loads and FP8 amaxes are summed (maxed) over the pair, and only the first saves.
 # Usage: pipeline_schedules_train_test.sh TESSEL_BINARY CONFIG_DIR MPIRUN
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/prelude.sh"
@@ -15,7 +16,7 @@ source "$HERE/train_runs.sh"
 KIND=parallel.pipeline_schedule
 
 single llama
-for kind in zb-h1 zb-h2 zb-v dualpipev; do
+for kind in zb-h1 zb-h2 zb-v dualpipev dualpipe; do
   run 2 "llama-pp2-$kind" --set $PP=2 --set $KIND=$kind
   compare llama "llama-pp2-$kind"
   run 4 "llama-pp4-$kind" --set $PP=4 --set $KIND=$kind
@@ -38,6 +39,22 @@ run 2 gpt2-pp2-zb-v "${GPT2[@]}" --set $PP=2 --set $KIND=zb-v
 compare gpt2 gpt2-pp2-zb-v
 run 4 gpt2-pp4-dualpipev "${GPT2[@]}" --set $PP=4 --set $KIND=dualpipev
 compare gpt2 gpt2-pp4-dualpipev
+run 4 gpt2-pp4-dualpipe "${GPT2[@]}" --set $PP=4 --set $KIND=dualpipe
+compare gpt2 gpt2-pp4-dualpipe
+# DualPipe with data parallelism and ZeRO-1 (buckets reduce-scattered during backward, then the pair's sum).
+run 4 llama-pp2-dp2-zero-dualpipe --set $PP=2 --set $KIND=dualpipe --set parallel.use_distributed_optimizer=true \
+  --set parallel.overlap_grad_reduce=true
+compare llama llama-pp2-dp2-zero-dualpipe
+# A DualPipe run stopped at step 3 resumes to the uninterrupted run's losses, bit for bit.
+run 2 dualpipe-stop --set $PP=2 --set $KIND=dualpipe --set train.exit_interval=3
+run 2 dualpipe-stop --set $PP=2 --set $KIND=dualpipe
+/usr/bin/python3 - <<'PY'
+import json
+def col(d):
+    return [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
+assert col("dualpipe-stop") == col("llama-pp2-dualpipe"), (col("dualpipe-stop"), col("llama-pp2-dualpipe"))
+print("dualpipe: stopped at step 3 and resumed, the losses are the uninterrupted run's bit for bit")
+PY
 run 2 gpt2-pp2-zb-h1 "${GPT2[@]}" --set $PP=2 --set $KIND=zb-h1
 compare gpt2 gpt2-pp2-zb-h1
 
@@ -47,7 +64,7 @@ EP=parallel.expert_model_parallel_size
 DS=(--set model.num_layers=4 --set model.seq_length=64 --set model.vocab_size=256 --set data.path=synthetic)
 export CONFIG=$CONFIGS/deepseek-v3-tiny.yaml
 single deepseek "${DS[@]}"
-for kind in zb-h1 zb-v dualpipev; do
+for kind in zb-h1 zb-v dualpipev dualpipe; do
   run 4 "deepseek-pp2-ep2-$kind" "${DS[@]}" --set $PP=2 --set $EP=2 --set $KIND=$kind
   compare deepseek "deepseek-pp2-ep2-$kind"
 done
@@ -80,10 +97,10 @@ print("traced: every rank ran the zb-v schedule's operations in order; measured 
       f"{priced['measured_makespan'] * 1e3:.1f} ms, predicted from its F/B/W {priced['makespan'] * 1e3:.1f} ms")
 PY
 
-# DualPipe holds every stage twice; training with it is not built yet.
-if launch 2 dualpipe --set $PP=2 --set $KIND=dualpipe; then
-  echo "dualpipe trained: expected a refusal"; exit 1
+# DualPipe needs an even pipeline.
+if launch 3 dualpipe-odd --set $PP=3 --set $KIND=dualpipe --set model.num_layers=6; then
+  echo "dualpipe on 3 stages trained: expected a refusal"; exit 1
 fi
-grep -q "parallel.pipeline_schedule: dualpipe is not supported in training yet" dualpipe.log ||
-  { echo "dualpipe: no reason given:"; tail -3 dualpipe.log; exit 1; }
+grep -q "parallel.pipeline_schedule dualpipe needs an even pipeline_model_parallel_size, got 3" dualpipe-odd.log ||
+  { echo "dualpipe-odd: no reason given:"; tail -3 dualpipe-odd.log; exit 1; }
 echo "pipeline schedules: every run matches the single-process run"

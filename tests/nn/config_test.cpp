@@ -103,7 +103,7 @@ TEST(Config, UnknownSectionAndBadValues) {
   EXPECT_NE(error_of("", {"parallel.pipeline_schedule=gpipe"})
                 .find("allowed: 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev"),
             std::string::npos);
-  // The zero-bubble and V schedules fix their chunks per rank; DualPipe (two copies) does not train yet.
+  // The zero-bubble, V and DualPipe schedules fix their chunks per rank; DualPipe needs an even pipeline.
   for (const char* kind : {"zb-h1", "zb-h2", "zb-v", "dualpipev"})
     EXPECT_EQ(error_of("", {"parallel.pipeline_model_parallel_size=2", "model.num_layers=4",
                             std::string("parallel.pipeline_schedule=") + kind}),
@@ -117,8 +117,12 @@ TEST(Config, UnknownSectionAndBadValues) {
                           "parallel.pipeline_schedule=zb-v"})
                 .find("does not split evenly over 4 pipeline stages"),
             std::string::npos);
-  EXPECT_NE(error_of("", {"parallel.pipeline_model_parallel_size=2", "parallel.pipeline_schedule=dualpipe"})
-                .find("dualpipe is not supported in training yet"),
+  EXPECT_EQ(error_of("", {"parallel.pipeline_model_parallel_size=2", "model.num_layers=4",
+                          "parallel.pipeline_schedule=dualpipe"}),
+            "");  // 2 stages, each held by both ranks
+  EXPECT_NE(error_of("", {"parallel.pipeline_model_parallel_size=3", "model.num_layers=6",
+                          "parallel.pipeline_schedule=dualpipe"})
+                .find("dualpipe needs an even pipeline_model_parallel_size, got 3"),
             std::string::npos);
   EXPECT_NE(error_of("", {"parallel.sequence_parallel=true"}).find("needs tensor_model_parallel_size > 1"),
             std::string::npos);

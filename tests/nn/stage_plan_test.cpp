@@ -50,6 +50,21 @@ TEST(StagePlan, AVPutsTheFirstAndLastStagesOnRankZero) {
   EXPECT_THROW(nn::pipeline_plan(layers(8), 2, 4, 0, {}, nn::ChunkOrder::v_shape), tessel::Error);
 }
 
+TEST(StagePlan, DualPipeRanksRAndPMinus1MinusRHoldTheSameTwoStagesAlike) {
+  // 8 layers, pp 4, 4 stages of 2: ranks 0 and 3 hold stages 0 and 3, ranks 1 and 2 stages 1 and 2.
+  for (int r : {0, 3}) {
+    const auto p = nn::pipeline_plan(layers(8), 4, 2, r, {}, nn::ChunkOrder::dual);
+    EXPECT_EQ(ranges(p), (Ranges{{0, 2}, {6, 8}})) << r;
+    EXPECT_TRUE(p.has_embedding && p.has_head) << r;
+  }
+  for (int r : {1, 2}) {
+    const auto p = nn::pipeline_plan(layers(8), 4, 2, r, {}, nn::ChunkOrder::dual);
+    EXPECT_EQ(ranges(p), (Ranges{{2, 4}, {4, 6}})) << r;
+    EXPECT_FALSE(p.has_embedding || p.has_head) << r;
+  }
+  EXPECT_THROW(nn::pipeline_plan(layers(6), 3, 2, 0, {}, nn::ChunkOrder::dual), tessel::Error);  // odd pp
+}
+
 TEST(StagePlan, ExplicitLayersPerStage) {
   const auto plan = nn::pipeline_plan(layers(7), 3, 1, 1, nn::parse_layer_list("3,2,2", "k"));
   EXPECT_EQ(ranges(plan), (Ranges{{3, 5}}));

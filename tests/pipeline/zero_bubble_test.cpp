@@ -152,13 +152,20 @@ TEST(Placement, TheVsBendStaysOnItsRankAndCostsNoTransfer) {
 TEST(Placement, DualPipeRunsEachMicroBatchOnOneCopyPerRank) {
   const Schedule s = make_dualpipe(4, 8);
   EXPECT_EQ(s.stages(), 4);
+  // Ranks 0 and 3 hold stages 0 and 3, ranks 1 and 2 stages 1 and 2, the lower as chunk 0.
+  EXPECT_EQ(s.virtual_stage(3, 0), 0);
+  EXPECT_EQ(s.virtual_stage(3, 1), 3);
+  EXPECT_EQ(s.virtual_stage(1, 1), 2);
   EXPECT_EQ(s.holder(0, 0).rank, 0);  // the first half enters at rank 0
   EXPECT_EQ(s.holder(0, 4).rank, 3);  // the second at rank 3
   EXPECT_EQ(s.holder(3, 4).rank, 0);
-  EXPECT_FALSE(s.runs(5, 0));
+  EXPECT_EQ(s.holder(3, 4).chunk, 1);
+  EXPECT_TRUE(s.runs(3, 5, 0));   // the second half meets stage 0 on rank 3
+  EXPECT_FALSE(s.runs(3, 1, 0));  // the first half meets it on rank 0
+  EXPECT_TRUE(s.runs(0, 5, 1));   // and stage 3 on rank 0
   Schedule wrong = s;
   for (Op& op : wrong.ranks[1])
-    if (op.mb == 5) op.chunk = 0;
+    if (op.mb == 5) op.chunk = 1 - op.chunk;
   EXPECT_THROW(validate(wrong), Error);
 }
 

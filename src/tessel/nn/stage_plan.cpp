@@ -1,5 +1,6 @@
 #include "tessel/nn/stage_plan.h"
 
+#include <algorithm>
 #include <numeric>
 #include <sstream>
 
@@ -35,15 +36,19 @@ std::vector<int64_t> layers_per_virtual_stage(const ModelConfig& cfg, int pp, in
 
 StagePlan pipeline_plan(const ModelConfig& cfg, int pp, int vpp, int rank,
                         const std::vector<int64_t>& explicit_layers, ChunkOrder order) {
-  const auto per = layers_per_virtual_stage(cfg, pp, vpp, explicit_layers);
+  const bool v_shape = order == ChunkOrder::v_shape, dual = order == ChunkOrder::dual;
+  TESSEL_CHECK(!(v_shape || dual) || vpp == 2, "a V or a DualPipe pipeline has 2 chunks per rank, not {}", vpp);
+  TESSEL_CHECK(!dual || pp % 2 == 0, "a DualPipe pipeline needs an even pipeline size, got {}", pp);
+  const auto per = layers_per_virtual_stage(cfg, pp, dual ? 1 : vpp, explicit_layers);
   TESSEL_CHECK(rank >= 0 && rank < pp, "pipeline rank {} outside [0, {})", rank, pp);
-  const bool v_shape = order == ChunkOrder::v_shape;
-  TESSEL_CHECK(!v_shape || vpp == 2, "a V of pipeline stages has 2 chunks per rank, not {}", vpp);
+  const int low = std::min(rank, pp - 1 - rank), high = std::max(rank, pp - 1 - rank);
   StagePlan plan;
-  plan.has_embedding = rank == 0;
-  plan.has_head = v_shape ? rank == 0 : rank == pp - 1;
+  plan.has_embedding = dual ? low == 0 : rank == 0;
+  plan.has_head = dual ? high == pp - 1 : v_shape ? rank == 0 : rank == pp - 1;
   for (int c = 0; c < vpp; ++c) {
-    const size_t v = v_shape ? size_t(c == 0 ? rank : 2 * pp - 1 - rank) : size_t(c) * size_t(pp) + size_t(rank);
+    const size_t v = dual      ? size_t(c == 0 ? low : high)
+                     : v_shape ? size_t(c == 0 ? rank : 2 * pp - 1 - rank)
+                               : size_t(c) * size_t(pp) + size_t(rank);
     const int64_t begin = std::accumulate(per.begin(), per.begin() + std::ptrdiff_t(v), int64_t(0));
     plan.chunks.push_back({begin, begin + per[v]});
   }

@@ -17,8 +17,9 @@ struct LayerRange {
   int64_t size() const { return end - begin; }
 };
 
-// How a rank's chunks sit in the model (pipeline::Placement's two single-copy layouts).
-enum class ChunkOrder { interleaved, v_shape };
+// How a rank's chunks sit in the model (pipeline::Placement): interleaved, a V over 2 pp stages, or
+// DualPipe's pp stages each held by two ranks (rank r: stages min(r, pp-1-r) and max(r, pp-1-r)).
+enum class ChunkOrder { interleaved, v_shape, dual };
 
 struct StagePlan {
   std::vector<LayerRange> chunks;  // in chunk order (virtual stage c * pp + rank, or the V's)
@@ -35,7 +36,8 @@ StagePlan whole_model_plan(const ModelConfig& cfg);
 std::vector<int64_t> layers_per_virtual_stage(const ModelConfig& cfg, int pp, int vpp,
                                               const std::vector<int64_t>& explicit_layers);
 
-// The plan of pipeline rank `rank` of `pp`, with `vpp` chunks per rank (2 for a V).
+// The plan of pipeline rank `rank` of `pp`, with `vpp` chunks per rank (2 for a V and for dual, whose
+// explicit_layers list pp stages).
 StagePlan pipeline_plan(const ModelConfig& cfg, int pp, int vpp, int rank, const std::vector<int64_t>& explicit_layers,
                         ChunkOrder order = ChunkOrder::interleaved);
 

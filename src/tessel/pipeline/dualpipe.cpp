@@ -102,9 +102,12 @@ Schedule make_dualpipe(int pp, int m) {
   Schedule s{"dualpipe", pp, 2, m, {}};
   s.placement = Placement::dual;
   for (int r = 0; r < pp; ++r) {
-    const bool second_half = r >= pp / 2;  // its phase 0 is chunk 1: the micro-batches entering at rank P - 1
+    // Phase 0 is chunk 0 (the stage nearer the rank's end) on every rank; its micro-batches are those
+    // entering at that end: the first half on the first half of the ranks, the second half on the rest.
+    const bool second_half = r >= pp / 2;
     const int h = second_half ? pp - 1 - r : r;
-    s.ranks.push_back(dual_phases({h, pp / 2, m / 2, h == pp / 2 - 1, {int(second_half), int(!second_half)}, {0, m / 2}}));
+    const std::array<int, 2> first_mb = second_half ? std::array<int, 2>{m / 2, 0} : std::array<int, 2>{0, m / 2};
+    s.ranks.push_back(dual_phases({h, pp / 2, m / 2, h == pp / 2 - 1, {0, 1}, first_mb}));
   }
   return s;
 }

@@ -34,20 +34,20 @@ int Schedule::virtual_stage(int rank, int chunk) const {
   switch (placement) {
     case Placement::interleaved: return chunk * pp + rank;
     case Placement::v_shape: return chunk == 0 ? rank : 2 * pp - 1 - rank;
-    case Placement::dual: return chunk == 0 ? rank : pp - 1 - rank;
+    case Placement::dual: return chunk == 0 ? std::min(rank, pp - 1 - rank) : std::max(rank, pp - 1 - rank);
   }
   return -1;
 }
 
-bool Schedule::runs(int mb, int chunk) const {
-  return placement != Placement::dual || (mb >= micro_batches / 2) == (chunk == 1);
+bool Schedule::runs(int rank, int mb, int chunk) const {
+  return placement != Placement::dual || holder(virtual_stage(rank, chunk), mb).rank == rank;
 }
 
 Where Schedule::holder(int stage, int mb) const {
   switch (placement) {
     case Placement::interleaved: return {stage % pp, stage / pp};
     case Placement::v_shape: return stage < pp ? Where{stage, 0} : Where{2 * pp - 1 - stage, 1};
-    case Placement::dual: return mb < micro_batches / 2 ? Where{stage, 0} : Where{pp - 1 - stage, 1};
+    case Placement::dual: return {mb < micro_batches / 2 ? stage : pp - 1 - stage, stage < pp / 2 ? 0 : 1};
   }
   return {-1, -1};
 }
@@ -139,6 +139,10 @@ Placement placement_of(const std::string& kind) {
   return kind == "zb-v" || kind == "dualpipev" ? Placement::v_shape : Placement::interleaved;
 }
 
+int stages_of(const std::string& kind, int pp, int vpp) {
+  return placement_of(kind) == Placement::dual ? pp : pp * chunks_per_rank(kind, vpp);
+}
+
 int fewest_micro_batches(const std::string& kind, int pp) {
   check_kind(kind);
   if (kind == "zb-h2") return 2 * pp - 1;
@@ -184,11 +188,11 @@ void add_p2p(Schedule& s) {
 
 void validate(const Schedule& s) {
   TESSEL_CHECK(int(s.ranks.size()) == s.pp, "schedule has {} ranks, pp is {}", s.ranks.size(), s.pp);
-  int held = 0;  // (micro-batch, chunk) passes each rank runs
-  for (int mb = 0; mb < s.micro_batches; ++mb)
-    for (int c = 0; c < s.vpp; ++c) held += s.runs(mb, c) ? 1 : 0;
   const auto compute = [](const Op& op) { return op.kind == OpKind::F || op.kind == OpKind::B || op.kind == OpKind::W; };
   for (int r = 0; r < s.pp; ++r) {
+    int held = 0;  // (micro-batch, chunk) passes this rank runs
+    for (int mb = 0; mb < s.micro_batches; ++mb)
+      for (int c = 0; c < s.vpp; ++c) held += s.runs(r, mb, c) ? 1 : 0;
     std::map<std::tuple<int, int, int>, int> seen;  // (kind, mb, chunk) -> position
     const auto& ops = s.ranks[size_t(r)];
     for (int i = 0; i < int(ops.size()); ++i) {
@@ -196,7 +200,7 @@ void validate(const Schedule& s) {
       if (!compute(op)) continue;
       TESSEL_CHECK(op.mb >= 0 && op.mb < s.micro_batches && op.chunk >= 0 && op.chunk < s.vpp,
                    "rank {}: {}({}, {}) out of range", r, op_name(op.kind), op.mb, op.chunk);
-      TESSEL_CHECK(s.runs(op.mb, op.chunk), "rank {}: {}({}, {}): chunk {} does not run micro-batch {} ({})", r,
+      TESSEL_CHECK(s.runs(r, op.mb, op.chunk), "rank {}: {}({}, {}): chunk {} does not run micro-batch {} ({})", r,
                    op_name(op.kind), op.mb, op.chunk, op.chunk, op.mb, s.kind);
       const bool fresh = seen.emplace(std::make_tuple(int(op.kind), op.mb, op.chunk), i).second;
       TESSEL_CHECK(fresh, "rank {}: {}({}, {}) appears twice", r, op_name(op.kind), op.mb, op.chunk);

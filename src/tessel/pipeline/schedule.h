@@ -28,9 +28,12 @@ struct Op {
 //   v_shape      2 chunks, 2P stages in a V: rank r holds stages r and 2P - 1 - r, so rank 0 holds the
 //                first and the last, and rank P - 1 passes stage P - 1's output to stage P itself
 //                (ZB-V, DualPipeV).
-//   dual         P stages, each held twice (DualPipe): chunk 0 of rank r is stage r for the first
-//                half of the micro-batches, which enter at rank 0; chunk 1 is stage P - 1 - r for the
-//                second half, which enter at rank P - 1. A micro-batch runs on one chunk per rank.
+//   dual         P stages, each held twice (DualPipe, even P): rank r holds stages r and P - 1 - r,
+//                the lower as chunk 0, so that ranks r and P - 1 - r hold the same two stages alike
+//                (their parameters are one layout; their gradients are summed). The first half of
+//                the micro-batches enters at rank 0 and meets stage s on rank s, the second half
+//                enters at rank P - 1 and meets it on rank P - 1 - s; a rank runs each micro-batch on
+//                one of its chunks.
 enum class Placement { interleaved, v_shape, dual };
 
 struct Where {
@@ -47,8 +50,9 @@ struct Schedule {
   int stages() const { return placement == Placement::dual ? pp : pp * vpp; }
   // The stage chunk `chunk` of rank `rank` holds.
   int virtual_stage(int rank, int chunk) const;
-  // The micro-batches a chunk runs: every one, except under `dual` (chunk 0 the first half, 1 the rest).
-  bool runs(int mb, int chunk) const;
+  // Whether chunk `chunk` of rank `rank` runs micro-batch mb: always, except under `dual` (the half
+  // of the micro-batches that meets the chunk's stage on this rank).
+  bool runs(int rank, int mb, int chunk) const;
   // The rank and chunk that run stage `stage` for micro-batch `mb`.
   Where holder(int stage, int mb) const;
 };
@@ -111,6 +115,8 @@ Schedule make_schedule(const std::string& kind, int pp, int vpp, int micro_batch
 int chunks_per_rank(const std::string& kind, int vpp);
 // The placement of a kind.
 Placement placement_of(const std::string& kind);
+// The model stages a kind cuts the layers into on pp ranks (pp x chunks; DualPipe's copies: pp).
+int stages_of(const std::string& kind, int pp, int vpp);
 // The fewest micro-batches a kind's generator accepts on pp ranks (zb-h2 2P - 1, DualPipe 2P; else 1).
 int fewest_micro_batches(const std::string& kind, int pp);
 

@@ -283,7 +283,7 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
     // An uneven split names its layers per virtual stage; an even one is the default, reset only
     // where the caller's config names a split of its own ("" is YAML's empty string).
     const std::string kind = k.schedule.empty() ? base.parallel.pipeline_schedule : k.schedule;
-    const std::string split = layers_per_stage(layers, st.pp * pipeline::chunks_per_rank(kind, int(st.vpp)));
+    const std::string split = layers_per_stage(layers, pipeline::stages_of(kind, int(st.pp), int(st.vpp)));
     if (!split.empty() || !base.parallel.pipeline_layers_per_stage.empty())
       c.overrides.push_back(
           fmt::format("parallel.pipeline_layers_per_stage={}", split.empty() ? std::string("\"\"") : split));

@@ -270,10 +270,12 @@ Config Config::load(const std::string& path, const std::vector<std::string>& ove
 nn::StagePlan Config::stage_plan(int pp_rank) const {
   const int pp = int(parallel.pipeline_model_parallel_size);
   if (pp == 1) return nn::whole_model_plan(model);
-  const bool v_shape = pipeline::placement_of(parallel.pipeline_schedule) == pipeline::Placement::v_shape;
+  const pipeline::Placement placement = pipeline::placement_of(parallel.pipeline_schedule);
   return nn::pipeline_plan(model, pp, parallel.chunks_per_rank(), pp_rank,
                            nn::parse_layer_list(parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage"),
-                           v_shape ? nn::ChunkOrder::v_shape : nn::ChunkOrder::interleaved);
+                           placement == pipeline::Placement::v_shape ? nn::ChunkOrder::v_shape
+                           : placement == pipeline::Placement::dual  ? nn::ChunkOrder::dual
+                                                                     : nn::ChunkOrder::interleaved);
 }
 
 int ParallelConfig::chunks_per_rank() const {
@@ -324,10 +326,10 @@ void Config::validate() const {
                  "parallel.pipeline_schedule: '{}' is not supported (allowed: {}; with "
                  "virtual_pipeline_model_parallel_size > 1 1f1b runs interleaved)", parallel.pipeline_schedule, allowed);
   }
-  TESSEL_CHECK(parallel.pipeline_schedule != "dualpipe" || parallel.pipeline_model_parallel_size == 1,
-               "parallel.pipeline_schedule: dualpipe is not supported in training yet (each rank would hold two "
-               "stages' parameters with their gradients summed across the pair); `tessel schedule --kind dualpipe` "
-               "simulates it; dualpipev runs its schedule on one copy of the model");
+  TESSEL_CHECK(parallel.pipeline_schedule != "dualpipe" || parallel.pipeline_model_parallel_size % 2 == 0 ||
+                   parallel.pipeline_model_parallel_size == 1,
+               "parallel.pipeline_schedule dualpipe needs an even pipeline_model_parallel_size, got {} (dualpipev "
+               "runs on any)", parallel.pipeline_model_parallel_size);
   const bool fixed_chunks = parallel.pipeline_schedule != "1f1b" && parallel.pipeline_schedule != "interleaved";
   TESSEL_CHECK(!fixed_chunks || parallel.virtual_pipeline_model_parallel_size == 1,
                "parallel.pipeline_schedule {} sets its own chunks per rank ({}); "
@@ -339,7 +341,9 @@ void Config::validate() const {
   if (parallel.pipeline_model_parallel_size > 1) {
     const auto explicit_layers =
         nn::parse_layer_list(parallel.pipeline_layers_per_stage, "parallel.pipeline_layers_per_stage");
-    nn::layers_per_virtual_stage(model, int(parallel.pipeline_model_parallel_size), parallel.chunks_per_rank(),
+    const int pp = int(parallel.pipeline_model_parallel_size);
+    nn::layers_per_virtual_stage(model, pp, pipeline::stages_of(parallel.pipeline_schedule, pp,
+                                                                int(parallel.virtual_pipeline_model_parallel_size)) / pp,
                                  explicit_layers);
   } else {
     TESSEL_CHECK(parallel.pipeline_layers_per_stage.empty(),

@@ -13,10 +13,6 @@ namespace tessel::train {
 namespace {
 comm::Communicator* multi_rank(comm::Communicator* c) { return c && c->size() > 1 ? c : nullptr; }
 
-bool v_shaped(const Config& cfg) {
-  return pipeline::placement_of(cfg.parallel.pipeline_schedule) == pipeline::Placement::v_shape;
-}
-
 nn::StagePlan stage_plan(const Config& cfg, comm::ParallelState* groups) {
   return !groups || groups->pp_size() == 1 ? nn::whole_model_plan(cfg.model) : cfg.stage_plan(groups->coords().pp);
 }
@@ -34,9 +30,17 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
     pp_ = multi_rank(&groups->pp());
     // The first and last stages both hold the embedding weight when the head is tied to it or
     // multi-token prediction embeds on the last stage; in a V both stages are on rank 0.
-    embedding_ = pp_ && (cfg_.model.tie_embeddings || cfg_.model.mtp_num_layers > 0) && !v_shaped(cfg_)
+    const pipeline::Placement placement = pipeline::placement_of(cfg_.parallel.pipeline_schedule);
+    embedding_ = pp_ && (cfg_.model.tie_embeddings || cfg_.model.mtp_num_layers > 0) &&
+                         placement == pipeline::Placement::interleaved
                      ? groups->embedding()
                      : nullptr;
+    if (pp_ && placement == pipeline::Placement::dual) {
+      // Ranks r and P-1-r hold stages min and max of the two, in that order: one parameter layout.
+      const int P = pp_->size();
+      mirror_pair_ = pp_->split_by([P](int r) { return std::make_pair(std::min(r, P - 1 - r), r); });
+      mirror_ = pp_->rank() >= P / 2;
+    }
     ep_ = multi_rank(&groups->ep());
     ep_dp_ = ep_ ? multi_rank(&groups->ep_dp()) : nullptr;
   }
@@ -47,6 +51,8 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
   const nn::MasterShard master_shard = shard_ ? nn::MasterShard{shard_->rank(), shard_->size()} : nn::MasterShard{};
   model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups), cp_, ep_, master_shard);
   model_->params().initialize(uint64_t(cfg_.train.seed));
+  if (mirror_)  // the pair's first rank saves these parameters and counts them in the norm
+    for (const auto& spec : model_->params().specs()) model_->params().mark_tied_copy(spec.offset);
   if (pp_) {
     const int64_t local = cfg_.grad_accumulation_steps() / data_parallel_size();
     schedule_ops_ = pipeline::make_training_schedule(cfg_.parallel.pipeline_schedule, pp_->size(),
@@ -149,6 +155,10 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   }
   MemoryPhaseScope phase("gradient reduction");
   if (reducer) reducer->finish();
+  if (mirror_pair_) {  // DualPipe: each copy of a stage saw half of the micro-batches
+    ProfileScope prof("mirror_grad_sum");
+    mirror_pair_->all_reduce(ps.grads_flat().device_ptr(), ps.grads_flat().numel(), DType::f32, comm::ReduceOp::sum);
+  }
   if (ep_ && !sharded) reduce_expert_parallel_grads();
   // Expert parallelism with ZeRO: the replicated parameters first sum over the expert-parallel ranks,
   // so the reduce-scatter over the ranks holding the same experts completes their data-parallel sum.
@@ -175,7 +185,8 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   // Delayed FP8 scaling: one amax per tensor across tensor- and data-parallel ranks (experts': the
   // ranks holding the same experts), next scales.
   if (auto* fp8 = model_->fp8_state())
-    fp8->end_step({tp_, dp_}, ep_ ? std::vector<comm::Communicator*>{tp_, ep_dp_} : std::vector<comm::Communicator*>{});
+    fp8->end_step({tp_, dp_, mirror_pair_.get()},
+                  ep_ ? std::vector<comm::Communicator*>{tp_, ep_dp_, mirror_pair_.get()} : std::vector<comm::Communicator*>{});
   StepResult r;
   r.loss = loss / double(tokens);
   r.grad_norm = norm;
@@ -195,7 +206,8 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
     // Under sequence and context parallelism each rank routed only its rows: their loads and their
     // shares of the auxiliary losses add up too (dp_ spans the context-parallel ranks).
     comm::Communicator* sp = cfg_.parallel.sequence_parallel ? tp_ : nullptr;
-    r.expert_load_max_mean = model_->moe_end_step({dp_, sp});
+    r.expert_load_max_mean = model_->moe_end_step({dp_, sp, mirror_pair_.get()});
+    if (mirror_) r.expert_load_max_mean.assign(r.expert_load_max_mean.size(), 0.0);  // its pair reports them
     double aux = model_->moe_take_aux_loss();
     for (comm::Communicator* g : {sp, dp_})
       if (g) aux = comm::sum_in_rank_order(*g, aux);
@@ -270,6 +282,11 @@ std::string Trainer::pipeline_trace_json() {
   return pipeline::chrome_trace(fmt::format("{} step, pp {}, {} micro-batches", schedule_ops_.kind, schedule_ops_.pp,
                                             schedule_ops_.micro_batches),
                                 ranks);
+}
+
+std::vector<std::pair<std::string, Tensor>> Trainer::checkpoint_state_tensors() const {
+  if (mirror_) return {};
+  return model_->state_tensors();
 }
 
 void Trainer::wait_for_parameters() {

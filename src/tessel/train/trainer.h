@@ -80,6 +80,8 @@ class Trainer {
   // The last step's pipeline timeline as a Chrome trace (log.pipeline_trace), on pipeline rank 0; ""
   // elsewhere and without a pipeline. Collective over the pipeline group.
   std::string pipeline_trace_json();
+  // The model's other training state for checkpoints: none on a DualPipe mirror (its pair saves it).
+  std::vector<std::pair<std::string, Tensor>> checkpoint_state_tensors() const;
 
  private:
   int64_t data_parallel_size() const;                 // replicas taking different micro-batches
@@ -96,6 +98,10 @@ class Trainer {
   comm::Communicator* embedding_ = nullptr;
   comm::Communicator* ep_ = nullptr;     // expert parallelism
   comm::Communicator* ep_dp_ = nullptr;  // ranks holding the same experts
+  // DualPipe: the two pipeline ranks holding the same two stages (r and P-1-r); their gradients,
+  // expert loads and FP8 amaxes are combined; the second (a mirror) neither saves nor counts them.
+  std::unique_ptr<comm::Communicator> mirror_pair_;
+  bool mirror_ = false;
   comm::Communicator* shard_ = nullptr;  // the distributed optimizer's group (null: not sharded)
   pipeline::Schedule schedule_ops_;
   pipeline::RankTrace last_trace_;  // the last step's spans on this rank (log.pipeline_trace)
