@@ -99,10 +99,15 @@ int run_schedule(const ScheduleOptions& o) {
     std::printf("costs per stage from %s (seconds): measured step %.6f, mean idle per rank %.6f; predicted "
                 "below\n",
                 o.costs_from.c_str(), measured->makespan, measured->idle);
-  std::printf("%s schedule: pp %d, %d chunks per rank, %d stages, %d micro-batches, F %.3g B %.3g W %.3g F&B %.3g "
-              "comm %.3g (per stage of 1/pp of the model)\n",
-              s.kind.c_str(), s.pp, s.vpp, s.stages(), s.micro_batches, o.costs.f, o.costs.b, o.costs.w,
-              o.costs.fb >= 0 ? o.costs.fb : o.costs.f + o.costs.b + o.costs.w, o.costs.comm);
+  if (measured)
+    std::printf("%s schedule: pp %d, %d chunks per rank, %d stages, %d micro-batches, each stage's F, B, W as "
+                "traced (seconds)\n",
+                s.kind.c_str(), s.pp, s.vpp, s.stages(), s.micro_batches);
+  else
+    std::printf("%s schedule: pp %d, %d chunks per rank, %d stages, %d micro-batches, F %.3g B %.3g W %.3g F&B %.3g "
+                "comm %.3g (per stage of 1/pp of the model)\n",
+                s.kind.c_str(), s.pp, s.vpp, s.stages(), s.micro_batches, o.costs.f, o.costs.b, o.costs.w,
+                o.costs.fb >= 0 ? o.costs.fb : o.costs.f + o.costs.b + o.costs.w, o.costs.comm);
   const double unit = measured ? t.makespan / 120 : std::min({o.costs.f, o.costs.b, o.costs.w}) * s.pp / s.stages();
   std::printf("%s", pipeline::render(s, t, unit > 0 ? unit : 1.0).c_str());
   if (o.ops)
@@ -113,10 +118,10 @@ int run_schedule(const ScheduleOptions& o) {
     }
   if (!o.trace.empty()) {
     std::ofstream f(o.trace);
-    f << pipeline::chrome_trace(s, t);
+    f << pipeline::chrome_trace(s, t, measured ? 1.0 : 1e-3);  // traced costs are seconds already
     f.close();
     TESSEL_CHECK(f.good(), "--trace: cannot write '{}'", o.trace);
-    std::printf("trace: %s (one time unit shown as 1 ms)\n", o.trace.c_str());
+    std::printf("trace: %s (%s)\n", o.trace.c_str(), measured ? "in seconds" : "one time unit shown as 1 ms");
   }
   std::printf("bubble %.3f (makespan - mean busy time per rank)\n", t.bubble);
   std::printf("peak in-flight activations per rank (chunks forwarded, not yet through B):");
