@@ -236,7 +236,7 @@ Action add_plan_command(CLI::App& app) {
       ->delimiter(',');
   sea->add_option("--pipeline-schedules", s->search.pipeline_schedules,
                   "pipeline schedules to try besides the configured one on pipelined layouts, comma-separated "
-                  "(1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev; default: the configured schedule only)")
+                  "(1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev; default: the configured schedule only)")
       ->delimiter(',');
   s->search.workers = int(std::max(1u, std::thread::hardware_concurrency()));
   sea->add_option("--workers", s->search.workers, "processes estimating layouts at once (default: the cores)")

@@ -50,7 +50,10 @@ TEST(ZeroBubble, H2BubbleIsTheClosedFormAboveTheRampOfOneStep) {
         const double bubble = (p - 1) * std::max(c.f, c.f + c.b - 2 * c.w);
         EXPECT_NEAR(t.bubble, bubble, 1e-9) << "p " << p << " m " << m << " F " << c.f << " B " << c.b << " W " << c.w;
         EXPECT_EQ(t.peak_activations[0], 2 * p - 1);
-        for (int r = 0; r < p; ++r) EXPECT_LE(t.peak_activations[size_t(r)], 2 * (p - r) - 1);
+        for (int r = 0; r < p; ++r) {
+          EXPECT_LE(t.peak_activations[size_t(r)], 2 * (p - r) - 1);
+          EXPECT_LE(t.peak_held[size_t(r)], 2 * p - 1) << "p " << p << " m " << m << " rank " << r;  // not O(M)
+        }
       }
   try {
     make_zb_h2(4, 6);

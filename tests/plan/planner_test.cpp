@@ -423,6 +423,13 @@ TEST(Estimate, FewMicroBatchesAndSharedStagesEqualTheFullMeasurement) {
                          with(bf16, {"model.num_layers=8", "parallel.pipeline_model_parallel_size=2",
                                      "parallel.virtual_pipeline_model_parallel_size=2", "train.global_batch_size=12"}),
                          2);
+  // The zero-bubble and DualPipe schedules (deferred W's, a V, two copies per stage): 4 stages,
+  // 16 micro-batches (DualPipe: each half of them standing for its own).
+  for (const char* kind : {"zb-h1", "zb-h2", "zb-v", "dualpipev", "dualpipe"})
+    expect_shortcuts_exact("bench/llama-tiny.yaml",
+                           with(bf16, {"model.num_layers=8", "parallel.pipeline_model_parallel_size=4",
+                                       "train.global_batch_size=16", std::string("parallel.pipeline_schedule=") + kind}),
+                           4);
   // MLA, MoE under expert parallelism, MTP on the last stage, a dense first layer, FP8 blocks.
   expect_shortcuts_exact("deepseek-v3-tiny.yaml",
                          {"train.micro_batch_size=1", "train.global_batch_size=10", "parallel.pipeline_model_parallel_size=2",

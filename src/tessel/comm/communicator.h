@@ -26,6 +26,9 @@ class Work {
   // non-blocking collectives only inside MPI calls, so work meant to overlap computation must be
   // tested now and then (GradReducer does, each time backward reports gradients).
   virtual bool test() = 0;
+  // Abandons an operation that will not be completed (a receive posted early when the step fails),
+  // so that destroying it does not wait for a message that may never come. Receives only.
+  virtual void cancel() {}
 };
 
 // Payload bytes this rank handed to each kind of operation (for `tessel bench`'s communication

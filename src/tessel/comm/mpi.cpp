@@ -91,6 +91,13 @@ class MpiWork : public Work {
     if (flag) complete();
     return done_;
   }
+  void cancel() override {
+    if (done_) return;
+    MPI_Cancel(&req_);
+    MPI_Wait(&req_, MPI_STATUS_IGNORE);  // returns at once for a cancelled receive
+    done_ = true;
+    in_flight_.reset();
+  }
 
  private:
   void complete() {
@@ -134,7 +141,7 @@ int64_t delivered_ns(int64_t sent_ns, int64_t posted_ns) { return std::max(sent_
 class DelayedRecvWork : public Work {
  public:
   DelayedRecvWork(std::unique_ptr<Work> data, std::unique_ptr<Work> stamp, std::unique_ptr<int64_t> sent_ns)
-      : data_(std::move(data)), stamp_(std::move(stamp)), sent_ns_(std::move(sent_ns)), posted_ns_(steady_ns()) {}
+      : sent_ns_(std::move(sent_ns)), data_(std::move(data)), stamp_(std::move(stamp)), posted_ns_(steady_ns()) {}
   void wait() override {
     stamp_->wait();
     data_->wait();
@@ -145,10 +152,14 @@ class DelayedRecvWork : public Work {
     const bool arrived = stamp_->test() & data_->test();  // both tested: both progress
     return arrived && steady_ns() >= delivered_ns(*sent_ns_, posted_ns_);
   }
+  void cancel() override {
+    stamp_->cancel();
+    data_->cancel();
+  }
 
  private:
+  std::unique_ptr<int64_t> sent_ns_;  // declared first: destroyed after the receive into it completes
   std::unique_ptr<Work> data_, stamp_;
-  std::unique_ptr<int64_t> sent_ns_;
   int64_t posted_ns_;
 };
 

@@ -104,6 +104,12 @@ class Runner {
         rows_(mbs.empty() ? 0 : model.activation_rows(mbs.front().tokens.numel() / local.parts)),
         width_(model.config().hidden_size) {}
 
+  // A step that failed leaves receives posted early that no one will wait for: they are cancelled,
+  // not waited on (their peer may have failed too).
+  ~Runner() {
+    for (auto& [i, posted] : posted_) posted.second->cancel();
+  }
+
   double run() {
     const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
     const std::vector<std::vector<size_t>> release = sends_released_after(s_, pp_.rank());
@@ -123,11 +129,11 @@ class Runner {
       }
       for (const size_t send : release[i]) {  // complete already: their receiver has moved past them
         auto it = sends_.find(send);
-        it->second.first->wait();
+        it->second.second->wait();
         sends_.erase(it);
       }
     }
-    for (auto& [i, w] : sends_) w.first->wait();
+    for (auto& [i, w] : sends_) w.second->wait();
     sends_.clear();
     TESSEL_CHECK(posted_.empty(), "pipeline executor: {} receives posted early were never consumed", posted_.size());
     return loss_;
@@ -145,7 +151,7 @@ class Runner {
   void send(Tensor t, int v_to, int mb, Direction d) {
     const Where to = s_.holder(v_to, mb);
     auto w = pp_.send_async(t.device_ptr(), t.numel(), DType::f32, to.rank, tag(mb, to.chunk, s_.vpp, d));
-    sends_.emplace(current_, std::make_pair(std::move(w), std::move(t)));  // the buffer lives until the send completes
+    sends_.emplace(current_, std::make_pair(std::move(t), std::move(w)));  // the buffer lives until the send completes
   }
 
   static bool is_compute(const Op& op) {
@@ -167,7 +173,7 @@ class Runner {
       Tensor t = Tensor::empty({rows_, width_}, DType::f32);
       const auto [src, tg] = source_of(ops[j]);
       auto w = pp_.recv_async(t.device_ptr(), t.numel(), DType::f32, src, tg);
-      posted_.emplace(j, std::make_pair(std::move(w), std::move(t)));
+      posted_.emplace(j, std::make_pair(std::move(t), std::move(w)));
     }
   }
 
@@ -175,8 +181,8 @@ class Runner {
   Tensor recv(const Op& op) {
     ProfileScope prof("pp_recv_wait");
     if (auto it = posted_.find(current_); it != posted_.end()) {
-      it->second.first->wait();
-      Tensor t = std::move(it->second.second);
+      it->second.second->wait();
+      Tensor t = std::move(it->second.first);
       posted_.erase(it);
       return t;
     }
@@ -256,8 +262,10 @@ class Runner {
   std::map<Key, Tensor> inputs_, outputs_, grads_, input_grads_;
   size_t current_ = 0;  // index of the op being executed
   std::vector<size_t> last_w_;  // per chunk: index of its last W
-  std::map<size_t, std::pair<std::unique_ptr<comm::Work>, Tensor>> sends_;  // by the index of their send op
-  std::map<size_t, std::pair<std::unique_ptr<comm::Work>, Tensor>> posted_;  // receives posted early, by op index
+  // In flight, by the index of their op, each buffer before its Work so that the Work (which waits on
+  // destruction) goes first and the buffer outlives the transfer.
+  std::map<size_t, std::pair<Tensor, std::unique_ptr<comm::Work>>> sends_;
+  std::map<size_t, std::pair<Tensor, std::unique_ptr<comm::Work>>> posted_;  // receives posted early
 };
 
 }  // namespace

@@ -77,8 +77,8 @@ Schedule make_interleaved_1f1b(int pp, int vpp, int micro_batches);
 // (P - 1)(F + B - W) against 1F1B's (P - 1)(F + B).
 Schedule make_zb_h1(int pp, int micro_batches);
 
-// ZB-H2: 2(P - r) - 1 warm-up forwards on rank r (up to 2P - 1 micro-batches in flight), then B and
-// F alternate, and W's wait until the forwards are done. Bubble (P - 1)(F + B - 2W) when B >= 2W;
+// ZB-H2: 2(P - r) - 1 warm-up forwards on rank r, then B and F alternate with W running 2r behind B:
+// up to 2P - 1 micro-batches held until W on every rank, at any micro-batch count. Bubble (P - 1)(F + B - 2W) when B >= 2W;
 // below that, the P - 1 forwards before the last rank starts are the floor of one step with a
 // synchronous optimizer step (the paper removes them by overlapping steps, with post-validation of
 // the optimizer step). Needs micro-batches >= 2P - 1.

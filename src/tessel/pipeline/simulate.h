@@ -34,7 +34,7 @@ struct Timeline {
   std::vector<int> peak_held;             // per rank: ... not yet through W (what a deferred W keeps)
 };
 
-// Costs per virtual stage (index chunk * pp + rank): the time of one micro-batch's F, B and W through
+// Costs per virtual stage (index Schedule::virtual_stage(rank, chunk)): the time of one micro-batch's F, B and W through
 // that chunk alone, so stages may differ (the first holds the embedding, the last the output head
 // and loss); comm is the time of one activation (or gradient) transfer between neighbours.
 struct StageCosts {

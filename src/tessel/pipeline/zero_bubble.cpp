@@ -50,11 +50,13 @@ Schedule make_zb_h2(int pp, int m) {
   for (int r = 0; r < pp; ++r) {
     auto& ops = s.ranks[size_t(r)];
     // Rank r forwards until the first gradient comes back (2(P - r) - 1 forward times at equal
-    // costs), then B and F alternate; each W waits for the forwards to end and fills the drain.
+    // costs), then B and F alternate with each W running 2r places behind its B, so that every rank
+    // holds at most 2P - 1 micro-batches until W; the deferred W's fill the drain.
     int f = 0, b = 0, w = 0;
     while (f < 2 * (pp - r) - 1) ops.push_back({OpKind::F, f++, 0});
     while (f < m) {
       ops.push_back({OpKind::B, b++, 0});
+      if (b - w > 2 * r) ops.push_back({OpKind::W, w++, 0});
       ops.push_back({OpKind::F, f++, 0});
     }
     while (b < m) {

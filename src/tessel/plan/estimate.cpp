@@ -1,6 +1,7 @@
 #include "tessel/plan/estimate.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <map>
 #include <tuple>
@@ -53,11 +54,34 @@ struct PricedStage {
 struct MicroBatches {
   int real = 1;      // per rank and step
   int measured = 1;  // run on the meta device: all of them, or a few standing for the rest
-  // Measured micro-batch k stands for itself, except the second to last, which stands for every
-  // micro-batch between the first measured - 2 and the last: all of them run the same ops (the
-  // first and the last can differ: parameter waits, gradient buckets).
-  double weight(int k) const { return measured < real && k == measured - 2 ? double(real - measured + 1) : 1.0; }
+  // DualPipe: the first and the second half of the micro-batches take other chunks (other stages),
+  // so each half stands for its own (measured and real both even).
+  bool halves = false;
+  // The step's own index of measured micro-batch k: under `halves` the second half's first measured
+  // one is the real second half's first.
+  int real_index(int k) const { return halves && measured < real && k >= measured / 2 ? k - measured / 2 + real / 2 : k; }
+  // Measured micro-batch k stands for itself, except the second to last (of each half), which
+  // stands for every micro-batch between the first measured - 2 and the last: all of them run the
+  // same ops (the first and the last can differ: parameter waits, gradient buckets).
+  double weight(int k) const {
+    if (measured >= real) return 1.0;
+    if (!halves) return k == measured - 2 ? double(real - measured + 1) : 1.0;
+    const int h = measured / 2;
+    return k == h - 2 || k == measured - 2 ? double(real / 2 - h + 1) : 1.0;
+  }
 };
+
+// "..., micro-batch K, ..." with K the real step's index of measured micro-batch K.
+std::string with_real_micro_batch(std::string at, const MicroBatches& mbs) {
+  const std::string tag = "micro-batch ";
+  const size_t p = at.find(tag);
+  if (p == std::string::npos) return at;
+  const size_t b = p + tag.size();
+  size_t e = b;
+  while (e < at.size() && std::isdigit(static_cast<unsigned char>(at[e]))) ++e;
+  if (e == b) return at;
+  return at.substr(0, b) + std::to_string(mbs.real_index(std::stoi(at.substr(b, e - b)))) + at.substr(e);
+}
 
 PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s, int dp,
                         const train::StepMeasurement& m, const MicroBatches& mbs) {
@@ -167,9 +191,13 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
   const int P = s.pp, V = P > 1 ? cfg.parallel.chunks_per_rank() : 1;
   const int local_mbs = int(cfg.grad_accumulation_steps() / dp);
   const int fewest = P > 1 ? pipeline::fewest_micro_batches(cfg.parallel.pipeline_schedule, P) : 1;
-  MicroBatches mbs{local_mbs, opt.every_micro_batch ? local_mbs
-                                                    : std::max(std::min(local_mbs, fewest),
-                                                               measured_micro_batches(local_mbs, P, V))};
+  const bool dual = P > 1 && pipeline::placement_of(cfg.parallel.pipeline_schedule) == pipeline::Placement::dual;
+  MicroBatches mbs{local_mbs,
+                   opt.every_micro_batch ? local_mbs
+                                         : std::max(std::min(local_mbs, fewest), measured_micro_batches(local_mbs, P, V)),
+                   dual};
+  // Under DualPipe a chunk runs half of the micro-batches (one direction's).
+  const int per_chunk_mbs = dual ? local_mbs / 2 : local_mbs;
   train::Config measured = cfg;
   measured.train.global_batch_size = int64_t(mbs.measured) * cfg.train.micro_batch_size * dp;
   Estimate est;
@@ -204,7 +232,7 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
       const bool cpu = hw.device == "cpu";
       st.out.peak_bytes = cpu ? m.peak_bytes : m.peak_requested_bytes;
       st.out.peak_bytes_by_category = cpu ? m.peak_bytes_by_category : m.peak_requested_bytes_by_category;
-      st.out.peak_at = m.peak_at;
+      st.out.peak_at = with_real_micro_batch(m.peak_at, mbs);
       for (int c = 0; c < V; ++c) {
         st.out.forward_s += pass_sum(st.pass_s, Part::forward, c) / local_mbs;
         st.out.backward_s += pass_sum(st.pass_s, Part::backward, c) / local_mbs;
@@ -229,9 +257,9 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
     for (int r = 0; r < P; ++r) {
       for (int c = 0; c < V; ++c) {
         const size_t v = size_t(schedule.virtual_stage(r, c));
-        costs.f[v] = pass_sum(stages[size_t(r)].pass_s, Part::forward, c) / local_mbs;
-        costs.b[v] = pass_sum(stages[size_t(r)].pass_s, Part::backward, c) / local_mbs;
-        costs.w[v] = pass_sum(stages[size_t(r)].pass_s, Part::weights, c) / local_mbs;
+        costs.f[v] = pass_sum(stages[size_t(r)].pass_s, Part::forward, c) / per_chunk_mbs;
+        costs.b[v] = pass_sum(stages[size_t(r)].pass_s, Part::backward, c) / per_chunk_mbs;
+        costs.w[v] = pass_sum(stages[size_t(r)].pass_s, Part::weights, c) / per_chunk_mbs;
       }
       costs.comm = std::max(costs.comm, stages[size_t(r)].transfer_s);
     }

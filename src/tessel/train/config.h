@@ -44,8 +44,8 @@ struct ParallelConfig {
   // replicated on it (1); 0: as Megatron-Core, the tensor-parallel size.
   int64_t expert_tensor_parallel_size = 0;
   bool use_distributed_optimizer = false;
-  // 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | dualpipev (pipeline/schedule.h; 1f1b with vpp > 1 runs
-  // interleaved; dualpipe is simulated only)
+  // 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | dualpipe | dualpipev (pipeline/schedule.h; 1f1b with
+  // vpp > 1 runs interleaved)
   std::string pipeline_schedule = "1f1b";
   std::string pipeline_layers_per_stage;   // "3,2,2,1": layers per virtual stage; empty: even split
   int64_t ddp_bucket_size = 4000000;  // elements per data-parallel gradient all-reduce bucket
