@@ -57,6 +57,12 @@ print("dualpipe: stopped at step 3 and resumed, the losses are the uninterrupted
 PY
 run 2 gpt2-pp2-zb-h1 "${GPT2[@]}" --set $PP=2 --set $KIND=zb-h1
 compare gpt2 gpt2-pp2-zb-h1
+# Data-parallel buckets fed during backward while the tied head adds to the embedding's gradient on
+# the same rank (a V, DualPipe): the embedding's range is reported after the head chunk's last W.
+run 4 gpt2-pp2-dp2-zb-v "${GPT2[@]}" --set $PP=2 --set $KIND=zb-v
+compare gpt2 gpt2-pp2-dp2-zb-v
+run 4 gpt2-pp2-dp2-dualpipe "${GPT2[@]}" --set $PP=2 --set $KIND=dualpipe
+compare gpt2 gpt2-pp2-dp2-dualpipe
 
 # DeepSeek-V3-tiny (MLA, MoE with a shared expert, one MTP module) with expert parallelism: MTP on the
 # last stage (rank 0 under a V, with the embedding; rank P-1 otherwise, with its copy).

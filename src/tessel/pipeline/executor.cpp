@@ -114,6 +114,7 @@ class Runner {
     const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
     const std::vector<std::vector<size_t>> release = sends_released_after(s_, pp_.rank());
     last_w_ = last_weight_pass(s_, pp_.rank());
+    check_embedding_final_last();
     if (trace_) trace_->clear();
     int pair_left = 0;  // spans left in the current F&B pair (F, B, W; the sends and receives between)
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -143,6 +144,23 @@ class Runner {
   using Key = std::pair<int, int>;  // (micro-batch, chunk)
 
   int stage(int chunk) const { return s_.virtual_stage(pp_.rank(), chunk); }
+
+  // Where one rank holds both the embedding's chunk and the head's (a V, DualPipe), a tied head and
+  // multi-token prediction add to the embedding's gradient in the head chunk's W's: the embedding's
+  // range is reported final at its own chunk's last W, so that must come after the head chunk's.
+  void check_embedding_final_last() const {
+    const nn::ModelConfig& cfg = model_.config();
+    if (!ready_ || !(cfg.tie_embeddings || cfg.mtp_num_layers > 0)) return;
+    int embedding = -1, head = -1;
+    for (int c = 0; c < model_.num_chunks(); ++c) {
+      if (model_.first_chunk_is_first_stage(c)) embedding = c;
+      if (model_.chunk_is_last_stage(c)) head = c;
+    }
+    if (embedding < 0 || head < 0 || embedding == head) return;
+    TESSEL_CHECK(last_w_[size_t(head)] < last_w_[size_t(embedding)],
+                 "pipeline schedule '{}': rank {} runs its last W of the embedding's chunk before the head's, whose "
+                 "W's still add to the embedding's gradient", s_.kind, pp_.rank());
+  }
 
   static double seconds_now() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
