@@ -2,7 +2,8 @@
 """Draws pipeline timelines from Chrome trace files (`tessel schedule --trace`, one track per rank)
 as one PNG, a panel per trace, for docs/pipeline-schedules.md.
 
-Usage: plot_schedule_traces.py OUT.png TITLE=TRACE.json [TITLE=TRACE.json ...] (split at the last "=")
+Usage: plot_schedule_traces.py [--xlabel=TEXT] OUT.png TITLE=TRACE.json [TITLE=TRACE.json ...] (split at the
+last "="). Times are the trace's milliseconds (the simulator writes one unit as 1 ms).
 F blue, B orange, W green (chunk 1 lighter), F&B pairs hatched; idle time stays white."""
 import json
 import sys
@@ -21,7 +22,11 @@ def spans(path):
 
 
 def main():
-    out, panels = sys.argv[1], [a.rsplit("=", 1) for a in sys.argv[2:]]
+    args = sys.argv[1:]
+    xlabel = "time (units of one stage's F)"
+    if args and args[0].startswith("--xlabel="):
+        xlabel = args.pop(0).split("=", 1)[1]
+    out, panels = args[0], [a.rsplit("=", 1) for a in args[1:]]
     fig, axes = plt.subplots(len(panels), 1, figsize=(12, 1.0 + 1.1 * len(panels) * 1.6), squeeze=False)
     for ax, (title, path) in zip(axes[:, 0], panels):
         ev = spans(path)
@@ -41,7 +46,7 @@ def main():
         ax.set_xlim(0, end / 1e3)
         ax.set_title(f"{title}: makespan {end / 1e3:g}, bubble {(end - busy) / 1e3:g}", fontsize=9, loc="left")
         ax.tick_params(axis="x", labelsize=7)
-    axes[-1, 0].set_xlabel("time (units of one stage's F)", fontsize=8)
+    axes[-1, 0].set_xlabel(xlabel, fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
