@@ -2,11 +2,12 @@
 
 Usage: compare_runs.py REFERENCE RUN [--steps N] [--fp8 [--step1 TOL]]
        compare_runs.py --resumed REFERENCE RUN --from-step K
-       compare_runs.py --fp8-amax REFERENCE RUN
+       compare_runs.py --fp8-amax [--dense] REFERENCE RUN
 Each argument is a run's log.dir, holding metrics.jsonl, with its checkpoint.dir at <log.dir>/ckpt.
 --resumed: RUN resumed at step K from a checkpoint another layout saved and logged the steps after K
 only; its losses are compared with the reference's at the same steps (figure resumed_loss).
---fp8-amax: both runs trained 5 steps with delayed scaling; the step-1 entry of every amax history
+--fp8-amax [--dense]: both runs trained 5 steps with delayed scaling (--dense: a model without routed
+experts); the step-1 entry of every amax history
 in the checkpoints' state.safetensors (experts' included) is compared (figure fp8_step1_amax).
 Every figure is relative; each tolerance is K times the largest value of that figure measured over
 every comparison of the MPI equivalence scripts, with oneDNN capped to each instruction set
@@ -175,14 +176,15 @@ def resumed(ref, run, from_step):
     verdict(run, figures, {k: tolerance(k) for k in figures})
 
 
-def fp8_amax(ref, run):
-    """Step 1 of 5 is entry 4 of each amax history (the newest entry is 0)."""
+def fp8_amax(ref, run, experts=True):
+    """Step 1 of 5 is entry 4 of each amax history (the newest entry is 0). experts: the model has
+    routed experts, whose histories must be among them."""
     a = {k: v for k, v in latest_file(ref, "state").items() if k.endswith(".amax_history")}
     b = {k: v for k, v in latest_file(run, "state").items() if k.endswith(".amax_history")}
     assert a and a.keys() == b.keys(), f"{run}: amax histories differ: {sorted(a.keys() ^ b.keys())}"
-    assert any(".experts." in k for k in a), f"{ref}: no expert amax history"
+    assert not experts or any(".experts." in k for k in a), f"{ref}: no expert amax history"
     figures = {"fp8_step1_amax": max(abs(float(a[k][4] - b[k][4])) / float(a[k][4]) for k in a)}
-    print(f"{run}: step-1 amax of every tensor ({len(a)}, experts included) within "
+    print(f"{run}: step-1 amax of every tensor ({len(a)}{', experts included' if experts else ''}) within "
           f"{figures['fp8_step1_amax']:.1e} of {ref}")
     verdict(run, figures, {k: tolerance(k) for k in figures})
 
@@ -193,7 +195,7 @@ def main():
         return resumed(args[0], args[1], int(sys.argv[sys.argv.index("--from-step") + 1]))
     if "--fp8-amax" in sys.argv:
         args = [a for a in sys.argv[1:] if not a.startswith("--")]
-        return fp8_amax(args[0], args[1])
+        return fp8_amax(args[0], args[1], experts="--dense" not in sys.argv)
     ref, run = sys.argv[1], sys.argv[2]
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 5
     fp8 = "--fp8" in sys.argv

@@ -32,6 +32,13 @@ for recipe in delayed current block; do
 done
 train 4 delayed-tp2-dp2 --set precision.fp8.recipe=delayed --set parallel.tensor_model_parallel_size=2
 /usr/bin/python3 "$HERE/compare_runs.py" delayed delayed-tp2-dp2 --fp8
+# DualPipe: each stage's two copies (pipeline ranks r and P-1-r) run half of the micro-batches each and
+# take the max of their amaxes, so the step-1 amax of every tensor is the single run's (max is exact).
+train 1 delayed-ck --set precision.fp8.recipe=delayed --set checkpoint.dir=delayed-ck/ckpt
+train 2 delayed-pp2-dualpipe --set precision.fp8.recipe=delayed --set parallel.pipeline_model_parallel_size=2 \
+  --set parallel.pipeline_schedule=dualpipe --set checkpoint.dir=delayed-pp2-dualpipe/ckpt
+/usr/bin/python3 "$HERE/compare_runs.py" delayed-ck delayed-pp2-dualpipe --fp8
+/usr/bin/python3 "$HERE/compare_runs.py" --fp8-amax --dense delayed-ck delayed-pp2-dualpipe
 
 # Delayed scaling with expert parallelism: a routed expert's amax is reduced over the ranks holding
 # that expert, not with other experts' at the same slot. The step-1 amax of every tensor (the same
