@@ -41,10 +41,13 @@ run 4 gpt2-pp4-dualpipev "${GPT2[@]}" --set $PP=4 --set $KIND=dualpipev
 compare gpt2 gpt2-pp4-dualpipev
 run 4 gpt2-pp4-dualpipe "${GPT2[@]}" --set $PP=4 --set $KIND=dualpipe
 compare gpt2 gpt2-pp4-dualpipe
-# DualPipe with data parallelism and ZeRO-1 (buckets reduce-scattered during backward, then the pair's sum).
+# DualPipe with data parallelism and ZeRO-1: buckets reduce-scattered during backward, or one reduce-scatter
+# after it; then the pair sums the shard both of its ranks own.
 run 4 llama-pp2-dp2-zero-dualpipe --set $PP=2 --set $KIND=dualpipe --set parallel.use_distributed_optimizer=true \
   --set parallel.overlap_grad_reduce=true
 compare llama llama-pp2-dp2-zero-dualpipe
+run 4 llama-pp2-dp2-zero-dualpipe-after --set $PP=2 --set $KIND=dualpipe --set parallel.use_distributed_optimizer=true
+compare llama llama-pp2-dp2-zero-dualpipe-after
 # A DualPipe run stopped at step 3 resumes to the uninterrupted run's losses, bit for bit.
 run 2 dualpipe-stop --set $PP=2 --set $KIND=dualpipe --set train.exit_interval=3
 run 2 dualpipe-stop --set $PP=2 --set $KIND=dualpipe

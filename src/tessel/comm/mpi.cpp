@@ -127,6 +127,13 @@ std::chrono::nanoseconds p2p_delay() {
     const double ms = std::strtod(v, &end);
     TESSEL_CHECK(end && *end == '\0' && std::isfinite(ms) && ms >= 0,
                  "TESSEL_TEST_P2P_DELAY_MS must be a number of milliseconds >= 0, got '{}'", v);
+    // The stamps' tags sit above every tag tessel uses; the MPI library must allow them.
+    int* tag_ub = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
+    TESSEL_CHECK(found && tag_ub && *tag_ub >= 2 * kStampTag - 1,
+                 "TESSEL_TEST_P2P_DELAY_MS needs MPI tags up to {}; this MPI library allows {}", 2 * kStampTag - 1,
+                 found && tag_ub ? *tag_ub : 32767);
     return std::chrono::nanoseconds(int64_t(ms * 1e6));
   }();
   return d;

@@ -155,10 +155,14 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   }
   MemoryPhaseScope phase("gradient reduction");
   if (reducer) reducer->finish();
-  if (mirror_pair_) {  // DualPipe: each copy of a stage saw half of the micro-batches
+  // DualPipe: each copy of a stage saw half of the micro-batches; the pair sums its gradients (all of
+  // them here; under ZeRO only the owned shard, once it is reduced over data parallelism, below).
+  const auto sum_over_mirror_pair = [&](int64_t begin, int64_t end) {
     ProfileScope prof("mirror_grad_sum");
-    mirror_pair_->all_reduce(ps.grads_flat().device_ptr(), ps.grads_flat().numel(), DType::f32, comm::ReduceOp::sum);
-  }
+    mirror_pair_->all_reduce(ps.grads_flat().slice(0, begin, end).device_ptr(), end - begin, DType::f32,
+                             comm::ReduceOp::sum);
+  };
+  if (mirror_pair_ && !sharded) sum_over_mirror_pair(0, ps.grads_flat().numel());
   if (ep_ && !sharded) reduce_expert_parallel_grads();
   // Expert parallelism with ZeRO: the replicated parameters first sum over the expert-parallel ranks,
   // so the reduce-scatter over the ranks holding the same experts completes their data-parallel sum.
@@ -179,6 +183,8 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
                              comm::ReduceOp::sum);
     ps.grads_flat().slice(0, b, b + n).copy_from(mine);
   }
+  // Both ranks of a pair own the same shard (one layout, the same data-parallel rank).
+  if (mirror_pair_ && sharded) sum_over_mirror_pair(opt_->own_begin(), opt_->own_end());
   const double lr = schedule_.at(iter);
   MemoryPhaseScope stepping("optimizer step");
   const double norm = opt_->step(lr);
