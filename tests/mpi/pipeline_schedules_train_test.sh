@@ -82,6 +82,16 @@ run 4 deepseek-pp2-ep2-dualpipev-overlap "${DS[@]}" --set $PP=2 --set $EP=2 --se
 compare deepseek deepseek-pp2-ep2-dualpipev-overlap
 unset CONFIG
 
+# Evaluation walks the stages as the schedule places them: the valid loss of one process.
+EVAL=(--set train.train_iters=2 --set train.eval_interval=2 --set train.eval_iters=1)
+single eval-single "${EVAL[@]}"
+for kind in zb-v dualpipe; do
+  run 4 "eval-$kind" "${EVAL[@]}" --set $PP=4 --set $KIND=$kind
+  want=$(grep -o "valid loss [0-9.]*" eval-single.log); got=$(grep -o "valid loss [0-9.]*" "eval-$kind.log")
+  [ -n "$want" ] && [ "$want" = "$got" ] || { echo "eval-$kind: '$got', one process: '$want'"; exit 1; }
+done
+echo "evaluation under zb-v and dualpipe (pp4): the single process's $want"
+
 # log.pipeline_trace: the last step's timeline, every rank's spans in the order the schedule lists its
 # operations (sends and receives included); `tessel schedule --costs-from` prices it.
 run 2 traced --set $PP=2 --set $KIND=zb-v --set log.pipeline_trace=true
