@@ -1,6 +1,7 @@
 #include "tessel/pipeline/schedule.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -52,26 +53,31 @@ Where Schedule::holder(int stage, int mb) const {
   return {-1, -1};
 }
 
-Schedule make_1f1b(int pp, int m) {
+Schedule make_1f1b_deferring_w(int pp, int m, const std::function<int(int rank)>& lag) {
   check_schedule_sizes(pp, 1, m);
   Schedule s{"1f1b", pp, 1, m, {}};
   s.ranks.resize(size_t(pp));
   for (int r = 0; r < pp; ++r) {
     auto& ops = s.ranks[size_t(r)];
-    const int warmup = std::min(pp - r - 1, m);
-    int f = 0, b = 0;
-    for (; f < warmup; ++f) ops.push_back({OpKind::F, f, 0});
+    const int behind = lag(r);
+    int f = 0, b = 0, w = 0;
+    const auto backward = [&] {
+      ops.push_back({OpKind::B, b++, 0});
+      if (b - w > behind) ops.push_back({OpKind::W, w++, 0});
+    };
+    for (const int warmup = std::min(pp - r - 1, m); f < warmup;) ops.push_back({OpKind::F, f++, 0});
     while (f < m) {  // steady state: one forward, one backward
       ops.push_back({OpKind::F, f++, 0});
-      ops.push_back({OpKind::B, b, 0});
-      ops.push_back({OpKind::W, b++, 0});
+      backward();
     }
-    for (; b < m; ++b) {
-      ops.push_back({OpKind::B, b, 0});
-      ops.push_back({OpKind::W, b, 0});
-    }
+    while (b < m) backward();
+    while (w < m) ops.push_back({OpKind::W, w++, 0});
   }
   return s;
+}
+
+Schedule make_1f1b(int pp, int m) {
+  return make_1f1b_deferring_w(pp, m, [](int) { return 0; });
 }
 
 Schedule make_interleaved_1f1b(int pp, int vpp, int m) {
@@ -115,14 +121,22 @@ const std::vector<std::string>& schedule_kinds() {
   return kinds;
 }
 
+bool is_schedule_kind(const std::string& kind) {
+  const auto& kinds = schedule_kinds();
+  return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+}
+
+std::string schedule_kinds_text() {
+  std::string text;
+  for (const auto& k : schedule_kinds()) text += (text.empty() ? "" : ", ") + k;
+  return text;
+}
+
 namespace {
 
 void check_kind(const std::string& kind) {
-  const auto& kinds = schedule_kinds();
-  if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) return;
-  std::string allowed;
-  for (const auto& k : kinds) allowed += (allowed.empty() ? "" : ", ") + k;
-  TESSEL_FAIL("pipeline schedule '{}' is not supported (allowed: {})", kind, allowed);
+  TESSEL_CHECK(is_schedule_kind(kind), "pipeline schedule '{}' is not supported (allowed: {})", kind,
+               schedule_kinds_text());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 // runs the two together so that one's communication hides behind the other's compute.
 // Where a rank's chunks sit in the model is the schedule's Placement (below). One executor runs any
 // schedule; one simulator (simulate.h) prices any schedule.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,9 @@ void check_schedule_sizes(int pp, int vpp, int micro_batches);
 // 1F1B (PipeDream-Flush): rank r runs min(P - r - 1, M) warm-up forwards, then alternates one
 // forward and one backward, then drains the remaining backwards. W follows each B.
 Schedule make_1f1b(int pp, int micro_batches);
+// The same order with rank r's W of micro-batch k run once the B of k + lag(r) has (the rest after
+// the last B): 1F1B is lag 0, ZB-H1 lag r.
+Schedule make_1f1b_deferring_w(int pp, int micro_batches, const std::function<int(int rank)>& lag);
 
 // Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): V chunks per rank, micro-batches in groups
 // of P per chunk; warm-up (P - r - 1) * 2 + (V - 1) * P forwards. Requires M % P == 0.
@@ -109,6 +113,8 @@ Schedule make_dualpipe_v(int pp, int micro_batches);
 // DualPipe kinds fix their own: 1, or 2 for zb-v, dualpipe and dualpipev). Throws naming the kind and
 // the allowed ones, or the constraint a size breaks.
 const std::vector<std::string>& schedule_kinds();
+bool is_schedule_kind(const std::string& kind);
+std::string schedule_kinds_text();  // "1f1b, interleaved, ...", for messages
 Schedule make_schedule(const std::string& kind, int pp, int vpp, int micro_batches, const PassTimes& times = {});
 // The chunks per rank a kind runs with, given the configured vpp (which 1f1b and interleaved use;
 // 1f1b with vpp > 1 runs interleaved).

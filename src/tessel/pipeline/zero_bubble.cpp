@@ -16,27 +16,10 @@
 namespace tessel::pipeline {
 
 Schedule make_zb_h1(int pp, int m) {
-  check_schedule_sizes(pp, 1, m);
-  Schedule s{"zb-h1", pp, 1, m, {}};
-  s.ranks.resize(size_t(pp));
-  for (int r = 0; r < pp; ++r) {
-    auto& ops = s.ranks[size_t(r)];
-    // 1F1B's warm-up and steady state; W of micro-batch k runs once B of k + r has (rank r's drain
-    // waits r + 1 gradient hops longer than the last rank's, and the r deferred W's fill it).
-    const int lag = r;
-    int f = 0, b = 0, w = 0;
-    const auto backward = [&] {
-      ops.push_back({OpKind::B, b++, 0});
-      if (b - w > lag) ops.push_back({OpKind::W, w++, 0});
-    };
-    for (const int warmup = std::min(pp - r - 1, m); f < warmup;) ops.push_back({OpKind::F, f++, 0});
-    while (f < m) {
-      ops.push_back({OpKind::F, f++, 0});
-      backward();
-    }
-    while (b < m) backward();
-    while (w < m) ops.push_back({OpKind::W, w++, 0});
-  }
+  // 1F1B's warm-up and steady state; W of micro-batch k runs once B of k + r has (rank r's drain
+  // waits r + 1 gradient hops longer than the last rank's, and the r deferred W's fill it).
+  Schedule s = make_1f1b_deferring_w(pp, m, [](int r) { return r; });
+  s.kind = "zb-h1";
   return s;
 }
 

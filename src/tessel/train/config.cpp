@@ -318,14 +318,10 @@ void Config::validate() const {
                  "parallel.expert_model_parallel_size {} needs Mixture-of-Experts layers whose model.num_experts ({}) "
                  "it divides", parallel.expert_model_parallel_size, model.num_experts);
   }
-  {
-    const auto& kinds = pipeline::schedule_kinds();
-    std::string allowed;
-    for (const auto& k : kinds) allowed += (allowed.empty() ? "" : ", ") + k;
-    TESSEL_CHECK(std::find(kinds.begin(), kinds.end(), parallel.pipeline_schedule) != kinds.end(),
-                 "parallel.pipeline_schedule: '{}' is not supported (allowed: {}; with "
-                 "virtual_pipeline_model_parallel_size > 1 1f1b runs interleaved)", parallel.pipeline_schedule, allowed);
-  }
+  TESSEL_CHECK(pipeline::is_schedule_kind(parallel.pipeline_schedule),
+               "parallel.pipeline_schedule: '{}' is not supported (allowed: {}; with "
+               "virtual_pipeline_model_parallel_size > 1 1f1b runs interleaved)", parallel.pipeline_schedule,
+               pipeline::schedule_kinds_text());
   TESSEL_CHECK(parallel.pipeline_schedule != "dualpipe" || parallel.pipeline_model_parallel_size % 2 == 0 ||
                    parallel.pipeline_model_parallel_size == 1,
                "parallel.pipeline_schedule dualpipe needs an even pipeline_model_parallel_size, got {} (dualpipev "
