@@ -13,6 +13,7 @@ std::unique_ptr<comm::Communicator> make_world() {
 RunContext make_run_context(const train::Config& cfg, std::unique_ptr<comm::Communicator> world) {
   RunContext c;
   c.world = world ? std::move(world) : make_world();
+  if (c.world->label().empty()) c.world->set_label("world");  // named in the watchdog's messages
   c.groups = std::make_unique<comm::ParallelState>(*c.world, cfg.parallel_sizes());
   c.lead = c.world->rank() == 0;
   if (c.lead)

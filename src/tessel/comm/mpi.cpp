@@ -1,5 +1,6 @@
 // The MPI backend (OpenMPI). bf16 has no MPI type: data movement sends it as 16-bit words, and
 // reductions widen to fp32, reduce, and round back once (RNE).
+#include <fmt/ranges.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "tessel/comm/communicator.h"
+#include "tessel/comm/watchdog.h"
 #include "tessel/core/check.h"
 #include "tessel/core/device_arena.h"
 #include "tessel/core/tensor.h"
@@ -67,8 +69,8 @@ class MpiWork : public Work {
  public:
   // Device memory stays reachable while the transfer is in flight (core/device_arena.h): MPI moves
   // it in the background, and the peer may read it directly (shared-memory single copy).
-  MpiWork(MPI_Request r, std::function<void()> finish)
-      : req_(r), finish_(std::move(finish)) {
+  MpiWork(MPI_Request r, std::function<void()> finish, std::shared_ptr<const WaitInfo> watch = nullptr)
+      : req_(r), finish_(std::move(finish)), watch_(std::move(watch)) {
     in_flight_.emplace();
   }
   ~MpiWork() override {
@@ -81,7 +83,10 @@ class MpiWork : public Work {
   }
   void wait() override {
     if (done_) return;
-    check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "wait");
+    {
+      const WaitWatch timed(watch_);  // resilience.collective_timeout_s
+      check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "wait");
+    }
     complete();
   }
   bool test() override {
@@ -107,6 +112,7 @@ class MpiWork : public Work {
   }
   MPI_Request req_;
   std::function<void()> finish_;
+  std::shared_ptr<const WaitInfo> watch_;  // what the watchdog names if the wait never ends
   std::optional<DeviceMemoryAccess> in_flight_;  // no allocation per operation
   bool done_ = false;
 };
@@ -190,6 +196,16 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    // The members' world ranks, for the watchdog's messages and group keys.
+    MPI_Group mine, world;
+    MPI_Comm_group(comm_, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    std::vector<int> ranks(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) ranks[size_t(r)] = r;
+    world_ranks_.resize(ranks.size());
+    MPI_Group_translate_ranks(mine, size_, ranks.data(), world, world_ranks_.data());
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
   }
   ~MpiCommunicator() override {
     int finalized = 0;
@@ -210,6 +226,7 @@ class MpiCommunicator : public Communicator {
   void all_to_all(const void* in, void* out, int64_t count, DType t) override {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("all_to_all", count * size_, t);
+    const WaitWatch timed(watched("all_to_all"));
     check_mpi(MPI_Alltoall(in, as_int(count, "all_to_all"), move_type(t), out, as_int(count, "all_to_all"),
                            move_type(t), comm_),
               "all_to_all");
@@ -233,6 +250,7 @@ class MpiCommunicator : public Communicator {
       so += sc[size_t(j)];
       ro += rc[size_t(j)];
     }
+    const WaitWatch timed(watched("all_to_all_v"));
     check_mpi(MPI_Alltoallv(in, s.data(), sd.data(), move_type(t), out, r.data(), rd.data(), move_type(t), comm_),
               "all_to_all_v");
   }
@@ -247,6 +265,7 @@ class MpiCommunicator : public Communicator {
       total += n;
     }
     count_op("reduce_scatter", total, t);
+    const WaitWatch timed(watched("reduce_scatter_v"));
     if (total > mpi_max_count()) {
       // Beyond MPI's int counts (a stage of more than 2^31 parameters): each rank's block reduced to
       // it, in chunks. The same bytes arrive; MPI's reduce-scatter algorithm is not used.
@@ -275,6 +294,7 @@ class MpiCommunicator : public Communicator {
       TESSEL_CHECK(n >= 0, "all_gather_v: a count of {} elements", n);
       total += n;
     }
+    const WaitWatch timed(watched("all_gather_v"));
     if (total > mpi_max_count()) {
       // Beyond MPI's int displacements (the flat parameters of more than 2^31 elements): each rank's
       // block broadcast from it, in chunks. Every rank receives the same bytes as from an all-gather.
@@ -306,22 +326,29 @@ class MpiCommunicator : public Communicator {
   void broadcast(void* buf, int64_t count, DType t, int root) override {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("broadcast", count, t);
+    const WaitWatch timed(watched("broadcast"));
     check_mpi(MPI_Bcast(buf, as_int(count, "broadcast"), move_type(t), root, comm_), "broadcast");
   }
   void send(const void* buf, int64_t count, DType t, int dst, int tag) override {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("send", count, t);
     stamp(dst, tag);
+    const WaitWatch timed(watched("send", dst));
     check_mpi(MPI_Send(buf, as_int(count, "send"), move_type(t), dst, tag, comm_), "send");
   }
   void recv(void* buf, int64_t count, DType t, int src, int tag) override {
     if (p2p_delay().count() > 0) return recv_async(buf, count, t, src, tag)->wait();
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
+    const WaitWatch timed(watched("recv", src));
     check_mpi(MPI_Recv(buf, as_int(count, "recv"), move_type(t), src, tag, comm_, MPI_STATUS_IGNORE), "recv");
   }
-  void barrier() override { check_mpi(MPI_Barrier(comm_), "barrier"); }
+  void barrier() override {
+    const WaitWatch timed(watched("barrier"));
+    check_mpi(MPI_Barrier(comm_), "barrier");
+  }
 
   std::unique_ptr<Work> all_reduce_async(void* buf, int64_t count, DType t, ReduceOp op) override {
+    auto watch = watched("all_reduce");  // posted now: its place in the group's sequence
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_reducible(t, "all_reduce");
     count_op("all_reduce", count, t);
@@ -333,13 +360,14 @@ class MpiCommunicator : public Communicator {
       return std::make_unique<MpiWork>(req, [f, buf, count] {
         const DeviceAccessScope on_device;
         kernels::cast_f32_to_bf16(count, f.data<float>(), static_cast<bf16*>(buf));
-      });
+      }, watch);
     }
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, as_int(count, "all_reduce"), move_type(t), mpi_op(op), comm_, &req),
               "all_reduce");
-    return std::make_unique<MpiWork>(req, nullptr);
+    return std::make_unique<MpiWork>(req, nullptr, watch);
   }
   std::unique_ptr<Work> all_gather_v_async(void* out, const std::vector<int64_t>& counts, DType t) override {
+    auto watch = watched("all_gather_v");  // posted now: its place in the group's sequence
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     TESSEL_CHECK(int(counts.size()) == size_, "all_gather_v: {} counts for {} ranks", counts.size(), size_);
     int64_t at = 0, total = 0;
@@ -366,9 +394,10 @@ class MpiCommunicator : public Communicator {
     check_mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, arrays->first.data(), arrays->second.data(),
                               move_type(t), comm_, &req),
               "all_gather_v");
-    return std::make_unique<MpiWork>(req, [arrays] {});
+    return std::make_unique<MpiWork>(req, [arrays] {}, watch);
   }
   std::unique_ptr<Work> reduce_async(void* buf, int64_t count, DType t, ReduceOp op, int root) override {
+    auto watch = watched("reduce");  // posted now: its place in the group's sequence
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_reducible_v(t, "reduce");
     TESSEL_CHECK(root >= 0 && root < size_, "reduce: root {} outside the {} ranks", root, size_);
@@ -377,19 +406,21 @@ class MpiCommunicator : public Communicator {
     check_mpi(MPI_Ireduce(root == rank_ ? MPI_IN_PLACE : buf, buf, as_int(count, "reduce"), move_type(t), mpi_op(op),
                           root, comm_, &req),
               "reduce");
-    return std::make_unique<MpiWork>(req, nullptr);
+    return std::make_unique<MpiWork>(req, nullptr, watch);
   }
   std::unique_ptr<Work> all_gather_async(const void* in, void* out, int64_t count, DType t) override {
+    auto watch = watched("all_gather");  // posted now: its place in the group's sequence
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("all_gather", count, t);
     MPI_Request req;
     check_mpi(MPI_Iallgather(in, as_int(count, "all_gather"), move_type(t), out, as_int(count, "all_gather"),
                              move_type(t), comm_, &req),
               "all_gather");
-    return std::make_unique<MpiWork>(req, nullptr);
+    return std::make_unique<MpiWork>(req, nullptr, watch);
   }
   std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, int64_t count, DType t,
                                              ReduceOp op) override {
+    auto watch = watched("reduce_scatter");  // posted now: its place in the group's sequence
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_reducible(t, "reduce_scatter");
     count_op("reduce_scatter", count * size_, t);
@@ -402,26 +433,28 @@ class MpiCommunicator : public Communicator {
       return std::make_unique<MpiWork>(req, [fin, fout, out, count] {
         const DeviceAccessScope on_device;
         kernels::cast_f32_to_bf16(count, fout.data<float>(), static_cast<bf16*>(out));
-      });
+      }, watch);
     }
     check_mpi(MPI_Ireduce_scatter_block(in, out, as_int(count, "reduce_scatter"), move_type(t), mpi_op(op), comm_,
                                         &req),
               "reduce_scatter");
-    return std::make_unique<MpiWork>(req, nullptr);
+    return std::make_unique<MpiWork>(req, nullptr, watch);
   }
   std::unique_ptr<Work> send_async(const void* buf, int64_t count, DType t, int dst, int tag) override {
+    auto watch = watched("send", dst);  // posted now: its place in the group's sequence
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("send", count, t);
     stamp(dst, tag);
     MPI_Request req;
     check_mpi(MPI_Isend(buf, as_int(count, "send"), move_type(t), dst, tag, comm_, &req), "send");
-    return std::make_unique<MpiWork>(req, nullptr);
+    return std::make_unique<MpiWork>(req, nullptr, watch);
   }
   std::unique_ptr<Work> recv_async(void* buf, int64_t count, DType t, int src, int tag) override {
+    auto watch = watched("recv", src);  // posted now: its place in the group's sequence
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     MPI_Request req;
     check_mpi(MPI_Irecv(buf, as_int(count, "recv"), move_type(t), src, tag, comm_, &req), "recv");
-    auto data = std::make_unique<MpiWork>(req, nullptr);
+    auto data = std::make_unique<MpiWork>(req, nullptr, watch);
     if (p2p_delay().count() == 0) return data;
     auto sent_ns = std::make_unique<int64_t>(0);
     MPI_Request stamp_req;
@@ -450,9 +483,25 @@ class MpiCommunicator : public Communicator {
     for (int64_t n : counts) c.push_back(as_int(n, what));
     return c;
   }
+  // The watchdog's record of a collective this rank posts now (the next in this group's sequence),
+  // or of a transfer with group rank `peer`; null while no watchdog runs.
+  std::shared_ptr<const WaitInfo> watched(const char* op, int peer = -1) {
+    if (peer < 0) ++posted_;
+    if (!watchdog_running()) return nullptr;
+    if (key_label_ != label() || group_key_.empty()) {
+      key_label_ = label();
+      group_key_ = fmt::format("{}[{}]", label().empty() ? "group" : label(), fmt::join(world_ranks_, ","));
+    }
+    if (peer < 0) note_collective_posted(group_key_, posted_);
+    return std::make_shared<const WaitInfo>(
+        WaitInfo{op, group_key_, world_ranks_, posted_, peer < 0 ? -1 : world_ranks_[size_t(peer)]});
+  }
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;
+  int64_t posted_ = 0;  // collectives this rank posted on the group
+  std::string group_key_, key_label_;
 };
 
 void finalize_mpi() {
