@@ -123,7 +123,7 @@ void gather_stages(comm::Communicator* pp, Named& list) {
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullOptimizerState& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
                             comm::Communicator* tp, bool write, comm::Communicator* pp,
-                            const NamedTensors& extra_state, comm::Communicator* ep) {
+                            const NamedTensors& extra_state, comm::Communicator* ep, bool publish) {
   const DeviceAccessScope host_copy;  // a checkpoint save copies device memory to the host
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
   // Whole tensors first (collective over tp, then over pp), then only the writer touches the disk.
@@ -152,12 +152,13 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
   gather_stages(pp, optim_tensors);
   gather_stages(pp, extra);
   if (!write) return "";
-  return write_whole_checkpoint(dir, model_tensors, optim_tensors, extra, state, opt.optimizer_steps, config_yaml, keep);
+  return write_whole_checkpoint(dir, model_tensors, optim_tensors, extra, state, opt.optimizer_steps, config_yaml, keep,
+                                publish);
 }
 
 std::string write_whole_checkpoint(const std::string& dir, const NamedTensors& model_tensors,
                                    const NamedTensors& optim_tensors, const NamedTensors& extra, const TrainState& state,
-                                   int64_t optimizer_steps, const std::string& config_yaml, int64_t keep) {
+                                   int64_t optimizer_steps, const std::string& config_yaml, int64_t keep, bool publish) {
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
   nlohmann::json tensors = nlohmann::json::object();
   for (const auto& [name, t] : model_tensors) {
@@ -196,7 +197,7 @@ std::string write_whole_checkpoint(const std::string& dir, const NamedTensors& m
                              {"config", config_yaml}};
   write_text_file(tmp / "metadata.json", md.dump(2) + "\n");
   fsync_path(tmp, true);
-  return publish_checkpoint(dir, state.step, tmp, keep);
+  return publish ? publish_checkpoint(dir, state.step, tmp, keep) : tmp.string();
 }
 
 namespace {

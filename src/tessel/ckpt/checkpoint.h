@@ -59,12 +59,16 @@ struct FullOptimizerState {
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullOptimizerState& moments,
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
                             comm::Communicator* tp = nullptr, bool write = true, comm::Communicator* pp = nullptr,
-                            const NamedTensors& extra_state = {}, comm::Communicator* ep = nullptr);
+                            const NamedTensors& extra_state = {}, comm::Communicator* ep = nullptr, bool publish = true);
 // Writes whole tensors (model: parameters by name; optim: exp_avg.<name>, exp_avg_sq.<name>; extra:
 // other training state) as a tessel-checkpoint-1 under dir and publishes it; one writer.
+// publish = false (here and in the savers above and in distributed_checkpoint.h): the complete,
+// fsynced checkpoint stays in its temporary directory, which is returned, until the caller publishes
+// it (publish_checkpoint, checkpoint_files.h) or removes it: resilience publishes a checkpoint only
+// once the step after it passed the detectors.
 std::string write_whole_checkpoint(const std::string& dir, const NamedTensors& model, const NamedTensors& optim,
                                    const NamedTensors& extra, const TrainState& state, int64_t optimizer_steps,
-                                   const std::string& config_yaml, int64_t keep);
+                                   const std::string& config_yaml, int64_t keep, bool publish = true);
 // The same for an optimizer that owns every parameter.
 std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessel/ckpt/checkpoint.h"
+#include "tessel/ckpt/safetensors.h"
 #include "tessel/core/check.h"
 
 namespace tessel::ckpt {
@@ -61,6 +62,7 @@ uint32_t bytes_crc32(const void* data, size_t n) {
 void write_text_file(const fs::path& p, const std::string& text) {
   {
     std::ofstream out(p, std::ios::trunc);
+    fail_if_disk_full(p.string());
     out << text;
     out.flush();  // a full disk shows here, not in the destructor's silent close
     TESSEL_CHECK(out.good(), "cannot write '{}': {}", p.string(), std::strerror(errno));

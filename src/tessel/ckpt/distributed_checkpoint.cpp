@@ -73,7 +73,7 @@ std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.safetenso
 std::string save_distributed_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                                         const TrainState& state, const std::string& config_yaml, int64_t keep,
                                         comm::Communicator& world, const NamedTensors& extra_state,
-                                        const std::vector<std::pair<std::string, int64_t>>& layout) {
+                                        const std::vector<std::pair<std::string, int64_t>>& layout, bool publish) {
   const DeviceAccessScope host_copy;  // a checkpoint save copies device memory to the host
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
   const int rank = world.rank(), n = world.size();
@@ -173,14 +173,14 @@ std::string save_distributed_checkpoint(const std::string& dir, const nn::ParamS
                      {"config", config_yaml}};
     write_text_file(tmp / "metadata.json", md.dump(1) + "\n");
     fsync_path(tmp, true);
-    publish_checkpoint(dir, state.step, tmp, keep);
+    if (publish) publish_checkpoint(dir, state.step, tmp, keep);
   } else {
     world.send(report, 3, DType::i64, 0, kTagFile);
   }
   // Every rank returns once the checkpoint is published (the next save cannot overtake this one).
   int64_t done = 1;
   world.broadcast(&done, 1, DType::i64, 0);
-  return (fs::path(dir) / step_name(state.step)).string();
+  return publish ? (fs::path(dir) / step_name(state.step)).string() : tmp.string();
 }
 
 std::string consolidate_checkpoint(const std::string& ckpt_dir, const std::string& out_dir) {

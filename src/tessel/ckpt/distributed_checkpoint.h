@@ -26,11 +26,13 @@
 namespace tessel::ckpt {
 
 // Collective over world (every rank of the job). layout: the parallel sizes, recorded in
-// metadata.json for information. Returns the published directory on every rank.
+// metadata.json for information. Returns the published directory on every rank (publish = false:
+// the complete temporary directory, which rank 0 publishes later; see write_whole_checkpoint).
 std::string save_distributed_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                                         const TrainState& state, const std::string& config_yaml, int64_t keep,
                                         comm::Communicator& world, const NamedTensors& extra_state,
-                                        const std::vector<std::pair<std::string, int64_t>>& layout);
+                                        const std::vector<std::pair<std::string, int64_t>>& layout,
+                                        bool publish = true);
 
 // Writes the checkpoint ckpt_dir (either format) as a tessel-checkpoint-1 of whole tensors under
 // out_dir (a checkpoint.dir: step_N and latest), with its step, data position, optimizer state and

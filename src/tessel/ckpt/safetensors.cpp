@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -142,6 +143,16 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& sou
   return read_from(src, int64_t(bytes.size()), source);
 }
 
+namespace {
+bool g_disk_full = false;
+}
+
+void simulate_disk_full(bool on) { g_disk_full = on; }
+
+void fail_if_disk_full(const std::string& path) {
+  TESSEL_CHECK(!g_disk_full, "cannot write '{}': {} (injected fault disk-full)", path, std::strerror(ENOSPC));
+}
+
 void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
                        const std::vector<std::pair<std::string, Tensor>>& tensors) {
   const DeviceAccessScope host_copy;  // tensors to a file: a device-to-host copy
@@ -162,8 +173,10 @@ void write_safetensors(const std::string& path, const std::map<std::string, std:
   const uint64_t len = header.size();
   out.write(reinterpret_cast<const char*>(&len), 8);
   out.write(header.data(), int64_t(len));
+  fail_if_disk_full(path);  // as a full disk would: the header written, the data not
   for (const auto& [name, t] : tensors) out.write(static_cast<const char*>(t.raw()), int64_t(t.nbytes()));
-  TESSEL_CHECK(out.good(), "failed writing safetensors file '{}'", path);
+  out.flush();  // a full disk shows here, not in the destructor's silent close
+  TESSEL_CHECK(out.good(), "failed writing safetensors file '{}': {}", path, std::strerror(errno));
 }
 
 }  // namespace tessel::ckpt

@@ -43,6 +43,10 @@ class SafetensorsReader {
 // The same for a whole file already in memory; source names it in messages. No global state: a
 // fuzz target for the complete format.
 SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& source);
+// Fault injection (resilience `disk-full`): while on, every checkpoint file write fails as a full
+// disk makes it fail (ENOSPC), after the file was created.
+void simulate_disk_full(bool on);
+void fail_if_disk_full(const std::string& path);  // throws "cannot write PATH: No space left on device" while on
 void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
                        const std::vector<std::pair<std::string, Tensor>>& tensors);
 

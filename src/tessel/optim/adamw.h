@@ -44,6 +44,8 @@ class AdamW {
   // Moments of the owned range (element 0 is parameter element own_begin).
   float* exp_avg_data() const { return m_.data<float>(); }
   float* exp_avg_sq_data() const { return v_.data<float>(); }
+  const Tensor& exp_avg() const { return m_; }  // the same, as tensors on the parameters' device
+  const Tensor& exp_avg_sq() const { return v_; }
 
  private:
   nn::ParamStore& ps_;

@@ -2,6 +2,7 @@
 
 #include "tessel/core/profiler.h"
 
+#include <limits>
 #include <vector>
 
 #include "tessel/nn/context_parallel.h"
@@ -39,6 +40,7 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
       // Ranks r and P-1-r hold stages min and max of the two, in that order: one parameter layout.
       const int P = pp_->size();
       mirror_pair_ = pp_->split_by([P](int r) { return std::make_pair(std::min(r, P - 1 - r), r); });
+      mirror_pair_->set_label("dualpipe_pair");
       mirror_ = pp_->rank() >= P / 2;
     }
     ep_ = multi_rank(&groups->ep());
@@ -185,7 +187,12 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   }
   // Both ranks of a pair own the same shard (one layout, the same data-parallel rank).
   if (mirror_pair_ && sharded) sum_over_mirror_pair(opt_->own_begin(), opt_->own_end());
-  const double lr = schedule_.at(iter);
+  if (poison_gradients_) {  // fault injection: one NaN in this rank's own (reduced) gradients
+    poison_gradients_ = false;
+    const int64_t at = opt_->own_end() > opt_->own_begin() ? opt_->own_begin() : 0;  // an empty shard: any element
+    ps.grads_flat().slice(0, at, at + 1).fill(std::numeric_limits<double>::quiet_NaN());
+  }
+  const double lr = schedule_.at(iter) * lr_scale_;
   MemoryPhaseScope stepping("optimizer step");
   const double norm = opt_->step(lr);
   // Delayed FP8 scaling: one amax per tensor across tensor- and data-parallel ranks (experts': the
@@ -293,6 +300,48 @@ std::string Trainer::pipeline_trace_json() {
 std::vector<std::pair<std::string, Tensor>> Trainer::checkpoint_state_tensors() const {
   if (mirror_) return {};
   return model_->state_tensors();
+}
+
+int64_t TrainerSnapshot::bytes() const {
+  int64_t n = 0;
+  for (const Tensor* t : {&masters, &compute_copy, &f32_copy, &exp_avg, &exp_avg_sq})
+    if (t->defined()) n += t->nbytes();
+  for (const auto& [name, t] : state) n += t.nbytes();
+  return n;
+}
+
+TrainerSnapshot Trainer::snapshot() {
+  wait_for_parameters();  // the compute copy is whole only once the overlapped all-gather is done
+  const MemoryCategoryScope tag(MemoryCategory::optimizer_state);  // training state kept for a rewind
+  const nn::ParamStore& ps = model_->params();
+  TrainerSnapshot s;
+  s.masters = ps.masters().clone();
+  if (ps.compute_dtype() != DType::f32 || ps.masters_sharded()) s.compute_copy = ps.compute_at(0, {ps.numel()}).clone();
+  if (ps.masters_sharded() && ps.f32_copy().defined()) s.f32_copy = ps.f32_copy().clone();
+  s.exp_avg = opt_->exp_avg().clone();
+  s.exp_avg_sq = opt_->exp_avg_sq().clone();
+  s.optimizer_steps = opt_->steps_taken();
+  for (const auto& [name, t] : model_->state_tensors()) s.state.emplace_back(name, t.clone());
+  return s;
+}
+
+void Trainer::restore(const TrainerSnapshot& s) {
+  wait_for_parameters();  // nothing in flight may write the buffers after they are restored
+  nn::ParamStore& ps = model_->params();
+  // Tensors are handles: these copies write into the store's and the optimizer's own buffers.
+  for (auto [into, from] : {std::pair{ps.masters(), &s.masters}, std::pair{opt_->exp_avg(), &s.exp_avg},
+                            std::pair{opt_->exp_avg_sq(), &s.exp_avg_sq}})
+    into.copy_from(*from);
+  if (s.compute_copy.defined()) ps.compute_at(0, {ps.numel()}).copy_from(s.compute_copy);
+  if (s.f32_copy.defined()) {
+    Tensor f32 = ps.f32_copy();
+    f32.copy_from(s.f32_copy);
+  }
+  opt_->set_steps_taken(s.optimizer_steps);
+  const auto missing = model_->load_state_tensors(s.state);
+  TESSEL_CHECK(missing.empty(), "restoring a snapshot: {} state tensors missing (the first: {})", missing.size(),
+               missing.empty() ? "" : missing.front());
+  ps.mark_updated();  // derived forms (FP8 weights) are rebuilt from the restored values
 }
 
 void Trainer::wait_for_parameters() {

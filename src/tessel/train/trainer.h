@@ -43,6 +43,16 @@ struct GatheredOptimizerState {
   GatheredOptimizerState& operator=(const GatheredOptimizerState&) = delete;
 };
 
+// Everything a step changes on this rank, copied (resilience.snapshot_interval): the fp32 masters it
+// holds, the compute copy and packed fp32 copy, its Adam moments and step count, and the model's other
+// training state (FP8 scaling, MoE expert biases). The data position is the caller's.
+struct TrainerSnapshot {
+  Tensor masters, compute_copy, f32_copy, exp_avg, exp_avg_sq;
+  int64_t optimizer_steps = 0;
+  std::vector<std::pair<std::string, Tensor>> state;
+  int64_t bytes() const;
+};
+
 class Trainer {
  public:
   // groups (null: one process): the model is split over tensor- and pipeline-parallel groups as the
@@ -80,6 +90,16 @@ class Trainer {
   // The last step's pipeline timeline as a Chrome trace (log.pipeline_trace), on pipeline rank 0; ""
   // elsewhere and without a pipeline. Collective over the pipeline group.
   std::string pipeline_trace_json();
+  // A copy of this rank's training state, and its restoration (bit-exact: the next step computes what
+  // it would have computed right after the snapshot). Waits for parameters in flight first.
+  TrainerSnapshot snapshot();
+  void restore(const TrainerSnapshot& s);
+  // Fault injection (resilience/faults.h, `nan`): the next step writes a NaN into this rank's
+  // gradients after they are reduced, before the norm.
+  void poison_next_step_gradients() { poison_gradients_ = true; }
+  // Multiplies every learning rate from now on (a rewind's resilience.rewind_lr_scale).
+  void scale_learning_rate(double factor) { lr_scale_ *= factor; }
+  double learning_rate_scale() const { return lr_scale_; }
   // The model's other training state for checkpoints: none on a DualPipe mirror (its pair saves it).
   std::vector<std::pair<std::string, Tensor>> checkpoint_state_tensors() const;
 
@@ -111,6 +131,8 @@ class Trainer {
   // so it is destroyed (waiting for what is in flight) before the buffers it writes.
   std::unique_ptr<optim::ParamGather> param_gather_;
   optim::LrSchedule schedule_;
+  double lr_scale_ = 1.0;
+  bool poison_gradients_ = false;
 };
 
 }  // namespace tessel::train
