@@ -19,5 +19,6 @@ Action add_schedule_command(CLI::App& app);
 Action add_dry_run_command(CLI::App& app);
 Action add_ckpt_command(CLI::App& app);
 Action add_plan_command(CLI::App& app);
+Action add_launch_command(CLI::App& app);
 
 }  // namespace tessel::app

@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
                    tessel::app::add_eval_command, tessel::app::add_generate_command,
                    tessel::app::add_export_hf_command, tessel::app::add_import_hf_command,
                    tessel::app::add_schedule_command, tessel::app::add_dry_run_command,
-                   tessel::app::add_ckpt_command, tessel::app::add_plan_command}) {
+                   tessel::app::add_ckpt_command, tessel::app::add_plan_command,
+                   tessel::app::add_launch_command}) {
     const size_t before = app.get_subcommands({}).size();
     auto action = add(app);
     actions[app.get_subcommands({}).at(before)] = action;

@@ -5,6 +5,9 @@
 // scheduler can tell an interrupted run (to requeue) from a finished one (0). The lead rank holds
 // checkpoint.dir's lock for the whole run.
 #include <omp.h>
+#include <unistd.h>
+
+#include <csignal>
 
 #include <nlohmann/json.hpp>
 
@@ -22,7 +25,13 @@
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/checkpoint_dir.h"
 #include "tessel/ckpt/distributed_checkpoint.h"
+#include "tessel/ckpt/checkpoint_files.h"
+#include "tessel/ckpt/safetensors.h"
 #include "tessel/comm/parallel_state.h"
+#include "tessel/comm/watchdog.h"
+#include "tessel/resilience/detectors.h"
+#include "tessel/resilience/faults.h"
+#include "tessel/resilience/rewind.h"
 #include "tessel/train/data_setup.h"
 #include "tessel/train/run_files.h"
 #include "tessel/train/trainer.h"
@@ -35,7 +44,16 @@ namespace fs = std::filesystem;
 struct TrainOptions {
   std::string config;
   std::vector<std::string> sets;
+  std::vector<std::string> inject;  // --inject KIND@STEP[:RANK] (resilience/faults.h)
   bool auto_parallel = false;
+};
+
+// Stops the collective watchdog's thread on every way out of run_train.
+struct WatchdogScope {
+  explicit WatchdogScope(const comm::WatchdogOptions& o) { comm::start_watchdog(o); }
+  ~WatchdogScope() { comm::stop_watchdog(); }
+  WatchdogScope(const WatchdogScope&) = delete;
+  WatchdogScope& operator=(const WatchdogScope&) = delete;
 };
 
 std::string hms(double s) {
@@ -49,6 +67,7 @@ int run_train(const TrainOptions& o) {
   const StopSignals stop_signals;
   std::vector<std::string> sets = o.sets;
   if (o.auto_parallel) sets.push_back("parallel.auto=true");
+  if (!o.inject.empty()) sets.push_back(fmt::format("resilience.inject={}", fmt::join(o.inject, ",")));
   // Under mpirun every rank runs this; data parallelism is what the world leaves after the other sizes.
   auto launched = make_world();
   const train::Config cfg = choose_auto_layout(o.config, sets, train::Config::load(o.config, sets), *launched);
@@ -58,6 +77,11 @@ int run_train(const TrainOptions& o) {
   const int64_t dp = ctx.dp;
   const bool lead = ctx.lead;
   const train::RunData run_data = train::make_run_data(cfg);  // data errors before anything is written
+  resilience::FaultPlan faults(resilience::parse_faults(cfg.resilience.inject, world->size()), world->rank(),
+                               resilience::launch_attempt());
+  // A collective that never completes is an error naming who did not arrive (comm/watchdog.h).
+  const WatchdogScope watchdog(comm::WatchdogOptions{world->size() > 1 ? cfg.resilience.collective_timeout_s : 0.0,
+                                                     (fs::path(cfg.log.dir) / "heartbeats").string(), world->rank()});
   // One run per checkpoint.dir (two would prune each other's checkpoints), held until exit.
   std::unique_ptr<ckpt::CheckpointDirLock> dir_lock;
   if (lead && !cfg.checkpoint.dir.empty()) {
@@ -89,11 +113,11 @@ int run_train(const TrainOptions& o) {
     std::fprintf(stderr, "warning: parallel.overlap_grad_reduce=true has no effect here: %s; the distributed "
                  "optimizer reduce-scatters after backward\n", why.c_str());
 
-  int64_t start = 0;
-  int64_t consumed = 0;  // samples taken from the training data so far: the next step starts here
-  if (!cfg.checkpoint.dir.empty()) {
+  // Loads the newest valid checkpoint in checkpoint.dir into the trainer (collective; the ranks agree
+  // on which), at start-up and for a rewind without a snapshot. nullopt: there is none.
+  auto load_newest = [&]() -> std::optional<ckpt::TrainState> {
     ckpt::NamedTensors extra;
-    const auto began = std::chrono::steady_clock::now();
+    trainer.wait_for_parameters();
     auto st = ckpt::load_latest_checkpoint(cfg.checkpoint.dir, trainer.model().params(), &trainer.optimizer(),
                                            // the ranks decide together, with one reason: rank 0 says it
                                            [&](const std::string& w) { if (lead) std::fprintf(stderr, "warning: %s\n", w.c_str()); },
@@ -104,10 +128,17 @@ int run_train(const TrainOptions& o) {
         if (lead)
           std::fprintf(stderr, "warning: checkpoint in '%s' has no %s (saved under another precision or MoE "
                        "setting?): it starts afresh\n", cfg.checkpoint.dir.c_str(), name.c_str());
-    if (st) {
+    if (st)
       TESSEL_CHECK(st->seed == uint64_t(cfg.train.seed),
                    "checkpoint in '{}' was trained with train.seed {}, the config says {}", cfg.checkpoint.dir,
                    st->seed, cfg.train.seed);
+    return st;
+  };
+  int64_t start = 0;
+  int64_t consumed = 0;  // samples taken from the training data so far: the next step starts here
+  if (!cfg.checkpoint.dir.empty()) {
+    const auto began = std::chrono::steady_clock::now();
+    if (const auto st = load_newest()) {
       start = st->step;
       consumed = st->consumed_samples;
       if (lead) std::printf("resumed from checkpoint.dir %s at step %lld (%lld samples consumed); loaded in %.2f s\n",
@@ -122,37 +153,90 @@ int run_train(const TrainOptions& o) {
     metrics.emplace(metrics_path);
   }
 
-  auto save = [&](int64_t step) {
+  // A checkpoint written but not yet published: the state of step k is trusted only once step k+1,
+  // which computes from it, passed the detectors (resilience); then rank 0 publishes it, and if that
+  // step is flagged it is removed, so a bad state never pushes good checkpoints out.
+  struct Unpublished {
+    int64_t step;
+    std::string tmp;  // its complete temporary directory (rank 0's; "" elsewhere)
+  };
+  std::optional<Unpublished> unpublished;
+  // Injected checkpoint damage, once the checkpoint of `step` is published (collective).
+  auto damage_faults = [&](int64_t step) {
+    for (auto kind : {resilience::FaultKind::corrupt_checkpoint, resilience::FaultKind::truncate_checkpoint})
+      if (faults.take(kind, step, true)) {
+        const std::string step_dir = (fs::path(cfg.checkpoint.dir) / ckpt::step_name(step)).string();
+        std::printf("injected fault %s on rank %d: damaged %s\n", resilience::fault_name(kind), world->rank(),
+                    resilience::damage_checkpoint(step_dir, kind).c_str());
+        std::fflush(stdout);
+      }
+    world->barrier();  // the damage is done before any rank reads the checkpoint again
+  };
+  // Settles the unpublished checkpoint (collective): publishes it after a good step, drops it after a
+  // flagged one.
+  auto settle = [&](bool good) {
+    if (!unpublished) return;
+    const Unpublished u = *unpublished;
+    unpublished.reset();
+    if (lead && good) {
+      std::printf("published checkpoint %s\n",
+                  ckpt::publish_checkpoint(cfg.checkpoint.dir, u.step, u.tmp, cfg.checkpoint.keep).c_str());
+    } else if (lead) {
+      fs::remove_all(u.tmp);
+      std::printf("dropped the checkpoint of step %lld, unpublished: the step after it was flagged\n", (long long)u.step);
+    }
+    if (lead) std::fflush(stdout);
+    world->barrier();  // every rank sees `latest` as rank 0 left it
+    if (good) damage_faults(u.step);
+  };
+  // Collective. publish_now: the end of training, a stop, or a state known good; otherwise the
+  // checkpoint waits for the next step's verdict (settle).
+  auto save = [&](int64_t step, bool publish_now) {
     if (cfg.checkpoint.dir.empty()) return;
+    settle(true);  // an older one still waiting was followed by good steps
     const ckpt::TrainState st{step, consumed, uint64_t(cfg.train.seed)};
     const auto began = std::chrono::steady_clock::now();
     std::string where;
-    if (cfg.checkpoint.distributed) {
-      // Every rank writes what it owns; rank 0 adds the metadata and publishes (collective).
-      where = ckpt::save_distributed_checkpoint(
-          cfg.checkpoint.dir, trainer.model().params(), trainer.optimizer(), st, cfg.to_yaml(), cfg.checkpoint.keep,
-          *world, trainer.checkpoint_state_tensors(),
-          {{"world", world->size()}, {"tensor", pstate.tp_size()}, {"pipeline", pstate.pp_size()},
-           {"virtual_pipeline", cfg.parallel.virtual_pipeline_model_parallel_size}, {"data", dp},
-           {"context", pstate.cp_size()}, {"expert", pstate.ep_size()},
-           {"distributed_optimizer", trainer.distributed_optimizer() ? 1 : 0}});
-    } else {
-      // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
-      // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
-      // are identical, so rank 0 alone writes.
-      const train::GatheredOptimizerState gathered = trainer.full_optimizer_state();
-      const auto& c = pstate.coords();
-      comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
-      where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), gathered.view, st, cfg.to_yaml(),
-                                    cfg.checkpoint.keep, &pstate.tp(), lead, stages, trainer.checkpoint_state_tensors(),
-                                    &pstate.ep());
+    {
+      // Injected: this rank's writes fail as on a full disk (the save throws; what was saved stays).
+      struct DiskFull {
+        bool on;
+        explicit DiskFull(bool o) : on(o) { if (on) ckpt::simulate_disk_full(true); }
+        ~DiskFull() { if (on) ckpt::simulate_disk_full(false); }
+      } disk_full(faults.take(resilience::FaultKind::disk_full, step, true));
+      if (cfg.checkpoint.distributed) {
+        // Every rank writes what it owns; rank 0 adds the metadata (and publishes) (collective).
+        where = ckpt::save_distributed_checkpoint(
+            cfg.checkpoint.dir, trainer.model().params(), trainer.optimizer(), st, cfg.to_yaml(), cfg.checkpoint.keep,
+            *world, trainer.checkpoint_state_tensors(),
+            {{"world", world->size()}, {"tensor", pstate.tp_size()}, {"pipeline", pstate.pp_size()},
+             {"virtual_pipeline", cfg.parallel.virtual_pipeline_model_parallel_size}, {"data", dp},
+             {"context", pstate.cp_size()}, {"expert", pstate.ep_size()},
+             {"distributed_optimizer", trainer.distributed_optimizer() ? 1 : 0}},
+            publish_now);
+      } else {
+        // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
+        // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
+        // are identical, so rank 0 alone writes.
+        const train::GatheredOptimizerState gathered = trainer.full_optimizer_state();
+        const auto& c = pstate.coords();
+        comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
+        where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), gathered.view, st, cfg.to_yaml(),
+                                      cfg.checkpoint.keep, &pstate.tp(), lead, stages, trainer.checkpoint_state_tensors(),
+                                      &pstate.ep(), publish_now);
+      }
     }
     world->barrier();
     if (lead) {
-      std::printf("saved checkpoint %s in %.2f s\n", where.c_str(),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+      std::printf("saved checkpoint %s in %.2f s%s\n", where.c_str(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(),
+                  publish_now ? "" : " (published once the next step passes the detectors)");
       std::fflush(stdout);
     }
+    if (publish_now)
+      damage_faults(step);
+    else
+      unpublished = Unpublished{step, lead ? where : std::string()};
   };
 
   if (lead && start >= cfg.train.train_iters)
@@ -181,18 +265,130 @@ int run_train(const TrainOptions& o) {
   };
   const auto t_start = std::chrono::steady_clock::now();
   int64_t it = start;
+  const train::ResilienceConfig& rcfg = cfg.resilience;
+  resilience::AnomalyDetectors detectors(rcfg);
+  resilience::RewindBudget rewinds(rcfg.max_rewinds, rcfg.rewind_window);
+  // The last good state in memory (resilience.snapshot_interval): the state at the start, then a
+  // snapshot taken every K steps once the step after it passed the detectors (it computed from that
+  // state); until then it is `pending`, and a flagged step drops it. At most two copies.
+  std::optional<resilience::GoodState> good, pending;
+  if (rcfg.snapshot_interval > 0 && it < cfg.train.train_iters) {
+    good = resilience::GoodState{trainer.snapshot(), it, consumed};
+    if (lead) std::printf("resilience: an in-memory snapshot every %lld steps (%.1f MB on this rank, up to two copies)\n",
+                          (long long)rcfg.snapshot_interval, double(good->state.bytes()) / 1e6);
+  }
+  // Restores the last good state after a flagged step `it` (consumed: the samples through it). The
+  // iterations after the restored step, up to and including `it`, are skipped: the run goes on from
+  // step `it` with data from `consumed` on. Returns false when there is nothing to restore.
+  auto rewind = [&](const resilience::StepVerdict& v) -> bool {
+    pending.reset();  // taken right before the flagged step: not trusted
+    settle(false);    // nor is a checkpoint of that state
+    resilience::RewindEvent e;
+    e.step = it;
+    e.anomaly = *v.anomaly;
+    e.ranks = v.ranks;
+    int64_t restored_consumed = 0;
+    if (good) {
+      trainer.restore(good->state);
+      e.restored_from = "snapshot";
+      e.restored_step = good->iteration;
+      restored_consumed = good->consumed;
+    } else if (!cfg.checkpoint.dir.empty()) {
+      const auto st = load_newest();
+      if (!st) return false;
+      e.restored_from = cfg.checkpoint.dir + "/" + ckpt::step_name(st->step);
+      e.restored_step = st->step;
+      restored_consumed = st->consumed_samples;
+    } else {
+      return false;
+    }
+    e.skipped_first = e.restored_step + 1;
+    e.skipped_last = it;
+    e.skipped_samples = consumed - restored_consumed;
+    if (rcfg.rewind_lr_scale != 1) trainer.scale_learning_rate(rcfg.rewind_lr_scale);
+    e.lr_scale = trainer.learning_rate_scale();
+    if (lead) {
+      metrics->append(e.json());
+      std::printf("%s\n", e.line().c_str());
+      std::fflush(stdout);
+    }
+    return true;
+  };
   while (it < cfg.train.train_iters) {
+    if (cfg.train.skips_iteration(it + 1)) {  // train.skip_train_iteration_range: the data, untrained
+      ++it;
+      consumed += cfg.train.global_batch_size;
+      if (lead) {
+        metrics->append({{"step", it}, {"skipped", true}, {"consumed_samples", consumed}});
+        std::printf("step %5lld/%lld | skipped (train.skip_train_iteration_range)\n", (long long)it,
+                    (long long)cfg.train.train_iters);
+      }
+      continue;
+    }
+    // Injected faults that act as the step starts (resilience/faults.h).
+    for (auto [kind, signal] : {std::pair{resilience::FaultKind::kill, SIGKILL}, std::pair{resilience::FaultKind::hang, SIGSTOP},
+                                std::pair{resilience::FaultKind::sigterm, SIGTERM}})
+      if (faults.take(kind, it + 1)) {
+        std::printf("injected fault %s at step %lld on rank %d\n", resilience::fault_name(kind), (long long)(it + 1),
+                    world->rank());
+        std::fflush(stdout);
+        ::kill(::getpid(), signal);  // to the process: SIGTERM reaches the stop-signal watcher
+      }
     std::vector<data::Batch> mb;
     // This rank's micro-batches of the global batch, from the next unseen sample on (so a resume with
     // another global batch size continues the data where it stopped): the union over ranks is what
     // one process would see.
     for (int64_t a = 0; a < accum / dp; ++a)
       mb.push_back(run_data.train(consumed + ctx.micro_batch_index(0, accum, a) * mbs, mbs));
+    if (faults.take(resilience::FaultKind::spike, it + 1)) {
+      for (auto& b : mb) b = resilience::corrupt_batch(b, m.vocab_size);
+      std::printf("injected fault spike at step %lld on rank %d: its targets corrupted\n", (long long)(it + 1), world->rank());
+    }
+    if (faults.take(resilience::FaultKind::nan, it + 1)) {
+      trainer.poison_next_step_gradients();
+      std::printf("injected fault nan at step %lld on rank %d: a NaN in its gradients\n", (long long)(it + 1), world->rank());
+    }
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = trainer.step(mb, it);
     const auto t1 = std::chrono::steady_clock::now();
     ++it;
     consumed += cfg.train.global_batch_size;
+    // Detectors on every rank, agreed with the stop signal in one collective, so all stop or rewind at
+    // the same step.
+    const resilience::StepVerdict verdict =
+        resilience::agree_after_step(*world, stop_signals.received(), detectors.check(r.loss, r.grad_norm));
+    if (verdict.anomaly) {
+      const bool within_budget = rewinds.allow(it);
+      if (!rewind(verdict)) {
+        if (lead)
+          std::fprintf(stderr, "error: step %lld: %s (ranks %s); there is no state to rewind to (set "
+                       "resilience.snapshot_interval or checkpoint.dir): stopping without saving\n", (long long)it,
+                       verdict.anomaly->describe().c_str(), fmt::format("{}", fmt::join(verdict.ranks, ",")).c_str());
+        return resilience::kExitCodeDiverged;
+      }
+      if (!within_budget) {
+        if (lead)
+          std::fprintf(stderr, "error: %lld rewinds within %lld steps (resilience.max_rewinds = %lld): training "
+                       "does not recover; saving the last good state with the window skipped and stopping\n",
+                       (long long)rewinds.recent(), (long long)rcfg.rewind_window, (long long)rcfg.max_rewinds);
+        save(it, true);  // the restored state, known good
+        return resilience::kExitCodeDiverged;
+      }
+      if (verdict.stop_signal) {
+        if (lead) std::printf("received signal %d: saving and exiting\n", verdict.stop_signal);
+        save(it, true);
+        return train::kExitCodeStopped;
+      }
+      continue;
+    }
+    // The step computed from the state before it and passed: that state is good.
+    detectors.accept(r.loss, r.grad_norm);
+    if (pending) {
+      good.reset();  // one copy freed before the next is taken
+      good = std::move(pending);
+      pending.reset();
+    }
+    settle(true);
     const double dt = std::chrono::duration<double>(t1 - t0).count();
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     const double tps = double(cfg.train.global_batch_size * m.seq_length) / dt;
@@ -222,21 +418,23 @@ int run_train(const TrainOptions& o) {
       std::fflush(stdout);
     }
     if (cfg.train.eval_interval > 0 && (it % cfg.train.eval_interval == 0 || it == cfg.train.train_iters)) evaluate(it);
-    int stop = stop_signals.received();  // agreed by all ranks, so they stop at the same step
-    world->all_reduce(&stop, 1, DType::i32, comm::ReduceOp::max);
-    if (stop) {
-      if (lead) std::printf("received signal %d: saving and exiting\n", stop);
-      save(it);
+    if (rcfg.snapshot_interval > 0 && it % rcfg.snapshot_interval == 0 && it < cfg.train.train_iters)
+      pending = resilience::GoodState{trainer.snapshot(), it, consumed};
+    if (verdict.stop_signal) {
+      if (lead) std::printf("received signal %d: saving and exiting\n", verdict.stop_signal);
+      save(it, true);
       return train::kExitCodeStopped;
     }
     if (cfg.train.exit_interval > 0 && it % cfg.train.exit_interval == 0 && it < cfg.train.train_iters) {
       if (lead) std::printf("train.exit_interval reached at step %lld: saving and exiting\n", (long long)it);
-      save(it);
+      save(it, true);
       return 0;
     }
-    if (cfg.checkpoint.interval > 0 && it % cfg.checkpoint.interval == 0 && it < cfg.train.train_iters) save(it);
+    if (cfg.checkpoint.interval > 0 && it % cfg.checkpoint.interval == 0 && it < cfg.train.train_iters)
+      save(it, false);
   }
-  if (it > start) save(it);
+  settle(true);  // followed only by skipped iterations
+  if (it > start) save(it, true);
   return 0;
 }
 
@@ -247,12 +445,17 @@ Action add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a model from a YAML config (resumes from checkpoint.dir)");
   cmd->add_option("config", o->config, "YAML config (e.g. configs/demo.yaml, configs/synthetic.yaml)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
+  cmd->add_option("--inject", o->inject,
+                  fmt::format("inject a fault, KIND@STEP[:RANK] (repeatable; = --set resilience.inject=...; KIND: {})",
+                              resilience::fault_kinds_text()));
   cmd->add_flag("--auto-parallel", o->auto_parallel,
                 "train with the layout `tessel plan search` ranks fastest for this world (= --set parallel.auto=true; "
                 "the profile: parallel.auto_hardware, or this machine measured at start-up)");
   cmd->footer(fmt::format("Exit status: 0 when train.train_iters (or train.exit_interval) is reached, {} when "
-                          "stopped by SIGINT/SIGTERM after saving a checkpoint (requeue it), other non-zero codes on errors.",
-                          train::kExitCodeStopped));
+                          "stopped by SIGINT/SIGTERM after saving a checkpoint (requeue it), {} when rewinding did not "
+                          "help (resilience.max_rewinds; do not requeue), {} when a collective timed out "
+                          "(resilience.collective_timeout_s), other non-zero codes on errors.",
+                          train::kExitCodeStopped, resilience::kExitCodeDiverged, comm::kExitCodeCollectiveTimeout));
   return [o] { return run_train(*o); };
 }
 

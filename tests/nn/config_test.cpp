@@ -295,3 +295,27 @@ TEST(ConfigInput, ErrorMessagesCarryNoSourceLocation) {
 }
 
 }  // namespace
+
+TEST(ConfigInput, SkippedIterationRanges) {
+  const Config c = Config::from_yaml_text("", {"train.skip_train_iteration_range=4-5, 9 12-12"});
+  using R = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(c.train.skipped_iterations(), (R{{4, 5}, {9, 9}, {12, 12}}));
+  for (int64_t i : {4, 5, 9, 12}) EXPECT_TRUE(c.train.skips_iteration(i)) << i;
+  for (int64_t i : {3, 6, 8, 10, 13}) EXPECT_FALSE(c.train.skips_iteration(i)) << i;
+  EXPECT_CONTAINS(error_of("", {"train.skip_train_iteration_range=5-4"}),
+                  "train.skip_train_iteration_range: '5-4' must be iterations >= 1, first <= last");
+  EXPECT_CONTAINS(error_of("", {"train.skip_train_iteration_range=0"}), "'0' must be iterations >= 1");
+  EXPECT_CONTAINS(error_of("", {"train.skip_train_iteration_range=a-b"}),
+                  "'a-b' is not an iteration or a range A-B of iterations");
+}
+
+TEST(ConfigInput, ResilienceKeysOutOfRange) {
+  EXPECT_EQ(error_of("resilience: {snapshot_interval: 5, loss_spike_zscore: 6, max_rewinds: 0}\n"), "");
+  EXPECT_CONTAINS(error_of("", {"resilience.spike_window=1"}), "resilience.spike_window must be >= 2 steps, got 1");
+  EXPECT_CONTAINS(error_of("", {"resilience.rewind_lr_scale=1.5"}), "resilience.rewind_lr_scale must be in (0, 1], got 1.5");
+  EXPECT_CONTAINS(error_of("", {"resilience.loss_spike_zscore=-1"}), "resilience.loss_spike_zscore and");
+  EXPECT_CONTAINS(error_of("", {"resilience.collective_timeout_s=-1"}), "resilience.collective_timeout_s must be >= 0");
+  EXPECT_CONTAINS(error_of("", {"resilience.snapshot_interval=-2"}), "resilience.snapshot_interval must be >= 0, got -2");
+  EXPECT_CONTAINS(error_of("", {"resilience.bogus=1"}), "unknown key 'resilience.bogus' (allowed in 'resilience': "
+                                                        "collective_timeout_s, detect_nonfinite");
+}

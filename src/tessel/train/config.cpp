@@ -94,6 +94,7 @@ struct Schema {
     t["eval_interval"] = bind_field(c.train.eval_interval, "train.eval_interval");
     t["eval_iters"] = bind_field(c.train.eval_iters, "train.eval_iters");
     t["exit_interval"] = bind_field(c.train.exit_interval, "train.exit_interval");
+    t["skip_train_iteration_range"] = bind_field(c.train.skip_train_iteration_range, "train.skip_train_iteration_range");
 
     auto& p = sections["parallel"];
     p["tensor_model_parallel_size"] = bind_field(c.parallel.tensor_model_parallel_size, "parallel.tensor_model_parallel_size");
@@ -149,7 +150,17 @@ struct Schema {
     l["interval"] = bind_field(c.log.interval, "log.interval");
     l["pipeline_trace"] = bind_field(c.log.pipeline_trace, "log.pipeline_trace");
 
-    sections["resilience"];  // reserved: no keys yet
+    auto& rs = sections["resilience"];
+    rs["detect_nonfinite"] = bind_field(c.resilience.detect_nonfinite, "resilience.detect_nonfinite");
+    rs["loss_spike_zscore"] = bind_field(c.resilience.loss_spike_zscore, "resilience.loss_spike_zscore");
+    rs["grad_norm_spike_zscore"] = bind_field(c.resilience.grad_norm_spike_zscore, "resilience.grad_norm_spike_zscore");
+    rs["spike_window"] = bind_field(c.resilience.spike_window, "resilience.spike_window");
+    rs["snapshot_interval"] = bind_field(c.resilience.snapshot_interval, "resilience.snapshot_interval");
+    rs["rewind_lr_scale"] = bind_field(c.resilience.rewind_lr_scale, "resilience.rewind_lr_scale");
+    rs["max_rewinds"] = bind_field(c.resilience.max_rewinds, "resilience.max_rewinds");
+    rs["rewind_window"] = bind_field(c.resilience.rewind_window, "resilience.rewind_window");
+    rs["collective_timeout_s"] = bind_field(c.resilience.collective_timeout_s, "resilience.collective_timeout_s");
+    rs["inject"] = bind_field(c.resilience.inject, "resilience.inject");
   }
 
   static std::string allowed(const std::map<std::string, Section>& s) {
@@ -381,8 +392,21 @@ void Config::validate() const {
   TESSEL_CHECK_MIN("train.eval_iters", train.eval_iters, 0);
   TESSEL_CHECK(log.interval > 0, "log.interval must be > 0, got {}", log.interval);
   TESSEL_CHECK(train.exit_interval >= 0, "train.exit_interval must be >= 0, got {}", train.exit_interval);
+  (void)train.skipped_iterations();  // throws on a malformed range
   TESSEL_CHECK(checkpoint.interval >= 0, "checkpoint.interval must be >= 0, got {}", checkpoint.interval);
   TESSEL_CHECK(checkpoint.keep > 0, "checkpoint.keep must be > 0, got {}", checkpoint.keep);
+  const auto& rs = resilience;
+  TESSEL_CHECK(rs.loss_spike_zscore >= 0 && rs.grad_norm_spike_zscore >= 0,
+               "resilience.loss_spike_zscore and resilience.grad_norm_spike_zscore must be >= 0 (0: off), got {} and {}",
+               rs.loss_spike_zscore, rs.grad_norm_spike_zscore);
+  TESSEL_CHECK(rs.spike_window >= 2, "resilience.spike_window must be >= 2 steps, got {}", rs.spike_window);
+  TESSEL_CHECK_MIN("resilience.snapshot_interval", rs.snapshot_interval, 0);
+  TESSEL_CHECK(rs.rewind_lr_scale > 0 && rs.rewind_lr_scale <= 1, "resilience.rewind_lr_scale must be in (0, 1], got {}",
+               rs.rewind_lr_scale);
+  TESSEL_CHECK_MIN("resilience.max_rewinds", rs.max_rewinds, 0);
+  TESSEL_CHECK(rs.rewind_window >= 1, "resilience.rewind_window must be >= 1 step, got {}", rs.rewind_window);
+  TESSEL_CHECK(rs.collective_timeout_s >= 0, "resilience.collective_timeout_s must be >= 0 (0: no timeout), got {}",
+               rs.collective_timeout_s);
   TESSEL_CHECK(data.tokenizer.empty() || !is_directory_path(data.tokenizer),
                "data.tokenizer '{}' is a directory; it should be a SentencePiece .model file (train-tokenizer "
                "writes PREFIX.model)", data.tokenizer);
@@ -424,6 +448,32 @@ nn::Fp8Recipe PrecisionConfig::fp8_recipe_parsed() const {
   }
   r.fused_casts = fp8_fused_casts;
   return r;
+}
+
+std::vector<std::pair<int64_t, int64_t>> TrainConfig::skipped_iterations() const {
+  std::string text = skip_train_iteration_range;
+  std::replace(text.begin(), text.end(), ',', ' ');
+  std::istringstream in(text);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (std::string item; in >> item;) {
+    const size_t dash = item.find('-');
+    const std::string a = item.substr(0, dash), b = dash == std::string::npos ? a : item.substr(dash + 1);
+    const bool digits = !a.empty() && !b.empty() && a.find_first_not_of("0123456789") == std::string::npos &&
+                        b.find_first_not_of("0123456789") == std::string::npos && a.size() < 18 && b.size() < 18;
+    TESSEL_CHECK(digits, "train.skip_train_iteration_range: '{}' is not an iteration or a range A-B of iterations", item);
+    const int64_t first = std::stoll(a), last = std::stoll(b);
+    TESSEL_CHECK(first >= 1 && last >= first,
+                 "train.skip_train_iteration_range: '{}' must be iterations >= 1, first <= last", item);
+    out.emplace_back(first, last);
+  }
+  return out;
+}
+
+bool TrainConfig::skips_iteration(int64_t iteration) const {
+  if (skip_train_iteration_range.empty()) return false;
+  for (const auto& [first, last] : skipped_iterations())
+    if (iteration >= first && iteration <= last) return true;
+  return false;
 }
 
 void Config::check_batch_splits(int64_t data_parallel) const {

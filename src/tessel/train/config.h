@@ -31,6 +31,14 @@ struct TrainConfig {
   int64_t eval_interval = 0;
   int64_t eval_iters = 0;
   int64_t exit_interval = 0;  // stop (with a checkpoint) once the step count is a multiple of this; 0: never
+  // Iterations whose data is skipped untrained (Megatron-LM's --skip-train-iteration-range): "A-B"
+  // or "A" items, 1-based and inclusive, separated by commas or spaces. A skipped iteration consumes
+  // its global batch and advances the iteration count (and so the learning-rate schedule), and takes
+  // no optimizer step: what a rewind does with the window it skips.
+  std::string skip_train_iteration_range;
+  // The ranges parsed (first, last), in the order given; throws naming the item when malformed.
+  std::vector<std::pair<int64_t, int64_t>> skipped_iterations() const;
+  bool skips_iteration(int64_t iteration) const;
 };
 
 struct ParallelConfig {
@@ -101,6 +109,26 @@ struct CheckpointConfig {
   bool distributed = false;
 };
 
+// Detectors, rewind and the collective watchdog (docs/resilience.md).
+struct ResilienceConfig {
+  // Detectors, checked after every step on every rank and agreed by all (any rank's trigger counts).
+  bool detect_nonfinite = true;       // a NaN or infinite loss or gradient norm
+  double loss_spike_zscore = 0;       // loss more than this many standard deviations above the window's mean; 0: off
+  double grad_norm_spike_zscore = 0;  // the same for the gradient norm (before clipping); 0: off
+  int64_t spike_window = 20;          // accepted steps the spike detectors' mean and deviation are taken over
+  // An in-memory copy of the whole training state every N steps (parameters, optimizer, FP8 and MoE
+  // state, data position); 0: a rewind restores the newest checkpoint in checkpoint.dir instead.
+  int64_t snapshot_interval = 0;
+  double rewind_lr_scale = 1.0;  // each rewind multiplies the learning rate by this for the rest of the run
+  int64_t max_rewinds = 3;       // more rewinds than this within rewind_window steps: stop (exit 65)
+  int64_t rewind_window = 100;
+  // A collective or transfer that waits longer than this is an error on the ranks waiting for it,
+  // naming the operation, the group and the ranks that did not arrive; 0: wait forever.
+  double collective_timeout_s = 600;
+  // Faults to inject, for tests and drills: "KIND@STEP[:RANK]" separated by commas (also --inject).
+  std::string inject;
+};
+
 struct LogConfig {
   std::string dir = "runs/latest";
   int64_t interval = 1;
@@ -116,6 +144,7 @@ struct Config {
   PrecisionConfig precision;
   DataConfig data;
   CheckpointConfig checkpoint;
+  ResilienceConfig resilience;
   LogConfig log;
 
   // Loads a YAML file (path may be empty: built-in defaults), applies "section.key=value" overrides,
