@@ -22,6 +22,7 @@
 #include "gemm_peak.h"
 #include "run_context.h"
 #include "stop_signals.h"
+#include "tessel/ckpt/background_write.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/checkpoint_dir.h"
 #include "tessel/ckpt/distributed_checkpoint.h"
@@ -79,9 +80,6 @@ int run_train(const TrainOptions& o) {
   const train::RunData run_data = train::make_run_data(cfg);  // data errors before anything is written
   resilience::FaultPlan faults(resilience::parse_faults(cfg.resilience.inject, world->size()), world->rank(),
                                resilience::launch_attempt());
-  // A collective that never completes is an error naming who did not arrive (comm/watchdog.h).
-  const WatchdogScope watchdog(comm::WatchdogOptions{world->size() > 1 ? cfg.resilience.collective_timeout_s : 0.0,
-                                                     (fs::path(cfg.log.dir) / "heartbeats").string(), world->rank()});
   // One run per checkpoint.dir (two would prune each other's checkpoints), held until exit.
   std::unique_ptr<ckpt::CheckpointDirLock> dir_lock;
   if (lead && !cfg.checkpoint.dir.empty()) {
@@ -116,6 +114,7 @@ int run_train(const TrainOptions& o) {
   // Loads the newest valid checkpoint in checkpoint.dir into the trainer (collective; the ranks agree
   // on which), at start-up and for a rewind without a snapshot. nullopt: there is none.
   auto load_newest = [&]() -> std::optional<ckpt::TrainState> {
+    const comm::UntimedWaits io;  // reading takes what the disk takes
     ckpt::NamedTensors extra;
     trainer.wait_for_parameters();
     auto st = ckpt::load_latest_checkpoint(cfg.checkpoint.dir, trainer.model().params(), &trainer.optimizer(),
@@ -153,14 +152,18 @@ int run_train(const TrainOptions& o) {
     metrics.emplace(metrics_path);
   }
 
-  // A checkpoint written but not yet published: the state of step k is trusted only once step k+1,
-  // which computes from it, passed the detectors (resilience); then rank 0 publishes it, and if that
-  // step is flagged it is removed, so a bad state never pushes good checkpoints out.
-  struct Unpublished {
-    int64_t step;
-    std::string tmp;  // its complete temporary directory (rank 0's; "" elsewhere)
+  // A save not yet published: its files may still be in writing (checkpoint.async_save), and the state
+  // of step k is trusted only once step k+1, which computes from it, passed the detectors
+  // (resilience); then rank 0 publishes it, and if that step is flagged it is removed, so a bad state
+  // never pushes good checkpoints out.
+  struct PendingSave {
+    int64_t step = 0;
+    ckpt::StagedSave staged;
+    std::unique_ptr<ckpt::BackgroundWrite> writer;  // null: written already
+    bool validated = false;                          // the step after it passed
+    std::chrono::steady_clock::time_point began;
   };
-  std::optional<Unpublished> unpublished;
+  std::optional<PendingSave> pending_save;
   // Injected checkpoint damage, once the checkpoint of `step` is published (collective).
   auto damage_faults = [&](int64_t step) {
     for (auto kind : {resilience::FaultKind::corrupt_checkpoint, resilience::FaultKind::truncate_checkpoint})
@@ -172,71 +175,113 @@ int run_train(const TrainOptions& o) {
       }
     world->barrier();  // the damage is done before any rank reads the checkpoint again
   };
-  // Settles the unpublished checkpoint (collective): publishes it after a good step, drops it after a
-  // flagged one.
-  auto settle = [&](bool good) {
-    if (!unpublished) return;
-    const Unpublished u = *unpublished;
-    unpublished.reset();
-    if (lead && good) {
-      std::printf("published checkpoint %s\n",
-                  ckpt::publish_checkpoint(cfg.checkpoint.dir, u.step, u.tmp, cfg.checkpoint.keep).c_str());
-    } else if (lead) {
-      fs::remove_all(u.tmp);
-      std::printf("dropped the checkpoint of step %lld, unpublished: the step after it was flagged\n", (long long)u.step);
-    }
-    if (lead) std::fflush(stdout);
-    world->barrier();  // every rank sees `latest` as rank 0 left it
-    if (good) damage_faults(u.step);
-  };
-  // Collective. publish_now: the end of training, a stop, or a state known good; otherwise the
-  // checkpoint waits for the next step's verdict (settle).
-  auto save = [&](int64_t step, bool publish_now) {
-    if (cfg.checkpoint.dir.empty()) return;
-    settle(true);  // an older one still waiting was followed by good steps
-    const ckpt::TrainState st{step, consumed, uint64_t(cfg.train.seed)};
-    const auto began = std::chrono::steady_clock::now();
-    std::string where;
-    {
-      // Injected: this rank's writes fail as on a full disk (the save throws; what was saved stays).
-      struct DiskFull {
-        bool on;
-        explicit DiskFull(bool o) : on(o) { if (on) ckpt::simulate_disk_full(true); }
-        ~DiskFull() { if (on) ckpt::simulate_disk_full(false); }
-      } disk_full(faults.take(resilience::FaultKind::disk_full, step, true));
-      if (cfg.checkpoint.distributed) {
-        // Every rank writes what it owns; rank 0 adds the metadata (and publishes) (collective).
-        where = ckpt::save_distributed_checkpoint(
-            cfg.checkpoint.dir, trainer.model().params(), trainer.optimizer(), st, cfg.to_yaml(), cfg.checkpoint.keep,
-            *world, trainer.checkpoint_state_tensors(),
-            {{"world", world->size()}, {"tensor", pstate.tp_size()}, {"pipeline", pstate.pp_size()},
-             {"virtual_pipeline", cfg.parallel.virtual_pipeline_model_parallel_size}, {"data", dp},
-             {"context", pstate.cp_size()}, {"expert", pstate.ep_size()},
-             {"distributed_optimizer", trainer.distributed_optimizer() ? 1 : 0}},
-            publish_now);
-      } else {
-        // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
-        // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
-        // are identical, so rank 0 alone writes.
-        const train::GatheredOptimizerState gathered = trainer.full_optimizer_state();
-        const auto& c = pstate.coords();
-        comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
-        where = ckpt::save_checkpoint(cfg.checkpoint.dir, trainer.model().params(), gathered.view, st, cfg.to_yaml(),
-                                      cfg.checkpoint.keep, &pstate.tp(), lead, stages, trainer.checkpoint_state_tensors(),
-                                      &pstate.ep(), publish_now);
-      }
-    }
-    world->barrier();
+  // Completes the pending save (collective: waits for every rank's writer) and publishes it (rank 0)
+  // when `publish`, else removes it.
+  auto complete_save = [&](bool publish) {
+    const comm::UntimedWaits io;  // peers wait while rank 0 writes and publishes: not a fault
+    PendingSave p = std::move(*pending_save);
+    pending_save.reset();
+    if (p.writer) p.writer->wait();
+    const std::string tmp = p.staged.finish();
     if (lead) {
-      std::printf("saved checkpoint %s in %.2f s%s\n", where.c_str(),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(),
-                  publish_now ? "" : " (published once the next step passes the detectors)");
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.began).count();
+      if (!publish) {
+        fs::remove_all(tmp);
+        std::printf("dropped the checkpoint of step %lld unpublished: the step after it was flagged\n", (long long)p.step);
+      } else {
+        const std::string where = ckpt::publish_checkpoint(cfg.checkpoint.dir, p.step, tmp, cfg.checkpoint.keep);
+        if (p.writer)
+          std::printf("saved checkpoint %s, written in the background (%.2f s since the save began)\n", where.c_str(), took);
+        else if (p.validated)
+          std::printf("published checkpoint %s\n", where.c_str());
+        else
+          std::printf("saved checkpoint %s in %.2f s\n", where.c_str(), took);
+      }
       std::fflush(stdout);
     }
-    if (publish_now)
-      damage_faults(step);
+    world->barrier();  // every rank sees `latest` as rank 0 left it
+    if (publish) damage_faults(p.step);
+  };
+  // After a trained step (collective): a flagged one drops the pending save; a good one validates it,
+  // and it is published once every rank's writer is done (asked without waiting).
+  auto settle_after_step = [&](bool good) {
+    if (!pending_save) return;
+    if (!good && !pending_save->validated) return complete_save(false);
+    // A validated save is good whatever follows; before a rewind it is completed (it may be the newest).
+    if (!good) return complete_save(true);
+    pending_save->validated = true;
+    int written = !pending_save->writer || pending_save->writer->done();
+    if (pending_save->writer) world->all_reduce(&written, 1, DType::i32, comm::ReduceOp::min);
+    if (written) complete_save(true);
+  };
+  // Before a new save, at the end and at a stop (collective): waits for the pending save and
+  // publishes it if the step after it passed.
+  auto settle_now = [&] {
+    if (pending_save) complete_save(pending_save->validated);
+  };
+  // Collective. publish_now: the end of training, a stop, or a state known good: written and
+  // published before it returns; otherwise it is published after the next step's verdict, and with
+  // checkpoint.async_save written by a background thread meanwhile.
+  auto save = [&](int64_t step, bool publish_now) {
+    if (cfg.checkpoint.dir.empty()) return;
+    settle_now();  // a new save waits for the previous one
+    const comm::UntimedWaits io;  // a save takes what the disk takes; peers wait for the writers
+    const ckpt::TrainState st{step, consumed, uint64_t(cfg.train.seed)};
+    PendingSave p;
+    p.step = step;
+    p.began = std::chrono::steady_clock::now();
+    const bool background = cfg.checkpoint.async_save && !publish_now;
+    // Injected: this rank's writes fail as on a full disk (the save throws; what was saved stays).
+    const bool disk_full = faults.take(resilience::FaultKind::disk_full, step, true);
+    // The distributed optimizer's moments gathered for the whole-tensor format: a synchronous write
+    // reads them in place, so they live until it is done.
+    std::optional<train::GatheredOptimizerState> gathered;
+    if (cfg.checkpoint.distributed) {
+      // Every rank writes what it owns; rank 0 adds the metadata.
+      p.staged = ckpt::stage_distributed_checkpoint(
+          cfg.checkpoint.dir, trainer.model().params(), trainer.optimizer(), st, cfg.to_yaml(), *world,
+          trainer.checkpoint_state_tensors(),
+          {{"world", world->size()}, {"tensor", pstate.tp_size()}, {"pipeline", pstate.pp_size()},
+           {"virtual_pipeline", cfg.parallel.virtual_pipeline_model_parallel_size}, {"data", dp},
+           {"context", pstate.cp_size()}, {"expert", pstate.ep_size()},
+           {"distributed_optimizer", trainer.distributed_optimizer() ? 1 : 0}},
+          background);
+    } else {
+      // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
+      // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
+      // are identical, so rank 0 alone writes.
+      gathered.emplace(trainer.full_optimizer_state());
+      const auto& c = pstate.coords();
+      comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
+      p.staged = ckpt::stage_checkpoint(cfg.checkpoint.dir, trainer.model().params(), gathered->view, st, cfg.to_yaml(),
+                                        cfg.checkpoint.keep, &pstate.tp(), lead, stages,
+                                        trainer.checkpoint_state_tensors(), &pstate.ep(), background);
+    }
+    auto write = [w = p.staged.write, disk_full] {
+      if (disk_full) ckpt::simulate_disk_full(true);
+      try {
+        w();
+      } catch (...) {
+        if (disk_full) ckpt::simulate_disk_full(false);
+        throw;
+      }
+      if (disk_full) ckpt::simulate_disk_full(false);
+    };
+    if (background)
+      p.writer = std::make_unique<ckpt::BackgroundWrite>(write);
     else
-      unpublished = Unpublished{step, lead ? where : std::string()};
+      write();
+    if (lead && !publish_now) {
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.began).count();
+      if (background)
+        std::printf("saving the checkpoint of step %lld in the background (staged in %.2f s)\n", (long long)step, took);
+      else
+        std::printf("saved checkpoint of step %lld in %.2f s (published once the next step passes the detectors)\n",
+                    (long long)step, took);
+      std::fflush(stdout);
+    }
+    pending_save = std::move(p);
+    if (publish_now) complete_save(true);
   };
 
   if (lead && start >= cfg.train.train_iters)
@@ -263,6 +308,11 @@ int run_train(const TrainOptions& o) {
                 (long long)tokens);
     std::fflush(stdout);
   };
+  // From here on a collective that never completes is an error naming who did not arrive
+  // (comm/watchdog.h). Not during set-up: rank 0 alone may measure the GEMM peak or clean the
+  // checkpoint directory for longer than a short timeout while the others wait.
+  const WatchdogScope watchdog(comm::WatchdogOptions{world->size() > 1 ? cfg.resilience.collective_timeout_s : 0.0,
+                                                     (fs::path(cfg.log.dir) / "heartbeats").string(), world->rank()});
   const auto t_start = std::chrono::steady_clock::now();
   int64_t it = start;
   const train::ResilienceConfig& rcfg = cfg.resilience;
@@ -281,8 +331,8 @@ int run_train(const TrainOptions& o) {
   // iterations after the restored step, up to and including `it`, are skipped: the run goes on from
   // step `it` with data from `consumed` on. Returns false when there is nothing to restore.
   auto rewind = [&](const resilience::StepVerdict& v) -> bool {
-    pending.reset();  // taken right before the flagged step: not trusted
-    settle(false);    // nor is a checkpoint of that state
+    pending.reset();           // taken right before the flagged step: not trusted
+    settle_after_step(false);  // nor is a checkpoint of that state
     resilience::RewindEvent e;
     e.step = it;
     e.anomaly = *v.anomaly;
@@ -388,13 +438,17 @@ int run_train(const TrainOptions& o) {
       good = std::move(pending);
       pending.reset();
     }
-    settle(true);
+    settle_after_step(true);
     const double dt = std::chrono::duration<double>(t1 - t0).count();
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     const double tps = double(cfg.train.global_batch_size * m.seq_length) / dt;
     const double mfu = flops_per_token * tps / 1e9 / peak_gflops;
+    // elapsed_s: wall seconds since training started, at the end of this step's verdict (saves and
+    // evaluation in between count; step_s is the step alone).
+    const double elapsed_now = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     nlohmann::json j = {{"step", it}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                        {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt}, {"consumed_samples", consumed}};
+                        {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt}, {"consumed_samples", consumed},
+                        {"elapsed_s", elapsed_now}};
     if (m.mtp_num_layers > 0) j["mtp_loss"] = r.mtp_loss;
     if (m.num_experts > 0) {  // load balance per MoE layer: max / mean tokens per expert (1 = even)
       j["moe_aux_loss"] = r.moe_aux_loss;
@@ -433,7 +487,7 @@ int run_train(const TrainOptions& o) {
     if (cfg.checkpoint.interval > 0 && it % cfg.checkpoint.interval == 0 && it < cfg.train.train_iters)
       save(it, false);
   }
-  settle(true);  // followed only by skipped iterations
+  settle_now();  // (validated already, unless only skipped iterations followed it)
   if (it > start) save(it, true);
   return 0;
 }

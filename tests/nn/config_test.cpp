@@ -314,7 +314,9 @@ TEST(ConfigInput, ResilienceKeysOutOfRange) {
   EXPECT_CONTAINS(error_of("", {"resilience.spike_window=1"}), "resilience.spike_window must be >= 2 steps, got 1");
   EXPECT_CONTAINS(error_of("", {"resilience.rewind_lr_scale=1.5"}), "resilience.rewind_lr_scale must be in (0, 1], got 1.5");
   EXPECT_CONTAINS(error_of("", {"resilience.loss_spike_zscore=-1"}), "resilience.loss_spike_zscore and");
-  EXPECT_CONTAINS(error_of("", {"resilience.collective_timeout_s=-1"}), "resilience.collective_timeout_s must be >= 0");
+  EXPECT_CONTAINS(error_of("", {"resilience.collective_timeout_s=-1"}),
+                  "resilience.collective_timeout_s must be 0 (no timeout) or >= 1 second, got -1");
+  EXPECT_CONTAINS(error_of("", {"resilience.collective_timeout_s=0.01"}), "or >= 1 second, got 0.01");
   EXPECT_CONTAINS(error_of("", {"resilience.snapshot_interval=-2"}), "resilience.snapshot_interval must be >= 0, got -2");
   EXPECT_CONTAINS(error_of("", {"resilience.bogus=1"}), "unknown key 'resilience.bogus' (allowed in 'resilience': "
                                                         "collective_timeout_s, detect_nonfinite");

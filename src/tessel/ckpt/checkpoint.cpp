@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "tessel/ckpt/checkpoint_files.h"
@@ -120,10 +121,10 @@ void gather_stages(comm::Communicator* pp, Named& list) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullOptimizerState& opt,
+StagedSave stage_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullOptimizerState& opt,
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
                             comm::Communicator* tp, bool write, comm::Communicator* pp,
-                            const NamedTensors& extra_state, comm::Communicator* ep, bool publish) {
+                            const NamedTensors& extra_state, comm::Communicator* ep, bool copy) {
   const DeviceAccessScope host_copy;  // a checkpoint save copies device memory to the host
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
   // Whole tensors first (collective over tp, then over pp), then only the writer touches the disk.
@@ -151,9 +152,29 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
   gather_stages(pp, model_tensors);
   gather_stages(pp, optim_tensors);
   gather_stages(pp, extra);
-  if (!write) return "";
-  return write_whole_checkpoint(dir, model_tensors, optim_tensors, extra, state, opt.optimizer_steps, config_yaml, keep,
-                                publish);
+  if (!write) return {[] {}, [] { return std::string(); }};
+  if (copy)  // views of the live buffers among them (unsharded parameters, the moments)
+    for (Named* list : {&model_tensors, &optim_tensors, &extra})
+      for (auto& [name, t] : *list) t = t.clone();
+  // The writer runs write(), then finish() reads what it left: shared, not captured twice.
+  auto tmp = std::make_shared<std::string>();
+  const int64_t optimizer_steps = opt.optimizer_steps;
+  return {[=] {
+            *tmp = write_whole_checkpoint(dir, model_tensors, optim_tensors, extra, state, optimizer_steps, config_yaml,
+                                          keep, false);
+          },
+          [tmp] { return *tmp; }};
+}
+
+std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullOptimizerState& opt,
+                            const TrainState& state, const std::string& config_yaml, int64_t keep,
+                            comm::Communicator* tp, bool write, comm::Communicator* pp,
+                            const NamedTensors& extra_state, comm::Communicator* ep, bool publish) {
+  StagedSave staged = stage_checkpoint(dir, params, opt, state, config_yaml, keep, tp, write, pp, extra_state, ep, false);
+  staged.write();
+  const std::string tmp = staged.finish();
+  if (tmp.empty() || !publish) return tmp;
+  return publish_checkpoint(dir, state.step, tmp, keep);
 }
 
 std::string write_whole_checkpoint(const std::string& dir, const NamedTensors& model_tensors,
@@ -172,18 +193,12 @@ std::string write_whole_checkpoint(const std::string& dir, const NamedTensors& m
   fs::create_directories(tmp);
 
   const std::map<std::string, std::string> meta{{"format", kFormatWhole}};
-  write_safetensors((tmp / kModelFile).string(), meta, model_tensors);
-  write_safetensors((tmp / kOptimFile).string(), meta, optim_tensors);
-  std::vector<const char*> written{kModelFile, kOptimFile};
-  if (!extra.empty()) {
-    write_safetensors((tmp / kStateFile).string(), meta, extra);
-    written.push_back(kStateFile);
-  }
-
   nlohmann::json files = nlohmann::json::object();
-  for (const char* f : written) {
+  for (const auto& [f, list] : {std::pair{kModelFile, &model_tensors}, std::pair{kOptimFile, &optim_tensors},
+                                std::pair{kStateFile, &extra}}) {
+    if (list == &extra && extra.empty()) continue;
+    const auto [crc, size] = write_safetensors((tmp / f).string(), meta, *list);
     fsync_path(tmp / f, false);
-    const auto [crc, size] = file_crc(tmp / f);
     files[f] = {{"crc32", crc}, {"bytes", size}};
   }
   const nlohmann::json md = {{"format", kFormatWhole},

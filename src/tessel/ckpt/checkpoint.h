@@ -49,6 +49,19 @@ struct FullOptimizerState {
   const float* masters = nullptr;  // null: the store's own (whole) masters
 };
 
+// A save in three parts, so that a background thread can write the files (checkpoint.async_save):
+//   stage   the collective part, done when the save is made: gathers, and with copy = true a copy of
+//           every tensor to write, owned by the staged save, so training may change its buffers;
+//   write   the file writes, fsynced: no communication, on any thread, once;
+//   finish  collective, after write on every rank: what follows (the distributed format's metadata);
+//           returns the complete temporary directory on the rank that publishes it, "" elsewhere.
+// Publication (publish_checkpoint, checkpoint_files.h) is the caller's. A synchronous save runs the
+// three in a row and publishes.
+struct StagedSave {
+  std::function<void()> write;
+  std::function<std::string()> finish;
+};
+
 // Saves and prunes to the newest `keep` checkpoints. Returns the checkpoint's directory.
 // Tensor-parallel shards are gathered over `tp` into whole tensors first, and pipeline stages' tensors
 // over `pp` onto its rank 0 (collective: every rank of each group calls it), so a checkpoint loads
@@ -60,6 +73,11 @@ std::string save_checkpoint(const std::string& dir, const nn::ParamStore& params
                             const TrainState& state, const std::string& config_yaml, int64_t keep,
                             comm::Communicator* tp = nullptr, bool write = true, comm::Communicator* pp = nullptr,
                             const NamedTensors& extra_state = {}, comm::Communicator* ep = nullptr, bool publish = true);
+// save_checkpoint's stage (see StagedSave); only ranks with write = true write.
+StagedSave stage_checkpoint(const std::string& dir, const nn::ParamStore& params, const FullOptimizerState& moments,
+                            const TrainState& state, const std::string& config_yaml, int64_t keep,
+                            comm::Communicator* tp, bool write, comm::Communicator* pp, const NamedTensors& extra_state,
+                            comm::Communicator* ep, bool copy);
 // Writes whole tensors (model: parameters by name; optim: exp_avg.<name>, exp_avg_sq.<name>; extra:
 // other training state) as a tessel-checkpoint-1 under dir and publishes it; one writer.
 // publish = false (here and in the savers above and in distributed_checkpoint.h): the complete,

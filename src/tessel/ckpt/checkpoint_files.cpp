@@ -48,16 +48,18 @@ std::pair<uint32_t, int64_t> file_crc(const fs::path& p) {
   return {uint32_t(crc), total};
 }
 
-uint32_t bytes_crc32(const void* data, size_t n) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+  uLong c = crc;
   const auto* p = static_cast<const Bytef*>(data);
   for (size_t at = 0; at < n;) {  // zlib takes 32-bit lengths
     const size_t step = std::min<size_t>(n - at, size_t(1) << 30);
-    crc = crc32(crc, p + at, uInt(step));
+    c = crc32(c, p + at, uInt(step));
     at += step;
   }
-  return uint32_t(crc);
+  return uint32_t(c);
 }
+
+uint32_t bytes_crc32(const void* data, size_t n) { return crc32_update(uint32_t(crc32(0L, Z_NULL, 0)), data, n); }
 
 void write_text_file(const fs::path& p, const std::string& text) {
   {

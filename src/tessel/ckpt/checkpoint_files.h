@@ -22,6 +22,7 @@ std::filesystem::path temporary_step_dir(const std::string& dir, int64_t step, i
 void fsync_path(const std::filesystem::path& p, bool directory);
 std::pair<uint32_t, int64_t> file_crc(const std::filesystem::path& p);  // CRC-32 (zlib) and size
 uint32_t bytes_crc32(const void* data, size_t n);                        // CRC-32 (zlib) of a buffer
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n);         // the CRC-32 of what came before, then data
 void write_text_file(const std::filesystem::path& p, const std::string& text);  // fsynced
 std::string read_text_file(const std::filesystem::path& p);
 

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
+#include <memory>
 #include <filesystem>
 #include <map>
 
@@ -74,8 +76,22 @@ std::string save_distributed_checkpoint(const std::string& dir, const nn::ParamS
                                         const TrainState& state, const std::string& config_yaml, int64_t keep,
                                         comm::Communicator& world, const NamedTensors& extra_state,
                                         const std::vector<std::pair<std::string, int64_t>>& layout, bool publish) {
-  const DeviceAccessScope host_copy;  // a checkpoint save copies device memory to the host
   TESSEL_CHECK(keep > 0, "checkpoint.keep must be > 0, got {}", keep);
+  StagedSave staged = stage_distributed_checkpoint(dir, params, opt, state, config_yaml, world, extra_state, layout, false);
+  staged.write();
+  const std::string tmp = staged.finish();
+  if (world.rank() == 0 && publish) publish_checkpoint(dir, state.step, tmp, keep);
+  // Every rank returns once the checkpoint is published (the next save cannot overtake this one).
+  int64_t done = 1;
+  world.broadcast(&done, 1, DType::i64, 0);
+  return publish ? (fs::path(dir) / step_name(state.step)).string() : tmp;  // tmp: rank 0's, "" elsewhere
+}
+
+StagedSave stage_distributed_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
+                                        const TrainState& state, const std::string& config_yaml,
+                                        comm::Communicator& world, const NamedTensors& extra_state,
+                                        const std::vector<std::pair<std::string, int64_t>>& layout, bool copy) {
+  const DeviceAccessScope host_copy;  // a checkpoint save copies device memory to the host
   const int rank = world.rank(), n = world.size();
   // Rank 0 makes the temporary directory and names it (its PID) before any rank writes there.
   int64_t pid = ::getpid();
@@ -131,25 +147,38 @@ std::string save_distributed_checkpoint(const std::string& dir, const nn::ParamS
   // 2. Every rank writes its file (if it writes any piece), fsyncs it and reports its size and CRC-32.
   NamedTensors to_write;
   for (size_t i = 0; i < mine.size(); ++i)
-    if (keep_mine[i]) to_write.emplace_back(mine[i].key, mine[i].values);
-  int64_t report[3] = {0, 0, 0};  // wrote a file, its CRC-32, its size
-  if (!to_write.empty()) {
+    if (keep_mine[i]) to_write.emplace_back(mine[i].key, copy ? mine[i].values.clone() : mine[i].values);
+  auto report = std::make_shared<std::array<int64_t, 3>>();  // wrote a file, its CRC-32, its size
+  auto write = [to_write, report, tmp, rank] {
+    if (to_write.empty()) return;
     const fs::path file = tmp / rank_file_name(rank);
-    write_safetensors(file.string(), {{"format", kFormatDistributed}, {"rank", std::to_string(rank)}}, to_write);
+    const auto [crc, size] =
+        write_safetensors(file.string(), {{"format", kFormatDistributed}, {"rank", std::to_string(rank)}}, to_write);
     fsync_path(file, false);
-    const auto [crc, size] = file_crc(file);
-    report[0] = 1;
-    report[1] = crc;
-    report[2] = size;
-  }
-  fault_point("checkpoint-save", rank);
-
-  // 3. Rank 0 writes metadata.json once every file is complete, and publishes.
-  if (rank == 0) {
+    *report = {1, int64_t(crc), size};
+  };
+  // 3. Rank 0 writes metadata.json once every file is complete.
+  json parallel = json::object();
+  for (const auto& [name, size] : layout) parallel[name] = size;
+  const json md_base = {{"format", kFormatDistributed},
+                        {"step", state.step},
+                        {"consumed_samples", state.consumed_samples},
+                        {"optimizer_steps", opt.steps_taken()},
+                        {"seed", state.seed},
+                        {"parallel", parallel},
+                        {"tensors", tensors},
+                        {"pieces", pieces},
+                        {"config", config_yaml}};
+  auto finish = [report, tmp, rank, n, &world, md_base]() -> std::string {
+    fault_point("checkpoint-save", rank);
+    if (rank != 0) {
+      world.send(report->data(), 3, DType::i64, 0, kTagFile);
+      return "";
+    }
     json files = json::object();
     for (int r = 0; r < n; ++r) {
-      int64_t rep[3] = {report[0], report[1], report[2]};
-      if (r > 0) world.recv(rep, 3, DType::i64, r, kTagFile);
+      std::array<int64_t, 3> rep = *report;
+      if (r > 0) world.recv(rep.data(), 3, DType::i64, r, kTagFile);
       if (!rep[0]) continue;
       // The file must be where rank 0 sees it (checkpoint.dir on a file system every rank shares).
       std::error_code ec;
@@ -159,28 +188,13 @@ std::string save_distributed_checkpoint(const std::string& dir, const nn::ParamS
                    rep[2], tmp.string(), ec ? "cannot see" : fmt::format("sees with {} bytes", size));
       files[rank_file_name(r)] = {{"crc32", rep[1]}, {"bytes", rep[2]}};
     }
-    json parallel = json::object();
-    for (const auto& [name, size] : layout) parallel[name] = size;
-    const json md = {{"format", kFormatDistributed},
-                     {"step", state.step},
-                     {"consumed_samples", state.consumed_samples},
-                     {"optimizer_steps", opt.steps_taken()},
-                     {"seed", state.seed},
-                     {"parallel", parallel},
-                     {"files", files},
-                     {"tensors", tensors},
-                     {"pieces", pieces},
-                     {"config", config_yaml}};
+    json md = md_base;
+    md["files"] = files;
     write_text_file(tmp / "metadata.json", md.dump(1) + "\n");
     fsync_path(tmp, true);
-    if (publish) publish_checkpoint(dir, state.step, tmp, keep);
-  } else {
-    world.send(report, 3, DType::i64, 0, kTagFile);
-  }
-  // Every rank returns once the checkpoint is published (the next save cannot overtake this one).
-  int64_t done = 1;
-  world.broadcast(&done, 1, DType::i64, 0);
-  return publish ? (fs::path(dir) / step_name(state.step)).string() : tmp.string();
+    return tmp.string();
+  };
+  return {write, finish};
 }
 
 std::string consolidate_checkpoint(const std::string& ckpt_dir, const std::string& out_dir) {

@@ -27,12 +27,20 @@ namespace tessel::ckpt {
 
 // Collective over world (every rank of the job). layout: the parallel sizes, recorded in
 // metadata.json for information. Returns the published directory on every rank (publish = false:
-// the complete temporary directory, which rank 0 publishes later; see write_whole_checkpoint).
+// on rank 0 the complete temporary directory, which it publishes later, "" elsewhere; see
+// write_whole_checkpoint).
 std::string save_distributed_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
                                         const TrainState& state, const std::string& config_yaml, int64_t keep,
                                         comm::Communicator& world, const NamedTensors& extra_state,
                                         const std::vector<std::pair<std::string, int64_t>>& layout,
                                         bool publish = true);
+
+// save_distributed_checkpoint's stage (StagedSave, checkpoint.h): every part collective over world;
+// finish() returns the temporary directory on rank 0.
+StagedSave stage_distributed_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
+                                        const TrainState& state, const std::string& config_yaml,
+                                        comm::Communicator& world, const NamedTensors& extra_state,
+                                        const std::vector<std::pair<std::string, int64_t>>& layout, bool copy);
 
 // Writes the checkpoint ckpt_dir (either format) as a tessel-checkpoint-1 of whole tensors under
 // out_dir (a checkpoint.dir: step_N and latest), with its step, data position, optimizer state and

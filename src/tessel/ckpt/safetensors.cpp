@@ -3,11 +3,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "tessel/ckpt/checkpoint_files.h"
 #include "tessel/ckpt/safetensors_header.h"
 
 namespace tessel::ckpt {
@@ -144,7 +146,7 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& sou
 }
 
 namespace {
-bool g_disk_full = false;
+std::atomic<bool> g_disk_full{false};  // set and read by a checkpoint's writer thread
 }
 
 void simulate_disk_full(bool on) { g_disk_full = on; }
@@ -153,8 +155,8 @@ void fail_if_disk_full(const std::string& path) {
   TESSEL_CHECK(!g_disk_full, "cannot write '{}': {} (injected fault disk-full)", path, std::strerror(ENOSPC));
 }
 
-void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
-                       const std::vector<std::pair<std::string, Tensor>>& tensors) {
+std::pair<uint32_t, int64_t> write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                                               const std::vector<std::pair<std::string, Tensor>>& tensors) {
   const DeviceAccessScope host_copy;  // tensors to a file: a device-to-host copy
   nlohmann::ordered_json j;
   if (!metadata.empty()) j["__metadata__"] = metadata;
@@ -171,12 +173,20 @@ void write_safetensors(const std::string& path, const std::map<std::string, std:
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   TESSEL_CHECK(out.good(), "cannot write safetensors file '{}'", path);
   const uint64_t len = header.size();
+  uint32_t crc = bytes_crc32(&len, 8);
+  int64_t bytes = 8 + int64_t(len);
   out.write(reinterpret_cast<const char*>(&len), 8);
   out.write(header.data(), int64_t(len));
+  crc = crc32_update(crc, header.data(), len);
   fail_if_disk_full(path);  // as a full disk would: the header written, the data not
-  for (const auto& [name, t] : tensors) out.write(static_cast<const char*>(t.raw()), int64_t(t.nbytes()));
+  for (const auto& [name, t] : tensors) {
+    out.write(static_cast<const char*>(t.raw()), int64_t(t.nbytes()));
+    crc = crc32_update(crc, t.raw(), t.nbytes());
+    bytes += int64_t(t.nbytes());
+  }
   out.flush();  // a full disk shows here, not in the destructor's silent close
   TESSEL_CHECK(out.good(), "failed writing safetensors file '{}': {}", path, std::strerror(errno));
+  return {crc, bytes};
 }
 
 }  // namespace tessel::ckpt

@@ -47,7 +47,9 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& sou
 // disk makes it fail (ENOSPC), after the file was created.
 void simulate_disk_full(bool on);
 void fail_if_disk_full(const std::string& path);  // throws "cannot write PATH: No space left on device" while on
-void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
-                       const std::vector<std::pair<std::string, Tensor>>& tensors);
+// Writes the file; returns the CRC-32 (zlib) and size of the bytes written, computed as they are
+// written (a checkpoint's metadata records both without reading the file back).
+std::pair<uint32_t, int64_t> write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                                               const std::vector<std::pair<std::string, Tensor>>& tensors);
 
 }  // namespace tessel::ckpt

@@ -144,6 +144,7 @@ struct Schema {
     ck["interval"] = bind_field(c.checkpoint.interval, "checkpoint.interval");
     ck["keep"] = bind_field(c.checkpoint.keep, "checkpoint.keep");
     ck["distributed"] = bind_field(c.checkpoint.distributed, "checkpoint.distributed");
+    ck["async_save"] = bind_field(c.checkpoint.async_save, "checkpoint.async_save");
 
     auto& l = sections["log"];
     l["dir"] = bind_field(c.log.dir, "log.dir");
@@ -405,8 +406,8 @@ void Config::validate() const {
                rs.rewind_lr_scale);
   TESSEL_CHECK_MIN("resilience.max_rewinds", rs.max_rewinds, 0);
   TESSEL_CHECK(rs.rewind_window >= 1, "resilience.rewind_window must be >= 1 step, got {}", rs.rewind_window);
-  TESSEL_CHECK(rs.collective_timeout_s >= 0, "resilience.collective_timeout_s must be >= 0 (0: no timeout), got {}",
-               rs.collective_timeout_s);
+  TESSEL_CHECK(rs.collective_timeout_s == 0 || rs.collective_timeout_s >= 1,
+               "resilience.collective_timeout_s must be 0 (no timeout) or >= 1 second, got {}", rs.collective_timeout_s);
   TESSEL_CHECK(data.tokenizer.empty() || !is_directory_path(data.tokenizer),
                "data.tokenizer '{}' is a directory; it should be a SentencePiece .model file (train-tokenizer "
                "writes PREFIX.model)", data.tokenizer);
@@ -430,6 +431,9 @@ std::string Config::to_yaml() const {
     if (fields.empty()) continue;
     e << YAML::Key << section << YAML::Value << YAML::BeginMap;
     for (const auto& [key, f] : fields) {
+      // Injected faults belong to one invocation, not to the run: a config written next to the run or
+      // into a checkpoint must not inject them again when it is reused.
+      if (section == "resilience" && key == "inject") continue;
       e << YAML::Key << key << YAML::Value;
       f.write(e);
     }

@@ -107,6 +107,9 @@ struct CheckpointConfig {
   // Every rank writes its own pieces (tessel-checkpoint-2, ckpt/distributed_checkpoint.h) instead of
   // rank 0 writing whole tensors gathered from all. Either format loads under any layout.
   bool distributed = false;
+  // The save copies what it writes to host memory, and a background thread writes it while training
+  // goes on (Megatron-LM's --async-save); a new save, the end of the run and a stop wait for it.
+  bool async_save = false;
 };
 
 // Detectors, rewind and the collective watchdog (docs/resilience.md).
