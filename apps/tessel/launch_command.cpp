@@ -6,12 +6,14 @@
 //   exit 0                      finished: done
 //   exit 65 (resilience)        rewinding did not help: the data or settings are at fault, not restarted
 //   exit 2 (usage)              a command-line error: not restarted
+//   exit 126, 127               the command cannot be run: not restarted
 //   anything else, or a signal  restarted, up to --max-restarts times
 // The child runs in its own process group; SIGINT and SIGTERM to the launcher are passed to that
 // group, and the launcher then exits with the child's status instead of restarting it. Each attempt
 // sees TESSEL_LAUNCH_ATTEMPT (0, 1, ...): injected faults (resilience/faults.h) fire in attempt 0 only.
 // Multi-node mpirun passes it on with `-x TESSEL_LAUNCH_ATTEMPT`.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,7 +59,8 @@ std::string describe_status(int status) {
 bool restartable(int status) {
   if (WIFSIGNALED(status)) return true;
   const int code = WEXITSTATUS(status);
-  return code != 0 && code != resilience::kExitCodeDiverged && code != kExitUsage;
+  // 126, 127: the command cannot be run (the shell's codes, and this launcher's after exec fails).
+  return code != 0 && code != resilience::kExitCodeDiverged && code != kExitUsage && code != 126 && code != 127;
 }
 
 int exit_code_of(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status); }
@@ -71,7 +74,8 @@ int run_attempt(const std::vector<std::string>& command, int attempt, bool* stop
   const pid_t child = ::fork();
   TESSEL_CHECK(child >= 0, "tessel launch: fork failed: {}", std::strerror(errno));
   if (child == 0) {
-    ::setpgid(0, 0);  // its own group: the launcher signals the whole job at once
+    ::setpgid(0, 0);                    // its own group: the launcher signals the whole job at once
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a launcher that dies takes the run down, not unsupervised
     sigprocmask(SIG_SETMASK, &before, nullptr);
     ::setenv("TESSEL_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
     std::vector<char*> argv;
@@ -95,6 +99,9 @@ int run_attempt(const std::vector<std::string>& command, int attempt, bool* stop
       ::kill(-child, sig);
     }
   }
+  // What the command left in its group (ranks of an mpirun that was itself killed) would hold the
+  // checkpoint directory's lock against the next attempt.
+  ::kill(-child, SIGKILL);
   sigprocmask(SIG_SETMASK, &before, nullptr);
   return status;
 }
@@ -131,7 +138,7 @@ Action add_launch_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("command", o->command, "the command, after --: e.g. -- mpirun -np 4 tessel train CONFIG")
       ->required();
-  cmd->footer("Restarted: any failure but exit 65 (rewinding did not help) and exit 2 (usage). Not restarted: exit 0, "
+  cmd->footer("Restarted: any failure but exit 65 (rewinding did not help), 2 (usage), 126 and 127 (no such command). Not restarted: exit 0, "
               "or after the launcher itself got SIGINT/SIGTERM (passed on to the run). Exit status: the last attempt's.");
   return [o] { return run_launch(*o); };
 }

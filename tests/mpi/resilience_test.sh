@@ -14,6 +14,7 @@ source "$HERE/prelude.sh"
 source "$HERE/train_runs.sh"
 COMMON+=(--set train.train_iters=10 --set model.num_layers=4 --set log.interval=1)
 TP2PP2=(--set $TP=2 --set $PP=2)
+EP=parallel.expert_model_parallel_size
 check() { /usr/bin/python3 "$HERE/resilience_check.py" "$@" || exit 1; }
 now() { date +%s.%N; }
 seconds() { /usr/bin/python3 -c "print(f'{$2 - $1:.1f}')"; }
@@ -58,6 +59,26 @@ check same nan-ref nan --after 5
 expect_in nan.log "rewind at step 5: a non-finite loss or gradient norm (nan) on ranks 0,1; restored step 3 from snapshot"
 echo "ROW nan | dp2, bf16, distributed optimizer | yes: rewound to the in-memory snapshot | 2 | $(lost "$t0" "$t1" "$REF")"
 
+# 1b. The same rewind where a step changes more state: MoE with expert biases (aux-loss-free
+# balancing) and FP8 delayed scaling (amax histories) under expert parallelism; and DualPipe at pp2,
+# whose two ranks hold the same stages. There the NaN goes into the mirror's gradients after the
+# pair's sum, which its gradient norm does not count (the pair counts once): step 7 passes, its
+# update makes the mirror's copy NaN, and step 8's loss is NaN. The snapshot of step 7 was pending
+# (the step after it was flagged), so step 6's is restored and iterations 7-8 skipped.
+MOE=(--set model.arch=mixtral --set model.num_experts=4 --set model.moe_router_topk=2
+     --set model.moe_router_score_function=sigmoid --set model.moe_router_enable_expert_bias=true
+     --set model.moe_router_bias_update_rate=0.01 --set model.moe_first_dense_layers=1
+     --set precision.fp8.recipe=delayed --set $EP=2)
+run 2 moe-ref "${MOE[@]}" --set train.skip_train_iteration_range=3-4
+run 2 moe "${MOE[@]}" --set resilience.snapshot_interval=2 --inject nan@4:0
+check event moe nonfinite 2 3 4
+check same moe-ref moe --after 4
+DUALPIPE=(--set $PP=2 --set parallel.pipeline_schedule=dualpipe)
+run 2 dualpipe-ref "${DUALPIPE[@]}" --set train.skip_train_iteration_range=7-8
+run 2 dualpipe "${DUALPIPE[@]}" --set resilience.snapshot_interval=1 --inject nan@7:1
+check event dualpipe nonfinite 6 7 8
+check same dualpipe-ref dualpipe --after 8
+
 # 2. spike: the last stage's targets corrupted at step 7 under tp2 x pp2; the loss z-score detector
 # fires. There is no snapshot; the checkpoint of step 6 was written but is dropped unpublished (the
 # step after it was flagged), so the checkpoint of step 4 is loaded and iterations 5-7 skipped.
@@ -75,7 +96,7 @@ timed TP2PP2_REF run 4 tp2pp2-ref "${TP2PP2[@]}" --set checkpoint.interval=2
 timed DP2_REF run 2 dp2-ref --set checkpoint.interval=2
 
 # 3. kill: rank 2 of 4 SIGKILLed as step 6 starts; mpirun ends the job, the launcher restarts it from
-# the checkpoint of step 4.
+# the checkpoint of step 4 (published after step 5 passed).
 t0=$(now)
 supervised 4 kill "${TP2PP2[@]}" --set checkpoint.interval=2 --inject kill@6:2 || { echo "kill: launch failed"; tail kill.log; exit 1; }
 t1=$(now)
@@ -96,26 +117,29 @@ expect_in hang.log "exit status 76 (a collective timed out)"
 check same dp2-ref hang --after 0
 echo "ROW hang | dp2 | yes: watchdog (3 s) named rank 1, restarted | $(steps_lost hang.log) | $(lost "$t0" "$t1" "$DP2_REF")"
 
-# 5. sigterm (a preemption) to rank 1 at step 6: every rank saves step 6 and exits 75; restarted.
+# 5. sigterm (a preemption) to rank 1 at step 6: every rank saves step 6 and exits 75; restarted. The
+# save of step 4 was written by a background thread (checkpoint.async_save): the stop waits for it.
 t0=$(now)
-supervised 2 sigterm --set checkpoint.interval=4 --inject sigterm@6:1 || { echo "sigterm: launch failed"; tail sigterm.log; exit 1; }
+supervised 2 sigterm --set checkpoint.interval=4 --set checkpoint.async_save=true --inject sigterm@6:1 || { echo "sigterm: launch failed"; tail sigterm.log; exit 1; }
 t1=$(now)
 expect_in sigterm.log "exit status 75 (stopped by a signal after saving)"
 expect_in sigterm.log "resumed from checkpoint.dir sigterm/ckpt at step 6"
+expect_in sigterm.log "saved checkpoint sigterm/ckpt/step_00000004, written in the background"
 check same dp2-ref sigterm --after 0
-echo "ROW sigterm | dp2 | yes: saved, exit 75, restarted | $(steps_lost sigterm.log) | $(lost "$t0" "$t1" "$DP2_REF")"
+echo "ROW sigterm | dp2, asynchronous saves | yes: saved, exit 75, restarted | $(steps_lost sigterm.log) | $(lost "$t0" "$t1" "$DP2_REF")"
 
 # 6, 7. The newest checkpoint damaged (bytes flipped, or cut to half), then rank 1 killed: the restart
-# finds the damage by its CRC or size, says so, and resumes from the one before.
+# finds the damage by its CRC or size, says so, and resumes from the one before. Distributed
+# checkpoints.
 for kind in corrupt truncate; do
   t0=$(now)
-  supervised 2 "$kind" --set checkpoint.interval=2 --inject "$kind-checkpoint@4,kill@6:1" ||
+  supervised 2 "$kind" --set checkpoint.interval=2 --set checkpoint.distributed=true --inject "$kind-checkpoint@4,kill@6:1" ||
     { echo "$kind: launch failed"; tail "$kind.log"; exit 1; }
   t1=$(now)
   expect_in "$kind.log" "injected fault $kind-checkpoint on rank 0: damaged"
   expect_in "$kind.log" "resumed from checkpoint.dir $kind/ckpt at step 2"
   check same dp2-ref "$kind" --after 0
-  echo "ROW $kind-checkpoint | dp2 | yes: the damaged step-4 checkpoint skipped, resumed from step 2 | $(steps_lost "$kind.log") | $(lost "$t0" "$t1" "$DP2_REF")"
+  echo "ROW $kind-checkpoint | dp2, distributed checkpoints | yes: the damaged step-4 checkpoint skipped, resumed from step 2 | $(steps_lost "$kind.log") | $(lost "$t0" "$t1" "$DP2_REF")"
 done
 
 # 8. disk-full: rank 1's writes of the step-4 save fail (ENOSPC) under distributed checkpoints (with

@@ -20,7 +20,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int64_t wall_ms() {
+int64_t steady_ms() {  // how long a wait lasted: immune to wall-clock steps
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t wall_ms() {  // heartbeat times: compared across ranks (and machines)
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
@@ -38,7 +43,9 @@ struct State {
   WatchdogOptions opt;
   std::map<std::string, int64_t> posted;     // per group key
   std::shared_ptr<const WaitInfo> waiting;   // the wait in progress (null: none)
-  int64_t waiting_since_ms = 0;
+  int64_t waiting_since_ms = 0;              // wall clock, for the heartbeat
+  int64_t waiting_since_steady_ms = 0;       // what the timeout is measured with
+  int untimed = 0;                           // open UntimedWaits scopes
   bool stop = false;
   std::thread thread;
 };
@@ -101,13 +108,9 @@ void watchdog_loop() {
   State& s = state();
   std::unique_lock lock(s.mu);
   while (!s.stop) {
-    const int64_t now = wall_ms();
-    const Heartbeat h = snapshot_heartbeat(s, now);
-    lock.unlock();
-    write_heartbeat(h, s.opt.heartbeat_dir);
-    lock.lock();
-    if (s.waiting) {
-      const double waited = double(now - s.waiting_since_ms) / 1e3;
+    // The timeout first: a heartbeat write stuck on a shared file system must not disable it.
+    if (s.waiting && s.untimed == 0) {
+      const double waited = double(steady_ms() - s.waiting_since_steady_ms) / 1e3;
       if (waited > s.opt.timeout_s) {
         const WaitInfo w = *s.waiting;
         const WatchdogOptions o = s.opt;
@@ -115,8 +118,11 @@ void watchdog_loop() {
         report_timeout(w, waited, o);
       }
     }
-    s.wake.wait_for(lock, std::chrono::duration<double>(heartbeat_period(s.opt)),
-                    [&] { return s.stop; });
+    const Heartbeat h = snapshot_heartbeat(s, wall_ms());
+    lock.unlock();
+    write_heartbeat(h, s.opt.heartbeat_dir);
+    lock.lock();
+    s.wake.wait_for(lock, std::chrono::duration<double>(heartbeat_period(s.opt)), [&] { return s.stop; });
   }
 }
 
@@ -247,7 +253,21 @@ WaitWatch::WaitWatch(std::shared_ptr<const WaitInfo> info) {
   if (s.waiting) return;  // nested (a blocking form calling its own wait): the outer one times it
   s.waiting = std::move(info);
   s.waiting_since_ms = wall_ms();
+  s.waiting_since_steady_ms = steady_ms();
   active_ = true;
+}
+
+UntimedWaits::UntimedWaits() {
+  State& s = state();
+  const std::lock_guard lock(s.mu);
+  ++s.untimed;
+}
+
+UntimedWaits::~UntimedWaits() {
+  State& s = state();
+  const std::lock_guard lock(s.mu);
+  // A wait that began inside the scope and outlives it is timed from the scope's end.
+  if (--s.untimed == 0 && s.waiting) s.waiting_since_steady_ms = steady_ms();
 }
 
 WaitWatch::~WaitWatch() {

@@ -63,6 +63,17 @@ class WaitWatch {
   bool active_ = false;
 };
 
+// While one is alive, waits are not timed out (their heartbeat still names them): the ranks waiting
+// for a checkpoint that one rank writes alone, whose time depends on the size and the disk, not on a
+// fault. A dead rank still ends the job through mpirun.
+class UntimedWaits {
+ public:
+  UntimedWaits();
+  ~UntimedWaits();
+  UntimedWaits(const UntimedWaits&) = delete;
+  UntimedWaits& operator=(const UntimedWaits&) = delete;
+};
+
 // What a heartbeat file says (for the diagnosis and tests).
 struct Heartbeat {
   int rank = -1;

@@ -19,19 +19,20 @@ StepVerdict agree_after_step(comm::Communicator& world, int stop_signal, const s
   if (flags[1] == 0) return v;
   // Somebody flagged the step: every rank's detector and value (a second, rare collective).
   const int n = world.size();
-  // Communicators move no fp64: the value travels as its bits.
-  const int64_t own[2] = {mine ? int64_t(mine->detector) : 0, std::bit_cast<int64_t>(mine ? mine->value : 0.0)};
-  std::vector<int64_t> all(size_t(2 * n));
-  world.all_gather(own, all.data(), 2, DType::i64);
+  // Communicators move no fp64: the value and threshold travel as their bits.
+  const int64_t own[3] = {mine ? int64_t(mine->detector) : 0, std::bit_cast<int64_t>(mine ? mine->value : 0.0),
+                          std::bit_cast<int64_t>(mine ? mine->threshold : 0.0)};
+  std::vector<int64_t> all(size_t(3 * n));
+  world.all_gather(own, all.data(), 3, DType::i64);
   Anomaly a;
   a.detector = Detector(flags[1]);
   for (int r = 0; r < n; ++r) {
-    const int d = int(all[size_t(2 * r)]);
+    const int d = int(all[size_t(3 * r)]);
     if (d != 0) v.ranks.push_back(r);
     if (d == flags[1] && v.first_rank < 0) {
       v.first_rank = r;
-      a.value = std::bit_cast<double>(all[size_t(2 * r + 1)]);
-      if (mine && r == world.rank()) a.threshold = mine->threshold;
+      a.value = std::bit_cast<double>(all[size_t(3 * r + 1)]);
+      a.threshold = std::bit_cast<double>(all[size_t(3 * r + 2)]);
     }
   }
   v.anomaly = a;
