@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "checkpoint_fixtures.h"
+#include "support/host_access.h"
 #include "tessel/ckpt/background_write.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/checkpoint_files.h"
@@ -26,7 +27,11 @@ TEST(AsyncCheckpoint, AStagedCopyWritesTheStateOfItsStageNotOfTheWrite) {
   optim::AdamW oa(a.params(), {});
   tessel::testing::perturb(a, oa, 0.5f);
   const auto staged_values = tessel::testing::snapshot(a);
-  const ckpt::FullOptimizerState moments{oa.exp_avg_data(), oa.exp_avg_sq_data(), oa.steps_taken()};
+  ckpt::FullOptimizerState moments{};
+  {
+    const tessel::testing::HostAccess host;  // the moments' addresses (the stage reads them under its own scope)
+    moments = {oa.exp_avg_data(), oa.exp_avg_sq_data(), oa.steps_taken()};
+  }
   ckpt::StagedSave staged =
       ckpt::stage_checkpoint(s.dir, a.params(), moments, {1, 16, 1}, "model: {}\n", 2, nullptr, true, nullptr, {},
                              nullptr, /*copy=*/true);

@@ -78,7 +78,8 @@ std::string network_level(const HardwareProfile& hw, const std::string& group, c
   if (group == "tp") size = tp;
   else if (group == "cp") stride = tp, size = cp;
   else if (group == "dp") stride = tp * cp, size = dp;
-  else if (group == "pp" || group == "embedding") stride = tp * cp * dp, size = pp;
+  // DualPipe's pair (pipeline ranks r and P-1-r): at most the pipeline group's span.
+  else if (group == "pp" || group == "embedding" || group == "dualpipe_pair") stride = tp * cp * dp, size = pp;
   else if (group == "dp_cp") stride = tp, size = cp * dp;
   else if (group == "ep") stride = tp, size = s.ep;
   else if (group == "ep_dp") stride = tp * s.ep, size = cp * dp / s.ep;
