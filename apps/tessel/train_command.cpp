@@ -177,11 +177,29 @@ int run_train(const TrainOptions& o) {
   };
   // Completes the pending save (collective: waits for every rank's writer) and publishes it (rank 0)
   // when `publish`, else removes it.
+  // Every rank learns whether every rank's write succeeded (collective), and all throw alike when one
+  // failed: the failing rank its own error (which names the file), the others one that says so. What
+  // was saved before stays; the partial save is a temporary directory the next start removes.
+  auto agree_on_write = [&](const std::exception_ptr& error, int64_t step) {
+    int ok = error ? 0 : 1;
+    world->all_reduce(&ok, 1, DType::i32, comm::ReduceOp::min);
+    if (error) std::rethrow_exception(error);
+    TESSEL_CHECK(ok, "the checkpoint save of step {} failed on another rank (its message names the file); the "
+                 "checkpoints already saved in '{}' are intact", step, cfg.checkpoint.dir);
+  };
   auto complete_save = [&](bool publish) {
     const comm::UntimedWaits io;  // peers wait while rank 0 writes and publishes: not a fault
     PendingSave p = std::move(*pending_save);
     pending_save.reset();
-    if (p.writer) p.writer->wait();
+    if (p.writer) {
+      std::exception_ptr error;
+      try {
+        p.writer->wait();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      agree_on_write(error, p.step);
+    }
     const std::string tmp = p.staged.finish();
     if (lead) {
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.began).count();
@@ -267,10 +285,18 @@ int run_train(const TrainOptions& o) {
       }
       if (disk_full) ckpt::simulate_disk_full(false);
     };
-    if (background)
-      p.writer = std::make_unique<ckpt::BackgroundWrite>(write);
-    else
-      write();
+    p.staged.write = nullptr;  // the copies it holds die with the writer's callable, once written
+    if (background) {
+      p.writer = std::make_unique<ckpt::BackgroundWrite>(std::move(write));
+    } else {
+      std::exception_ptr error;
+      try {
+        write();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      agree_on_write(error, step);  // also: every rank waits here (untimed) for the slowest writer
+    }
     if (lead && !publish_now) {
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.began).count();
       if (background)

@@ -25,6 +25,22 @@ TEST(StrictCpuCli, TrainingSavingAndResumingTouchDeviceMemoryOnlyThroughKernels)
   EXPECT_NE(r.output.find("resum"), std::string::npos) << r.output;
 }
 
+// An asynchronous save's writer thread reads host copies only (no device scope on its thread), in
+// both formats; the synchronous saves at the end read device memory under one.
+TEST(StrictCpuCli, AsynchronousSavesWriteHostCopies) {
+  for (const char* distributed : {"false", "true"}) {
+    TempDir d;
+    const std::string args = "train " + config("synthetic.yaml") +
+                             " --set train.train_iters=4 --set checkpoint.interval=1 --set checkpoint.dir=ckpt"
+                             " --set log.dir=logs --set checkpoint.async_save=true --set checkpoint.distributed=" +
+                             distributed;
+    const auto r = run_tessel(args, d.path(), 300, kStrict);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("strict cpu mode"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("written in the background"), std::string::npos) << r.output;
+  }
+}
+
 // The asynchronous queue changes when kernels run, never what they compute: every synchronisation
 // is where it must be, or a loss would differ (or the run stop).
 TEST(StrictCpuCli, TheQueuedRunTrainsToTheSameLossesBitForBit) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 
 #include "tessel/ckpt/checkpoint_files.h"
 #include "tessel/ckpt/checkpoint_reader.h"
+#include "tessel/ckpt/host_copies.h"
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/comm/text.h"
 
@@ -153,12 +155,20 @@ StagedSave stage_checkpoint(const std::string& dir, const nn::ParamStore& params
   gather_stages(pp, optim_tensors);
   gather_stages(pp, extra);
   if (!write) return {[] {}, [] { return std::string(); }};
-  if (copy)  // views of the live buffers among them (unsharded parameters, the moments)
-    for (Named* list : {&model_tensors, &optim_tensors, &extra})
-      for (auto& [name, t] : *list) t = t.clone();
   // The writer runs write(), then finish() reads what it left: shared, not captured twice.
   auto tmp = std::make_shared<std::string>();
   const int64_t optimizer_steps = opt.optimizer_steps;
+  if (copy) {
+    // Host copies of everything (views of the live buffers among them: unsharded parameters, the
+    // moments), owned by the write.
+    auto copies = std::make_shared<const std::array<HostCopies, 3>>(
+        std::array<HostCopies, 3>{HostCopies(model_tensors), HostCopies(optim_tensors), HostCopies(extra)});
+    return {[=] {
+              *tmp = write_whole_checkpoint(dir, (*copies)[0].tensors(), (*copies)[1].tensors(),
+                                            (*copies)[2].tensors(), state, optimizer_steps, config_yaml, keep, false);
+            },
+            [tmp] { return *tmp; }};
+  }
   return {[=] {
             *tmp = write_whole_checkpoint(dir, model_tensors, optim_tensors, extra, state, optimizer_steps, config_yaml,
                                           keep, false);

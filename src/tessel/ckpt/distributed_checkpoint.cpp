@@ -12,6 +12,7 @@
 
 #include "tessel/ckpt/checkpoint_files.h"
 #include "tessel/ckpt/checkpoint_reader.h"
+#include "tessel/ckpt/host_copies.h"
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/comm/text.h"
 #include "tessel/core/fault_injection.h"
@@ -145,15 +146,18 @@ StagedSave stage_distributed_checkpoint(const std::string& dir, const nn::ParamS
   }
 
   // 2. Every rank writes its file (if it writes any piece), fsyncs it and reports its size and CRC-32.
-  NamedTensors to_write;
+  NamedTensors pieces_to_write;
   for (size_t i = 0; i < mine.size(); ++i)
-    if (keep_mine[i]) to_write.emplace_back(mine[i].key, copy ? mine[i].values.clone() : mine[i].values);
+    if (keep_mine[i]) pieces_to_write.emplace_back(mine[i].key, mine[i].values);
+  // With copy, host copies the write owns (the pieces are views of the live buffers).
+  auto copies = copy ? std::make_shared<const HostCopies>(pieces_to_write) : nullptr;
   auto report = std::make_shared<std::array<int64_t, 3>>();  // wrote a file, its CRC-32, its size
-  auto write = [to_write, report, tmp, rank] {
-    if (to_write.empty()) return;
+  auto write = [to_write = copies ? NamedTensors() : pieces_to_write, copies, report, tmp, rank] {
+    const NamedTensors& pieces = copies ? copies->tensors() : to_write;
+    if (pieces.empty()) return;
     const fs::path file = tmp / rank_file_name(rank);
     const auto [crc, size] =
-        write_safetensors(file.string(), {{"format", kFormatDistributed}, {"rank", std::to_string(rank)}}, to_write);
+        write_safetensors(file.string(), {{"format", kFormatDistributed}, {"rank", std::to_string(rank)}}, pieces);
     fsync_path(file, false);
     *report = {1, int64_t(crc), size};
   };

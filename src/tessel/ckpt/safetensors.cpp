@@ -7,10 +7,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 
 #include "tessel/ckpt/checkpoint_files.h"
 #include "tessel/ckpt/safetensors_header.h"
+#include "tessel/core/device_arena.h"
 
 namespace tessel::ckpt {
 
@@ -157,7 +159,13 @@ void fail_if_disk_full(const std::string& path) {
 
 std::pair<uint32_t, int64_t> write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
                                                const std::vector<std::pair<std::string, Tensor>>& tensors) {
-  const DeviceAccessScope host_copy;  // tensors to a file: a device-to-host copy
+  // Tensors to a file: a device-to-host copy, unless every tensor is host memory already (an
+  // asynchronous save's copies, written on a thread of its own that must not synchronise the device).
+  // Views (from_blob) of device memory count as device memory: the strict cpu mode's arena holds it.
+  std::optional<DeviceAccessScope> host_copy;
+  for (const auto& [name, t] : tensors)
+    if (!host_copy && (!t.is_host_memory() || (DeviceArena::exists() && DeviceArena::instance().contains(t.raw()))))
+      host_copy.emplace();
   nlohmann::ordered_json j;
   if (!metadata.empty()) j["__metadata__"] = metadata;
   int64_t off = 0;

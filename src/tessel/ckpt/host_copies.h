@@ -1,0 +1,25 @@
+#pragma once
+// Copies of tensors in host memory, for a checkpoint writer that runs while training changes the
+// originals (checkpoint.async_save). The copies are views (from_blob) of buffers this object owns:
+// host code on any thread reads them without a device scope, and on a GPU they would be the host
+// buffers a device-to-host copy fills.
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "tessel/ckpt/checkpoint.h"
+
+namespace tessel::ckpt {
+
+class HostCopies {
+ public:
+  // Copies every tensor (an explicit device-to-host copy: it opens its own DeviceAccessScope).
+  explicit HostCopies(const NamedTensors& from);
+  const NamedTensors& tensors() const { return tensors_; }
+
+ private:
+  std::vector<std::unique_ptr<std::byte[]>> buffers_;
+  NamedTensors tensors_;
+};
+
+}  // namespace tessel::ckpt
