@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "auto_parallel.h"
 #include "commands.h"
@@ -409,6 +410,10 @@ int run_train(const TrainOptions& o) {
                     world->rank());
         std::fflush(stdout);
         ::kill(::getpid(), signal);  // to the process: SIGTERM reaches the stop-signal watcher
+        // The watcher takes it on its own thread: wait (briefly) until it has, so that the stop
+        // comes at the end of this step, not of a later one.
+        for (int i = 0; signal == SIGTERM && i < 1000 && !stop_signals.received(); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     std::vector<data::Batch> mb;
     // This rank's micro-batches of the global batch, from the next unseen sample on (so a resume with

@@ -41,6 +41,7 @@ TEST(ParseFaults, RefusesWithTheItemAndWhatIsAllowed) {
   EXPECT_NE(message("nan@0").find("'nan@0': the step must be >= 1"), std::string::npos);
   EXPECT_NE(message("nan@3:2").find("rank 2 is not in this run of 2 ranks"), std::string::npos);
   EXPECT_NE(message("nan-3").find("expected KIND@STEP or KIND@STEP:RANK"), std::string::npos);
+  EXPECT_NE(message("nan@99999999999999999999").find("expected KIND@STEP or KIND@STEP:RANK"), std::string::npos);
 }
 
 TEST(FaultPlan, FiresOnceOnItsRankAndOnlyInTheFirstAttempt) {

@@ -42,7 +42,7 @@ std::vector<Fault> parse_faults(const std::string& spec, int world) {
   std::replace(text.begin(), text.end(), ',', ' ');
   std::istringstream in(text);
   std::vector<Fault> out;
-  static const std::regex item(R"(([a-z-]+)@([0-9]+)(?::([0-9]+))?)");
+  static const std::regex item(R"(([a-z-]+)@([0-9]{1,18})(?::([0-9]{1,9}))?)");  // digits that fit
   for (std::string word; in >> word;) {
     std::smatch m;
     TESSEL_CHECK(std::regex_match(word, m, item), "fault '{}': expected KIND@STEP or KIND@STEP:RANK (KIND: {})", word,
