@@ -9,7 +9,8 @@
 //   exit 126, 127               the command cannot be run: not restarted
 //   anything else, or a signal  restarted, up to --max-restarts times
 // The child runs in its own process group; SIGINT and SIGTERM to the launcher are passed to that
-// group, and the launcher then exits with the child's status instead of restarting it. Each attempt
+// group, and the launcher then exits without restarting it: 0 if the run still finished, else 75
+// (stopped: requeue), whatever status mpirun gives when signalled itself. Each attempt
 // sees TESSEL_LAUNCH_ATTEMPT (0, 1, ...): injected faults (resilience/faults.h) fire in attempt 0 only.
 // Multi-node mpirun passes it on with `-x TESSEL_LAUNCH_ATTEMPT`.
 #include <signal.h>
@@ -115,6 +116,14 @@ int run_launch(const LaunchOptions& o) {
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     std::fprintf(stderr, "tessel launch: attempt %d ended after %.1f s: %s\n", attempt + 1, took,
                  describe_status(status).c_str());
+    if (stopped && exit_code_of(status) != 0) {
+      // The launcher itself was asked to stop (a preemption): whatever status the run's own launcher
+      // reports for it (mpirun exits 1 when it is signalled, though its ranks saved and exited 75),
+      // this is a stop to requeue, as `tessel train` would say.
+      std::fprintf(stderr, "tessel launch: the run was stopped by the signal passed to it; exiting with %d (requeue)\n",
+                   train::kExitCodeStopped);
+      return train::kExitCodeStopped;
+    }
     if (stopped || !restartable(status)) return exit_code_of(status);
     if (attempt >= o.max_restarts) {
       std::fprintf(stderr, "tessel launch: giving up after %d restarts (--max-restarts)\n", o.max_restarts);
@@ -139,7 +148,7 @@ Action add_launch_command(CLI::App& app) {
   cmd->add_option("command", o->command, "the command, after --: e.g. -- mpirun -np 4 tessel train CONFIG")
       ->required();
   cmd->footer("Restarted: any failure but exit 65 (rewinding did not help), 2 (usage), 126 and 127 (no such command). Not restarted: exit 0, "
-              "or after the launcher itself got SIGINT/SIGTERM (passed on to the run). Exit status: the last attempt's.");
+              "or after the launcher itself got SIGINT/SIGTERM (passed on to the run; then exit 75 unless it finished). Exit status: the last attempt's.");
   return [o] { return run_launch(*o); };
 }
 
