@@ -52,7 +52,7 @@ test-asan: deps-sanitizers
 # MPI collectives under mpirun -np 2. scripts/sanitizers/tsan.sh says what runs and why.
 test-tsan: deps-sanitizers
 	@cmake --preset tsan >/dev/null
-	@nice -n 10 cmake --build build-tsan -j2 --target test_data test_mpi
+	@nice -n 10 cmake --build build-tsan -j2 --target test_data test_mpi test_comm test_model
 	bash scripts/sanitizers/tsan.sh build-tsan
 
 # Builds the libFuzzer harnesses (clang) and runs each for FUZZ_SECONDS (or FUZZ_RUNS executions).

@@ -19,16 +19,15 @@
 #include <thread>
 
 #include "auto_parallel.h"
+#include "checkpoint_saver.h"
 #include "commands.h"
 #include "gemm_peak.h"
 #include "run_context.h"
 #include "stop_signals.h"
-#include "tessel/ckpt/background_write.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/checkpoint_dir.h"
 #include "tessel/ckpt/distributed_checkpoint.h"
 #include "tessel/ckpt/checkpoint_files.h"
-#include "tessel/ckpt/safetensors.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/comm/watchdog.h"
 #include "tessel/resilience/detectors.h"
@@ -153,164 +152,8 @@ int run_train(const TrainOptions& o) {
     metrics.emplace(metrics_path);
   }
 
-  // A save not yet published: its files may still be in writing (checkpoint.async_save), and the state
-  // of step k is trusted only once step k+1, which computes from it, passed the detectors
-  // (resilience); then rank 0 publishes it, and if that step is flagged it is removed, so a bad state
-  // never pushes good checkpoints out.
-  struct PendingSave {
-    int64_t step = 0;
-    ckpt::StagedSave staged;
-    std::unique_ptr<ckpt::BackgroundWrite> writer;  // null: written already
-    bool validated = false;                          // the step after it passed
-    std::chrono::steady_clock::time_point began;
-  };
-  std::optional<PendingSave> pending_save;
-  // Injected checkpoint damage, once the checkpoint of `step` is published (collective).
-  auto damage_faults = [&](int64_t step) {
-    for (auto kind : {resilience::FaultKind::corrupt_checkpoint, resilience::FaultKind::truncate_checkpoint})
-      if (faults.take(kind, step, true)) {
-        const std::string step_dir = (fs::path(cfg.checkpoint.dir) / ckpt::step_name(step)).string();
-        std::printf("injected fault %s on rank %d: damaged %s\n", resilience::fault_name(kind), world->rank(),
-                    resilience::damage_checkpoint(step_dir, kind).c_str());
-        std::fflush(stdout);
-      }
-    world->barrier();  // the damage is done before any rank reads the checkpoint again
-  };
-  // Completes the pending save (collective: waits for every rank's writer) and publishes it (rank 0)
-  // when `publish`, else removes it.
-  // Every rank learns whether every rank's write succeeded (collective), and all throw alike when one
-  // failed: the failing rank its own error (which names the file), the others one that says so. What
-  // was saved before stays; the partial save is a temporary directory the next start removes.
-  auto agree_on_write = [&](const std::exception_ptr& error, int64_t step) {
-    int ok = error ? 0 : 1;
-    world->all_reduce(&ok, 1, DType::i32, comm::ReduceOp::min);
-    if (error) std::rethrow_exception(error);
-    TESSEL_CHECK(ok, "the checkpoint save of step {} failed on another rank (its message names the file); the "
-                 "checkpoints already saved in '{}' are intact", step, cfg.checkpoint.dir);
-  };
-  auto complete_save = [&](bool publish) {
-    const comm::UntimedWaits io;  // peers wait while rank 0 writes and publishes: not a fault
-    PendingSave p = std::move(*pending_save);
-    pending_save.reset();
-    if (p.writer) {
-      std::exception_ptr error;
-      try {
-        p.writer->wait();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      agree_on_write(error, p.step);
-    }
-    const std::string tmp = p.staged.finish();
-    if (lead) {
-      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.began).count();
-      if (!publish) {
-        fs::remove_all(tmp);
-        std::printf("dropped the checkpoint of step %lld unpublished: the step after it was flagged\n", (long long)p.step);
-      } else {
-        const std::string where = ckpt::publish_checkpoint(cfg.checkpoint.dir, p.step, tmp, cfg.checkpoint.keep);
-        if (p.writer)
-          std::printf("saved checkpoint %s, written in the background (%.2f s since the save began)\n", where.c_str(), took);
-        else if (p.validated)
-          std::printf("published checkpoint %s\n", where.c_str());
-        else
-          std::printf("saved checkpoint %s in %.2f s\n", where.c_str(), took);
-      }
-      std::fflush(stdout);
-    }
-    world->barrier();  // every rank sees `latest` as rank 0 left it
-    if (publish) damage_faults(p.step);
-  };
-  // After a trained step (collective): a flagged one drops the pending save; a good one validates it,
-  // and it is published once every rank's writer is done (asked without waiting).
-  auto settle_after_step = [&](bool good) {
-    if (!pending_save) return;
-    if (!good && !pending_save->validated) return complete_save(false);
-    // A validated save is good whatever follows; before a rewind it is completed (it may be the newest).
-    if (!good) return complete_save(true);
-    pending_save->validated = true;
-    int written = !pending_save->writer || pending_save->writer->done();
-    if (pending_save->writer) world->all_reduce(&written, 1, DType::i32, comm::ReduceOp::min);
-    if (written) complete_save(true);
-  };
-  // Before a new save, at the end and at a stop (collective): waits for the pending save and
-  // publishes it if the step after it passed.
-  auto settle_now = [&] {
-    if (pending_save) complete_save(pending_save->validated);
-  };
-  // Collective. publish_now: the end of training, a stop, or a state known good: written and
-  // published before it returns; otherwise it is published after the next step's verdict, and with
-  // checkpoint.async_save written by a background thread meanwhile.
-  auto save = [&](int64_t step, bool publish_now) {
-    if (cfg.checkpoint.dir.empty()) return;
-    settle_now();  // a new save waits for the previous one
-    const comm::UntimedWaits io;  // a save takes what the disk takes; peers wait for the writers
-    const ckpt::TrainState st{step, consumed, uint64_t(cfg.train.seed)};
-    PendingSave p;
-    p.step = step;
-    p.began = std::chrono::steady_clock::now();
-    const bool background = cfg.checkpoint.async_save && !publish_now;
-    // Injected: this rank's writes fail as on a full disk (the save throws; what was saved stays).
-    const bool disk_full = faults.take(resilience::FaultKind::disk_full, step, true);
-    // The distributed optimizer's moments gathered for the whole-tensor format: a synchronous write
-    // reads them in place, so they live until it is done.
-    std::optional<train::GatheredOptimizerState> gathered;
-    if (cfg.checkpoint.distributed) {
-      // Every rank writes what it owns; rank 0 adds the metadata.
-      p.staged = ckpt::stage_distributed_checkpoint(
-          cfg.checkpoint.dir, trainer.model().params(), trainer.optimizer(), st, cfg.to_yaml(), *world,
-          trainer.checkpoint_state_tensors(),
-          {{"world", world->size()}, {"tensor", pstate.tp_size()}, {"pipeline", pstate.pp_size()},
-           {"virtual_pipeline", cfg.parallel.virtual_pipeline_model_parallel_size}, {"data", dp},
-           {"context", pstate.cp_size()}, {"expert", pstate.ep_size()},
-           {"distributed_optimizer", trainer.distributed_optimizer() ? 1 : 0}},
-          background);
-    } else {
-      // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
-      // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
-      // are identical, so rank 0 alone writes.
-      gathered.emplace(trainer.full_optimizer_state());
-      const auto& c = pstate.coords();
-      comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &pstate.pp() : nullptr;
-      p.staged = ckpt::stage_checkpoint(cfg.checkpoint.dir, trainer.model().params(), gathered->view, st, cfg.to_yaml(),
-                                        cfg.checkpoint.keep, &pstate.tp(), lead, stages,
-                                        trainer.checkpoint_state_tensors(), &pstate.ep(), background);
-    }
-    auto write = [w = p.staged.write, disk_full] {
-      if (disk_full) ckpt::simulate_disk_full(true);
-      try {
-        w();
-      } catch (...) {
-        if (disk_full) ckpt::simulate_disk_full(false);
-        throw;
-      }
-      if (disk_full) ckpt::simulate_disk_full(false);
-    };
-    p.staged.write = nullptr;  // the copies it holds die with the writer's callable, once written
-    if (background) {
-      p.writer = std::make_unique<ckpt::BackgroundWrite>(std::move(write));
-    } else {
-      std::exception_ptr error;
-      try {
-        write();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      agree_on_write(error, step);  // also: every rank waits here (untimed) for the slowest writer
-    }
-    if (lead && !publish_now) {
-      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.began).count();
-      if (background)
-        std::printf("saving the checkpoint of step %lld in the background (staged in %.2f s)\n", (long long)step, took);
-      else
-        std::printf("saved checkpoint of step %lld in %.2f s (published once the next step passes the detectors)\n",
-                    (long long)step, took);
-      std::fflush(stdout);
-    }
-    pending_save = std::move(p);
-    if (publish_now) complete_save(true);
-  };
-
+  // Saves, published once the step after them passed the detectors (checkpoint_saver.h).
+  CheckpointSaver saver(cfg, trainer, *world, pstate, faults);
   if (lead && start >= cfg.train.train_iters)
     std::printf("nothing to train: the checkpoint is at step %lld and train.train_iters is %lld\n", (long long)start,
                 (long long)cfg.train.train_iters);
@@ -359,7 +202,7 @@ int run_train(const TrainOptions& o) {
   // step `it` with data from `consumed` on. Returns false when there is nothing to restore.
   auto rewind = [&](const resilience::StepVerdict& v) -> bool {
     pending.reset();           // taken right before the flagged step: not trusted
-    settle_after_step(false);  // nor is a checkpoint of that state
+    saver.after_step(false);  // nor is a checkpoint of that state
     resilience::RewindEvent e;
     e.step = it;
     e.anomaly = *v.anomaly;
@@ -452,12 +295,12 @@ int run_train(const TrainOptions& o) {
           std::fprintf(stderr, "error: %lld rewinds within %lld steps (resilience.max_rewinds = %lld): training "
                        "does not recover; saving the last good state with the window skipped and stopping\n",
                        (long long)rewinds.recent(), (long long)rcfg.rewind_window, (long long)rcfg.max_rewinds);
-        save(it, true);  // the restored state, known good
+        saver.save(it, consumed, true);  // the restored state, known good
         return resilience::kExitCodeDiverged;
       }
       if (verdict.stop_signal) {
         if (lead) std::printf("received signal %d: saving and exiting\n", verdict.stop_signal);
-        save(it, true);
+        saver.save(it, consumed, true);
         return train::kExitCodeStopped;
       }
       continue;
@@ -469,7 +312,7 @@ int run_train(const TrainOptions& o) {
       good = std::move(pending);
       pending.reset();
     }
-    settle_after_step(true);
+    saver.after_step(true);
     const double dt = std::chrono::duration<double>(t1 - t0).count();
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     const double tps = double(cfg.train.global_batch_size * m.seq_length) / dt;
@@ -507,19 +350,19 @@ int run_train(const TrainOptions& o) {
       pending = resilience::GoodState{trainer.snapshot(), it, consumed};
     if (verdict.stop_signal) {
       if (lead) std::printf("received signal %d: saving and exiting\n", verdict.stop_signal);
-      save(it, true);
+      saver.save(it, consumed, true);
       return train::kExitCodeStopped;
     }
     if (cfg.train.exit_interval > 0 && it % cfg.train.exit_interval == 0 && it < cfg.train.train_iters) {
       if (lead) std::printf("train.exit_interval reached at step %lld: saving and exiting\n", (long long)it);
-      save(it, true);
+      saver.save(it, consumed, true);
       return 0;
     }
     if (cfg.checkpoint.interval > 0 && it % cfg.checkpoint.interval == 0 && it < cfg.train.train_iters)
-      save(it, false);
+      saver.save(it, consumed, false);
   }
-  settle_now();  // (validated already, unless only skipped iterations followed it)
-  if (it > start) save(it, true);
+  saver.settle();  // (validated already, unless only skipped iterations followed it)
+  if (it > start) saver.save(it, consumed, true);
   return 0;
 }
 
