@@ -5,6 +5,7 @@
 // buffers a device-to-host copy fills.
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "tessel/ckpt/checkpoint.h"
@@ -15,10 +16,13 @@ class HostCopies {
  public:
   // Copies every tensor (an explicit device-to-host copy: it opens its own DeviceAccessScope).
   explicit HostCopies(const NamedTensors& from);
+  ~HostCopies();  // its buffers are kept for the next save's copies (same sizes: no page faults)
+  HostCopies(HostCopies&&) = default;
+  HostCopies& operator=(HostCopies&&) = default;
   const NamedTensors& tensors() const { return tensors_; }
 
  private:
-  std::vector<std::unique_ptr<std::byte[]>> buffers_;
+  std::vector<std::pair<size_t, std::unique_ptr<std::byte[]>>> buffers_;  // (bytes, buffer)
   NamedTensors tensors_;
 };
 
