@@ -140,6 +140,7 @@ int run_train(const TrainOptions& o) {
     if (const auto st = load_newest()) {
       start = st->step;
       consumed = st->consumed_samples;
+      trainer.scale_learning_rate(st->lr_scale);  // what earlier rewinds made of the learning rate
       if (lead) std::printf("resumed from checkpoint.dir %s at step %lld (%lld samples consumed); loaded in %.2f s\n",
                   cfg.checkpoint.dir.c_str(), (long long)start, (long long)st->consumed_samples,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());

@@ -155,6 +155,27 @@ std::string load_after_editing_step2(const std::function<void(json&)>& edit) {
 }
 
 
+TEST(CheckpointMetadata, TheRewindLearningRateFactorRoundTripsAndDefaultsToOne) {
+  Scratch s;
+  nn::Model a(cfg());
+  a.params().initialize(1);
+  optim::AdamW oa(a.params(), {});
+  ckpt::TrainState st{1, 8, 1};
+  st.lr_scale = 0.25;
+  ckpt::save_checkpoint(s.dir, a.params(), oa, st, "", 3);
+  const auto loaded = ckpt::load_latest_checkpoint(s.dir, a.params(), &oa, [](const std::string&) { FAIL(); });
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->lr_scale, 0.25);
+  // A checkpoint written before the key existed reads as 1.
+  const fs::path md_path = fs::path(s.dir) / "step_00000001" / "metadata.json";
+  json md = json::parse(std::ifstream(md_path));
+  md.erase("lr_scale");
+  std::ofstream(md_path, std::ios::trunc) << md.dump(2);
+  const auto old = ckpt::load_latest_checkpoint(s.dir, a.params(), &oa, [](const std::string&) {});
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->lr_scale, 1.0);
+}
+
 TEST(CheckpointMetadata, MissingKeysAreDamage) {
   EXPECT_HAS(load_after_editing_step2([](json& m) { m.erase("step"); }), "metadata.json has no key 'step'");
   EXPECT_HAS(load_after_editing_step2([](json& m) { m.erase("optimizer_steps"); }),
@@ -182,6 +203,10 @@ TEST(CheckpointMetadata, IllTypedKeysAreDamage) {
              "metadata.json key 'files.model.safetensors.crc32' must fit in 32 bits, got 1099511627776");
   EXPECT_HAS(load_after_editing_step2([](json& m) { m["config"] = 7; }),
              "metadata.json key 'config' must be a string, got number 7");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { m["lr_scale"] = 1.5; }),
+             "metadata.json key 'lr_scale' must be a number in (0, 1], got number 1.5");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { m["lr_scale"] = 0; }),
+             "metadata.json key 'lr_scale' must be a number in (0, 1], got number 0");
   EXPECT_HAS(load_after_editing_step2([](json& m) {
                m["files"]["../step_00000001/model.safetensors"] = m["files"]["model.safetensors"];
              }),

@@ -59,6 +59,15 @@ check same nan-ref nan --after 5
 expect_in nan.log "rewind at step 5: a non-finite loss or gradient norm (nan) on ranks 0,1; restored step 3 from snapshot"
 echo "ROW nan | dp2, bf16, distributed optimizer | yes: rewound to the in-memory snapshot | 2 | $(lost "$t0" "$t1" "$REF")"
 
+# 1c (defined below, run here). The learning-rate factor of a rewind (rewind_lr_scale 0.5 at step 5)
+# is saved in checkpoints: rank 1 killed at step 8 under the launcher, the restart resumes from step
+# 6 at half rate and ends with the losses of the run that was not killed.
+LR=(--set resilience.snapshot_interval=3 --set resilience.rewind_lr_scale=0.5 --set checkpoint.interval=2)
+run 2 lr-ref "${LR[@]}" --inject nan@5:1
+supervised 2 lr "${LR[@]}" --inject nan@5:1,kill@8:1 || { echo "lr: launch failed"; tail lr.log; exit 1; }
+expect_in lr.log "resumed from checkpoint.dir lr/ckpt at step 6"
+check same lr-ref lr --after 0
+
 # 1b. The same rewind where a step changes more state: MoE with expert biases (aux-loss-free
 # balancing) and FP8 delayed scaling (amax histories) under expert parallelism; and DualPipe at pp2,
 # whose two ranks hold the same stages. There the NaN goes into the mirror's gradients after the

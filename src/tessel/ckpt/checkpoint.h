@@ -5,6 +5,7 @@
 //   step_00000100/model.safetensors      parameters (fp32 masters) by name
 //   step_00000100/optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
 //   step_00000100/metadata.json          format, step, consumed samples, optimizer steps, seed, the
+//                                        learning-rate factor of rewinds so far (lr_scale), the
 //                                        resolved config, per-file CRC-32 and size, and per tensor its
 //                                        global shape and the slice this file holds (for resharding)
 //   latest                               the name of the newest complete checkpoint
@@ -30,6 +31,7 @@ struct TrainState {
   int64_t consumed_samples = 0;  // data position
   uint64_t seed = 0;
   uint32_t metadata_crc = 0;     // set on load: CRC-32 of the metadata.json it came from
+  double lr_scale = 1.0;         // the learning-rate factor of resilience rewinds (rewind_lr_scale) so far
 };
 
 // An intact checkpoint saved from another model (tensor names, count or shapes): a configuration

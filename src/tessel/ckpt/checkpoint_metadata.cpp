@@ -47,6 +47,14 @@ class Reader {
     TESSEL_CHECK(ok, "{}: metadata.json key '{}' must be an integer in [0, 2^63), got {}", where_, path, shown(v));
     return v.get<int64_t>();
   }
+  // A number in (0, 1], or `fallback` when the key is absent.
+  double fraction_or(const std::string& key, double fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = at(key);
+    TESSEL_CHECK(v.is_number() && v.get<double>() > 0 && v.get<double>() <= 1,
+                 "{}: metadata.json key '{}' must be a number in (0, 1], got {}", where_, key_path(key), shown(v));
+    return v.get<double>();
+  }
   uint64_t unsigned64(const std::string& key) const {
     const json& v = at(key);
     TESSEL_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
@@ -102,6 +110,7 @@ CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std:
   out.format = r.string("format");
   out.step = r.non_negative("step");
   out.consumed_samples = r.non_negative("consumed_samples");
+  out.lr_scale = r.fraction_or("lr_scale", 1.0);
   out.optimizer_steps = r.non_negative("optimizer_steps");
   out.seed = r.unsigned64("seed");
   out.config = r.string("config");

@@ -22,6 +22,7 @@ struct CheckpointMetadata {
   std::string format;
   int64_t step = 0;
   int64_t consumed_samples = 0;
+  double lr_scale = 1.0;  // "lr_scale", optional (1 when absent: checkpoints written before it)
   int64_t optimizer_steps = 0;
   uint64_t seed = 0;
   std::map<std::string, File> files;           // by file name

@@ -122,7 +122,7 @@ struct ResilienceConfig {
   // An in-memory copy of the whole training state every N steps (parameters, optimizer, FP8 and MoE
   // state, data position); 0: a rewind restores the newest checkpoint in checkpoint.dir instead.
   int64_t snapshot_interval = 0;
-  double rewind_lr_scale = 1.0;  // each rewind multiplies the learning rate by this for the rest of the run
+  double rewind_lr_scale = 1.0;  // each rewind multiplies the learning rate by this for the rest of the run (checkpointed)
   int64_t max_rewinds = 3;       // more rewinds than this within rewind_window steps: stop (exit 65)
   int64_t rewind_window = 100;
   // A collective or transfer that waits longer than this is an error on the ranks waiting for it,

@@ -97,7 +97,8 @@ class Trainer {
   // Fault injection (resilience/faults.h, `nan`): the next step writes a NaN into this rank's
   // gradients after they are reduced, before the norm.
   void poison_next_step_gradients() { poison_gradients_ = true; }
-  // Multiplies every learning rate from now on (a rewind's resilience.rewind_lr_scale).
+  // Multiplies every learning rate from now on (a rewind's resilience.rewind_lr_scale; a resumed run
+  // applies the factor its checkpoint saved).
   void scale_learning_rate(double factor) { lr_scale_ *= factor; }
   double learning_rate_scale() const { return lr_scale_; }
   // The model's other training state for checkpoints: none on a DualPipe mirror (its pair saves it).
