@@ -296,6 +296,14 @@ TEST(ConfigInput, ErrorMessagesCarryNoSourceLocation) {
 
 }  // namespace
 
+TEST(ConfigInput, TextValuesAreOneLine) {
+  // A line break in a string value cannot be written back into the resolved config as it was read.
+  EXPECT_CONTAINS(error_of("data: {path: \"synthetic:markov\\n\"}\n"),
+                  "data.path must be one line of text; it holds a control character (code 10) at position 16");
+  EXPECT_CONTAINS(error_of("log: {dir: \"runs/a\\tb\"}\n"), "log.dir must be one line of text");
+  EXPECT_EQ(error_of("data: {path: \"synthetic:markov\"}\n"), "");
+}
+
 TEST(ConfigInput, SkippedIterationRanges) {
   const Config c = Config::from_yaml_text("", {"train.skip_train_iteration_range=4-5, 9 12-12"});
   using R = std::vector<std::pair<int64_t, int64_t>>;

@@ -1,5 +1,7 @@
 #include "tessel/train/config_yaml.h"
 
+#include <algorithm>
+
 #include <yaml-cpp/depthguard.h>
 
 #include <charconv>
@@ -77,7 +79,14 @@ void read_scalar(const YAML::Node& n, const std::string& key, bool& out) {
   TESSEL_CHECK(YAML::convert<bool>::decode(n, out), "{}: '{}' is not a boolean (true/false)", key, n.Scalar());
 }
 
-void read_scalar(const YAML::Node& n, const std::string& /*key*/, std::string& out) { out = n.Scalar(); }
+void read_scalar(const YAML::Node& n, const std::string& key, std::string& out) {
+  out = n.Scalar();
+  // Names, paths and lists are one line of text: a line break or another control character is a
+  // mistake, and one the resolved config.yaml could not write back as it was read.
+  const auto bad = std::find_if(out.begin(), out.end(), [](char c) { return (unsigned char)c < 0x20 || c == 0x7f; });
+  TESSEL_CHECK(bad == out.end(), "{} must be one line of text; it holds a control character (code {}) at position {}",
+               key, int((unsigned char)*bad), bad - out.begin());
+}
 
 void KeyLines::add(const std::string& key, const YAML::Node& key_node) {
   const int line = key_node.Mark().line + 1;
