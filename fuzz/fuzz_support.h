@@ -38,7 +38,8 @@ void expect_success_or_error(F&& f) {
   }
 }
 
-// A private directory for this fuzzing process (under $TMPDIR, default /tmp), removed at exit.
+// A private directory for this fuzzing process (under $TMPDIR, else /dev/shm, else /tmp), removed at
+// exit.
 // Parallel jobs (-jobs, -fork) each get their own.
 const std::filesystem::path& scratch_dir();
 
