@@ -47,12 +47,16 @@ test-asan: deps-sanitizers
 	@nice -n 10 cmake --build build-asan -j2
 	SANITIZER_TIMEOUT=$(SANITIZER_TIMEOUT) bash scripts/sanitizers/test_asan.sh build-asan
 
-# ThreadSanitizer over the threaded code that is not OpenMP (libgomp is not instrumented, so
-# OpenMP runs single-threaded here): the prefetching batch loader and the datasets it reads, and the
-# MPI collectives under mpirun -np 2. scripts/sanitizers/tsan.sh says what runs and why.
+# ThreadSanitizer over the threaded code: OpenMP regions on 2 threads (clang, LLVM's OpenMP and its
+# TSan tool Archer), the prefetching batch loader and the datasets it reads, the watchdog and
+# checkpoint-writer threads, and the MPI collectives under mpirun -np 2.
+# scripts/sanitizers/tsan.sh says what runs and why.
 test-tsan: deps-sanitizers
+	@# A build-tsan configured by gcc (the preset's compiler before clang) is configured afresh: CMake
+	@# would otherwise switch compilers by dropping the cache, and with it the preset's -fsanitize.
+	@grep -qs '^CMAKE_CXX_COMPILER:.*clang' build-tsan/CMakeCache.txt || rm -f build-tsan/CMakeCache.txt
 	@cmake --preset tsan >/dev/null
-	@nice -n 10 cmake --build build-tsan -j2 --target test_data test_mpi test_comm test_model
+	@nice -n 10 cmake --build build-tsan -j2 --target test_data test_mpi test_comm test_model test_kernels test_nn
 	bash scripts/sanitizers/tsan.sh build-tsan
 
 # Builds the libFuzzer harnesses (clang) and runs each for FUZZ_SECONDS (or FUZZ_RUNS executions).

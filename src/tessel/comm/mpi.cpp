@@ -162,8 +162,10 @@ class DelayedRecvWork : public Work {
         std::chrono::steady_clock::time_point(std::chrono::nanoseconds(delivered_ns(*sent_ns_, posted_ns_))));
   }
   bool test() override {
-    const bool arrived = stamp_->test() & data_->test();  // both tested: both progress
-    return arrived && steady_ns() >= delivered_ns(*sent_ns_, posted_ns_);
+    // Both are tested every time (no short circuit), so both make progress.
+    const bool stamp_in = stamp_->test();
+    const bool data_in = data_->test();
+    return stamp_in && data_in && steady_ns() >= delivered_ns(*sent_ns_, posted_ns_);
   }
   void cancel() override {
     stamp_->cancel();

@@ -13,7 +13,7 @@
 
 namespace tessel::nn {
 
-struct Activations;
+class Activations;
 
 class AttentionBlock {
  public:
