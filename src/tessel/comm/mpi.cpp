@@ -443,7 +443,7 @@ class MpiCommunicator : public Communicator {
     return std::make_unique<MpiWork>(req, nullptr, watch);
   }
   std::unique_ptr<Work> send_async(const void* buf, int64_t count, DType t, int dst, int tag) override {
-    auto watch = watched("send", dst);  // posted now: its place in the group's sequence
+    auto watch = watched("send", dst);  // posted now; point-to-point takes no place in the collective sequence
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     count_op("send", count, t);
     stamp(dst, tag);
@@ -452,7 +452,7 @@ class MpiCommunicator : public Communicator {
     return std::make_unique<MpiWork>(req, nullptr, watch);
   }
   std::unique_ptr<Work> recv_async(void* buf, int64_t count, DType t, int src, int tag) override {
-    auto watch = watched("recv", src);  // posted now: its place in the group's sequence
+    auto watch = watched("recv", src);  // posted now; point-to-point takes no place in the collective sequence
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     MPI_Request req;
     check_mpi(MPI_Irecv(buf, as_int(count, "recv"), move_type(t), src, tag, comm_, &req), "recv");

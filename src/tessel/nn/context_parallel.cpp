@@ -5,9 +5,11 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "tessel/core/memory.h"
 #include "tessel/kernels/cpu/elementwise.h"
 #include "tessel/kernels/op_log.h"
 
@@ -90,15 +92,63 @@ void unpack_lse(const Ring& r, const float* src, int j, float* lse) {
   for (int64_t bh = 0; bh < r.chunk.B * r.chunk.H; ++bh) std::copy_n(src + bh * r.L, r.L, lse + bh * r.Tl + j * r.L);
 }
 
-// This rank's K/V as one ring block.
-std::vector<float> pack_kv(const Ring& r, const float* k, int64_t ldk, const float* v, int64_t ldv) {
-  std::vector<float> block(static_cast<size_t>(r.kv_block()));
+// This rank's K/V as one ring block (block: kv_block() floats).
+void pack_kv(const Ring& r, const float* k, int64_t ldk, const float* v, int64_t ldv, float* block) {
   for (int j = 0; j < 2; ++j) {
-    pack_chunk(r, k, ldk, r.kvcols(), j, block.data() + j * r.nkv);
-    pack_chunk(r, v, ldv, r.kvcols(), j, block.data() + (2 + j) * r.nkv);
+    pack_chunk(r, k, ldk, r.kvcols(), j, block + j * r.nkv);
+    pack_chunk(r, v, ldv, r.kvcols(), j, block + (2 + j) * r.nkv);
   }
-  return block;
 }
+
+// The buffers of one ring attention call, as tensors of the device it runs on, so that the cpu and
+// meta devices both account them, by the same sizes: packed chunks and partial results are
+// `workspace`, the blocks that travel around the ring (and the gradient blocks swapped with them)
+// are `communication`. All live for the whole call, as the ring needs them.
+Tensor ring_buffer(int64_t n, DType t, Device d) { return Tensor::empty({n}, t, d); }
+
+struct RingForwardBuffers {
+  Tensor qc, acc, lse_acc, part, part_lse;  // both q chunks, their accumulated out and lse; one pair's
+  Tensor kv, kv_next;                       // the K/V block held, and the one arriving
+  RingForwardBuffers(const Ring& r, Device d) {
+    {
+      const MemoryCategoryScope tag(MemoryCategory::workspace);
+      qc = ring_buffer(2 * r.nq, DType::f32, d);
+      acc = ring_buffer(2 * r.nq, DType::f32, d);
+      lse_acc = ring_buffer(2 * r.nlse, DType::f32, d);
+      part = ring_buffer(r.nq, DType::f32, d);
+      part_lse = ring_buffer(r.nlse, DType::f32, d);
+    }
+    const MemoryCategoryScope tag(MemoryCategory::communication);
+    kv = ring_buffer(r.kv_block(), DType::f32, d);
+    kv_next = ring_buffer(r.kv_block(), DType::f32, d);
+  }
+};
+
+struct RingBackwardBuffers {
+  Tensor qc, doc, lsec, dq_acc, oc;  // this rank's q, dout, lse, out (dtype of out) chunks; dq summed
+  Tensor dq_s, dk_s, dv_s;           // one chunk pair's gradients
+  Tensor kv, kv_next;                // as forward
+  Tensor dkv_acc, dkv_out, dkv_in;   // dK/dV blocks: this step's sum, the one sent on, the one arriving
+  RingBackwardBuffers(const Ring& r, DType out_dtype, Device d) {
+    {
+      const MemoryCategoryScope tag(MemoryCategory::workspace);
+      qc = ring_buffer(2 * r.nq, DType::f32, d);
+      doc = ring_buffer(2 * r.nq, DType::f32, d);
+      lsec = ring_buffer(2 * r.nlse, DType::f32, d);
+      dq_acc = ring_buffer(2 * r.nq, DType::f32, d);
+      oc = ring_buffer(2 * r.nq, out_dtype, d);
+      dq_s = ring_buffer(r.nq, DType::f32, d);
+      dk_s = ring_buffer(r.nkv, DType::f32, d);
+      dv_s = ring_buffer(r.nkv, DType::f32, d);
+    }
+    const MemoryCategoryScope tag(MemoryCategory::communication);
+    kv = ring_buffer(r.kv_block(), DType::f32, d);
+    kv_next = ring_buffer(r.kv_block(), DType::f32, d);
+    dkv_acc = ring_buffer(r.kv_block(), DType::f32, d);
+    dkv_out = ring_buffer(r.kv_block(), DType::f32, d);
+    dkv_in = ring_buffer(r.kv_block(), DType::f32, d);
+  }
+};
 
 // Sends `out` to the next rank and receives a block of the same size from the previous one.
 struct RingTransfer {
@@ -208,28 +258,37 @@ template <class To>
 void cp_attention_fwd(const kernels::AttentionShape& local, const float* q, int64_t ldq, const float* k, int64_t ldk,
                       const float* v, int64_t ldv, To* out, int64_t ldo, float* lse, comm::Communicator& cp) {
   const Ring r(local, cp);
-  const size_t nq = static_cast<size_t>(r.nq), nlse = static_cast<size_t>(r.nlse);
-  std::vector<float> qc(2 * nq), acc(2 * nq, 0.0f), lse_acc(2 * nlse, -std::numeric_limits<float>::infinity());
-  std::vector<float> part(nq), part_lse(nlse);
-  for (int j = 0; j < 2; ++j) pack_chunk(r, q, ldq, r.qcols(), j, qc.data() + j * nq);
-  std::vector<float> kv = pack_kv(r, k, ldk, v, ldv), kv_next(kv.size());
+  const DeviceAccessScope on_device;  // the ring's buffers are device tensors, used here by host code
+  RingForwardBuffers buf(r, Device::cpu);
+  const int64_t nq = r.nq, nlse = r.nlse;
+  float* qc = buf.qc.data<float>();
+  float* acc = buf.acc.data<float>();
+  float* lse_acc = buf.lse_acc.data<float>();
+  float* part = buf.part.data<float>();
+  float* part_lse = buf.part_lse.data<float>();
+  float* kv = buf.kv.data<float>();
+  float* kv_next = buf.kv_next.data<float>();
+  std::fill_n(acc, 2 * nq, 0.0f);
+  std::fill_n(lse_acc, 2 * nlse, -std::numeric_limits<float>::infinity());
+  for (int j = 0; j < 2; ++j) pack_chunk(r, q, ldq, r.qcols(), j, qc + j * nq);
+  pack_kv(r, k, ldk, v, ldv, kv);
 
   for (int step = 0; step < r.size; ++step) {
     // At this step we hold the K/V of rank src; the next one is already on its way.
     const int src = (r.rank - step + r.size) % r.size;
     RingTransfer transfer;
-    if (step + 1 < r.size) transfer.start(cp, r, kv.data(), kv_next.data(), kTagKv);
+    if (step + 1 < r.size) transfer.start(cp, r, kv, kv_next, kTagKv);
     for_each_pair(r, src, local.causal, [&](int j, int kc, const kernels::AttentionShape& s) {
-      kernels::attention_fwd<float>(s, qc.data() + j * nq, r.qcols(), kv.data() + kc * r.nkv, r.kvcols(),
-                                    kv.data() + (2 + kc) * r.nkv, r.kvcols(), part.data(), r.qcols(), part_lse.data());
-      merge_partial(r, part.data(), part_lse.data(), acc.data() + j * nq, lse_acc.data() + j * nlse);
+      kernels::attention_fwd<float>(s, qc + j * nq, r.qcols(), kv + kc * r.nkv, r.kvcols(), kv + (2 + kc) * r.nkv,
+                                    r.kvcols(), part, r.qcols(), part_lse);
+      merge_partial(r, part, part_lse, acc + j * nq, lse_acc + j * nlse);
     });
     transfer.wait();
     std::swap(kv, kv_next);
   }
   for (int j = 0; j < 2; ++j) {
-    unpack_chunk(r, acc.data() + j * nq, r.qcols(), j, out, ldo);
-    unpack_lse(r, lse_acc.data() + j * nlse, j, lse);
+    unpack_chunk(r, acc + j * nq, r.qcols(), j, out, ldo);
+    unpack_lse(r, lse_acc + j * nlse, j, lse);
   }
 }
 
@@ -239,56 +298,66 @@ void cp_attention_bwd(const kernels::AttentionShape& local, const float* q, int6
                       const float* lse, float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
                       comm::Communicator& cp) {
   const Ring r(local, cp);
-  const size_t nq = static_cast<size_t>(r.nq), nlse = static_cast<size_t>(r.nlse);
-  const size_t nkv = static_cast<size_t>(r.nkv), nblock = static_cast<size_t>(r.kv_block());
+  const DeviceAccessScope on_device;  // the ring's buffers are device tensors, used here by host code
+  RingBackwardBuffers buf(r, std::is_same_v<To, bf16> ? DType::bf16 : DType::f32, Device::cpu);
+  const int64_t nq = r.nq, nlse = r.nlse, nkv = r.nkv;
   // This rank's query-side rows, per chunk. With the global out and lse, the kernel's backward over
   // one key chunk gives that chunk's exact share of dq and the exact dk, dv of those keys.
-  std::vector<float> qc(2 * nq), doc(2 * nq), lsec(2 * nlse), dq_acc(2 * nq, 0.0f);
-  std::vector<To> oc(2 * nq);
+  float* qc = buf.qc.data<float>();
+  float* doc = buf.doc.data<float>();
+  float* lsec = buf.lsec.data<float>();
+  float* dq_acc = buf.dq_acc.data<float>();
+  To* oc = buf.oc.data<To>();
+  std::fill_n(dq_acc, 2 * nq, 0.0f);
   for (int j = 0; j < 2; ++j) {
-    pack_chunk(r, q, ldq, r.qcols(), j, qc.data() + j * nq);
-    pack_chunk(r, dout, lddo, r.qcols(), j, doc.data() + j * nq);
-    pack_chunk(r, out, ldo, r.qcols(), j, oc.data() + j * nq);
-    pack_lse(r, lse, j, lsec.data() + j * nlse);
+    pack_chunk(r, q, ldq, r.qcols(), j, qc + j * nq);
+    pack_chunk(r, dout, lddo, r.qcols(), j, doc + j * nq);
+    pack_chunk(r, out, ldo, r.qcols(), j, oc + j * nq);
+    pack_lse(r, lse, j, lsec + j * nlse);
   }
-  std::vector<float> kv = pack_kv(r, k, ldk, v, ldv), kv_next(nblock);
+  float* kv = buf.kv.data<float>();
+  float* kv_next = buf.kv_next.data<float>();
+  pack_kv(r, k, ldk, v, ldv, kv);
   // dK/dV blocks: dkv_acc collects this step's contributions, dkv_out is being sent on, dkv_in holds
   // the partial sum of the previous ranks for the block held now. Layout as the K/V block.
-  std::vector<float> dkv_acc(nblock), dkv_out(nblock), dkv_in(nblock);
-  std::vector<float> dq_s(nq), dk_s(nkv), dv_s(nkv);
+  float* dkv_acc = buf.dkv_acc.data<float>();
+  float* dkv_out = buf.dkv_out.data<float>();
+  float* dkv_in = buf.dkv_in.data<float>();
+  float* dq_s = buf.dq_s.data<float>();
+  float* dk_s = buf.dk_s.data<float>();
+  float* dv_s = buf.dv_s.data<float>();
   RingTransfer dkv_transfer;
 
   for (int step = 0; step < r.size; ++step) {
     const int src = (r.rank - step + r.size) % r.size;
     RingTransfer kv_transfer;
-    if (step + 1 < r.size) kv_transfer.start(cp, r, kv.data(), kv_next.data(), kTagKv);
-    std::fill(dkv_acc.begin(), dkv_acc.end(), 0.0f);
+    if (step + 1 < r.size) kv_transfer.start(cp, r, kv, kv_next, kTagKv);
+    std::fill_n(dkv_acc, r.kv_block(), 0.0f);
     for_each_pair(r, src, local.causal, [&](int j, int kc, const kernels::AttentionShape& s) {
-      kernels::attention_bwd<To>(s, qc.data() + j * nq, r.qcols(), kv.data() + kc * nkv, r.kvcols(),
-                                 kv.data() + (2 + kc) * nkv, r.kvcols(), oc.data() + j * nq, r.qcols(),
-                                 doc.data() + j * nq, r.qcols(), lsec.data() + j * nlse, dq_s.data(), r.qcols(),
-                                 dk_s.data(), r.kvcols(), dv_s.data(), r.kvcols());
-      add_into(dq_acc.data() + j * nq, dq_s.data(), r.nq);
-      add_into(dkv_acc.data() + kc * nkv, dk_s.data(), r.nkv);
-      add_into(dkv_acc.data() + (2 + kc) * nkv, dv_s.data(), r.nkv);
+      kernels::attention_bwd<To>(s, qc + j * nq, r.qcols(), kv + kc * nkv, r.kvcols(), kv + (2 + kc) * nkv, r.kvcols(),
+                                 oc + j * nq, r.qcols(), doc + j * nq, r.qcols(), lsec + j * nlse, dq_s, r.qcols(), dk_s,
+                                 r.kvcols(), dv_s, r.kvcols());
+      add_into(dq_acc + j * nq, dq_s, r.nq);
+      add_into(dkv_acc + kc * nkv, dk_s, r.nkv);
+      add_into(dkv_acc + (2 + kc) * nkv, dv_s, r.nkv);
     });
     if (step > 0) {  // the earlier ranks' share of this block's gradient has arrived meanwhile
       dkv_transfer.wait();
-      add_into(dkv_acc.data(), dkv_in.data(), r.kv_block());
+      add_into(dkv_acc, dkv_in, r.kv_block());
     }
     if (r.size > 1) {  // on to the next rank; after the last step the block goes home to its owner
       std::swap(dkv_acc, dkv_out);
-      dkv_transfer.start(cp, r, dkv_out.data(), dkv_in.data(), kTagDkv);
+      dkv_transfer.start(cp, r, dkv_out, dkv_in, kTagDkv);
     }
     kv_transfer.wait();
     std::swap(kv, kv_next);
   }
   dkv_transfer.wait();
-  const std::vector<float>& dkv = r.size > 1 ? dkv_in : dkv_acc;  // this rank's own K/V gradient
+  const float* dkv = r.size > 1 ? dkv_in : dkv_acc;  // this rank's own K/V gradient
   for (int j = 0; j < 2; ++j) {
-    unpack_chunk(r, dq_acc.data() + j * nq, r.qcols(), j, dq, lddq);
-    unpack_chunk(r, dkv.data() + j * nkv, r.kvcols(), j, dk, lddk);
-    unpack_chunk(r, dkv.data() + (2 + j) * nkv, r.kvcols(), j, dv, lddv);
+    unpack_chunk(r, dq_acc + j * nq, r.qcols(), j, dq, lddq);
+    unpack_chunk(r, dkv + j * nkv, r.kvcols(), j, dk, lddk);
+    unpack_chunk(r, dkv + (2 + j) * nkv, r.kvcols(), j, dv, lddv);
   }
 }
 
@@ -327,7 +396,8 @@ void ring_attention_forward(const kernels::AttentionShape& local, const Tensor& 
   const Device device = kernels::common_device(op, {&q, &k, &v, &out, &lse});
   const Ring r(local, cp);
   kernels::record_op(op, {&q, &k, &v}, {&out, &lse}, ring_forward_flops(r, local.causal));
-  if (device == Device::meta) {  // the K/V blocks' trip around the ring
+  if (device == Device::meta) {  // the K/V blocks' trip around the ring, with the cpu's buffers
+    const RingForwardBuffers buffers(r, Device::meta);
     for (int step = 0; step + 1 < r.size; ++step) {
       RingTransfer transfer;
       transfer.start(cp, r, nullptr, nullptr, kTagKv);
@@ -358,6 +428,7 @@ void ring_attention_backward(const kernels::AttentionShape& local, const Tensor&
   const Ring r(local, cp);
   kernels::record_op(op, {&q, &k, &v, &out, &dout, &lse}, {&dq, &dk, &dv}, 2.5 * ring_forward_flops(r, local.causal));
   if (device == Device::meta) {  // K/V around the ring, their gradients one step behind (as below)
+    const RingBackwardBuffers buffers(r, out.dtype(), Device::meta);
     RingTransfer dkv_transfer;
     for (int step = 0; step < r.size; ++step) {
       RingTransfer kv_transfer;

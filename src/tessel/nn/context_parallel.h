@@ -57,8 +57,8 @@ void cp_attention_bwd(const kernels::AttentionShape& local, const float* q, int6
 // backward: dout f32 like out, dq, dk, dv shaped like q, k, v. One op record per call
 // ("ring_attention_fwd" / "_bwd", the FLOPs of every chunk pair it computes). On meta nothing is
 // computed and the same ring transfers are issued, so the collectives are counted as on the cpu;
-// the per-step blocks are host scratch of the cpu implementation (not device tensors yet), so they
-// are counted on neither device.
+// the ring's buffers (packed chunks, partial results: workspace; the blocks in flight:
+// communication) are tensors of the same sizes on both devices, so both account them.
 void ring_attention_forward(const kernels::AttentionShape& local, const Tensor& q, const Tensor& k, const Tensor& v,
                             const Tensor& out, const Tensor& lse, comm::Communicator& cp);
 void ring_attention_backward(const kernels::AttentionShape& local, const Tensor& q, const Tensor& k, const Tensor& v,
