@@ -75,7 +75,7 @@ TEST(CliErrors, HugeModelsAreRefusedQuicklyWithNamedErrors) {
                       " --set model.hidden_size=65536 --set model.vocab_size=4194304 --set model.ffn_hidden_size=128",
                   d.path());
   EXPECT_EQ(r.exit_code, kError) << r.output;
-  EXPECT_NE(r.output.find("tessel: error: the model needs "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the model needs "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("GiB of memory here"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("bad_alloc"), std::string::npos) << r.output;
 }
@@ -110,8 +110,13 @@ TEST(CliErrors, SourceLocationOnlyWhenVerbose) {
   const std::string bad = "train " + config("synthetic.yaml") + " --set model.num_layerz=3";
   auto r = run_bounded(bad, d.path());
   EXPECT_EQ(r.exit_code, kError) << r.output;
+  // A debug build (the sanitizer presets) always prints the location, as --verbose does.
+#ifdef NDEBUG
   EXPECT_NE(r.output.find("tessel: error: --set: unknown key 'model.num_layerz'"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("src/tessel/"), std::string::npos) << r.output;
+#else
+  EXPECT_NE(r.output.find("tessel: error: src/tessel/train/config.cpp:"), std::string::npos) << r.output;
+#endif
   for (const auto& [env, args] : {std::pair<std::string, std::string>{"", "--verbose " + bad},
                                   {"", bad + " --verbose"},
                                   {"TESSEL_VERBOSE=1", bad}}) {
