@@ -52,9 +52,10 @@ test-asan: deps-sanitizers
 # checkpoint-writer threads, and the MPI collectives under mpirun -np 2.
 # scripts/sanitizers/tsan.sh says what runs and why.
 test-tsan: deps-sanitizers
-	@# A build-tsan configured by gcc (the preset's compiler before clang) is configured afresh: CMake
-	@# would otherwise switch compilers by dropping the cache, and with it the preset's -fsanitize.
-	@grep -qs '^CMAKE_CXX_COMPILER:.*clang' build-tsan/CMakeCache.txt || rm -f build-tsan/CMakeCache.txt
+	@# A build-tsan configured by gcc (the preset's compiler before clang) is configured afresh, cache
+	@# and detected compiler both: CMake would otherwise switch compilers by dropping the cache, and
+	@# with it the preset's -fsanitize.
+	@grep -qs '^CMAKE_CXX_COMPILER:.*clang' build-tsan/CMakeCache.txt || rm -rf build-tsan/CMakeCache.txt build-tsan/CMakeFiles
 	@cmake --preset tsan >/dev/null
 	@nice -n 10 cmake --build build-tsan -j2 --target test_data test_mpi test_comm test_model test_kernels test_nn
 	bash scripts/sanitizers/tsan.sh build-tsan
