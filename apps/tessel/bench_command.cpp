@@ -250,7 +250,7 @@ int run_bench(const BenchOptions& o) {
   // workspaces are not included (peak RSS is the whole process).
   const nn::ParamStore& store = trainer.model().params();
   const int64_t local = store.numel();
-  const int64_t owned = trainer.optimizer().own_end() - trainer.optimizer().own_begin();
+  const int64_t owned = trainer.optimizer().owned().local_numel();
   const int64_t masters = store.masters_sharded() ? owned + store.f32_copy().numel() : local;
   const double param_bytes =
       double(masters) * 4.0 + double(local) * (m.compute == DType::f32 ? 0.0 : double(dtype_size(m.compute)));

@@ -33,6 +33,9 @@ struct Layout {
   int world;
   std::vector<std::string> sets;
   int64_t optimizer_shard;  // ranks sharing one distributed-optimizer group (1: not sharded)
+  // Under expert parallelism: the ranks sharing the routed experts' optimizer group (the ranks holding
+  // the same experts); 0: no expert parallelism, every parameter in the one group above.
+  int64_t expert_shard = 0;
 };
 
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
@@ -51,17 +54,24 @@ TEST_P(DryRunLayouts, MetaModelStateEqualsTheCpuAllocationAndTheSizes) {
     const DryRunRole& role = r.roles[stage];
     ranks += int64_t(role.ranks.size());
     EXPECT_EQ(role.model_state, cpu_model_state(cfg, role.evaluated_rank, l.world)) << role.role;
-    // Gradients in fp32, Adam m and v over the owned share (ceil(n / shard)). Parameters: fp32
-    // masters + bf16 copy; with the distributed optimizer (bf16 run) the masters of the owned share
-    // + the bf16 copy + a whole fp32 copy of what computes in fp32: the embedding table (a vocabulary
-    // shard under tp), two RMSNorm weights and the router per layer, the final norm.
+    // Gradients in fp32, Adam m and v over the owned share (ceil(n / shard); under expert
+    // parallelism ceil(replicated / shard) + ceil(experts / expert_shard), as Megatron-LM shards
+    // them). Parameters: fp32 masters + bf16 copy; with the distributed optimizer (bf16 run) the
+    // masters of the owned share + the bf16 copy + a whole fp32 copy of what computes in fp32: the
+    // embedding table (a vocabulary shard under tp), two RMSNorm weights and the router per layer,
+    // the final norm.
     const int64_t n = role.local_parameters;
     const int64_t shard = l.optimizer_shard;
-    const int64_t owned = (n + shard - 1) / shard;
+    const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+    // This stage's routed experts: its layers x the rank's experts x gate, up and down (64 x 96).
+    const int64_t experts =
+        l.expert_shard ? m.num_layers / pp * (m.num_experts / cfg.parallel.expert_model_parallel_size) * 3 * 64 * 96
+                       : 0;
+    const int64_t owned = ceil_div(n - experts, shard) + (experts ? ceil_div(experts, l.expert_shard) : 0);
     const int64_t f32 = m.num_layers / pp * (2 * m.hidden_size + m.num_experts * m.hidden_size) +
                         (stage == 0 ? m.vocab_size / tp * m.hidden_size : 0) +
                         (stage + 1 == r.roles.size() ? m.hidden_size : 0);
-    const bool sharded = shard > 1;
+    const bool sharded = shard > 1 || l.expert_shard > 1;
     const int64_t masters = sharded ? block(4 * owned) + block(4 * f32) : block(4 * n);
     EXPECT_EQ(role.model_state[size_t(MemoryCategory::parameters)], masters + block(2 * n)) << role.role;
     EXPECT_EQ(role.model_state[size_t(MemoryCategory::gradients)], block(4 * n)) << role.role;
@@ -85,7 +95,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"pp2_ep2_zero", 8,
                              {"parallel.pipeline_model_parallel_size=2", "parallel.expert_model_parallel_size=2",
                               "parallel.use_distributed_optimizer=true"},
-                             2},  // dp 4 / ep 2: the ranks holding the same experts
+                             4, 2},  // dp 4; experts over dp 4 / ep 2, the ranks holding the same experts
                       Layout{"tp2_dp4_zero", 8,
                              {"parallel.tensor_model_parallel_size=2", "parallel.use_distributed_optimizer=true"}, 4}),
     [](const auto& info) { return std::string(info.param.name); });

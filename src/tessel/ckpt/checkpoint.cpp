@@ -271,19 +271,19 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
     ck.read(s.name, local_block(s), v.data<float>());
     values.push_back(std::move(v));
   }
-  // Moments: each tensor's part inside the optimizer's owned range [own_begin, own_end).
+  // Moments: each tensor's part the optimizer owns, at its place in the packed moments.
   std::vector<float> m, v;
   if (opt) {
-    m.resize(size_t(opt->own_end() - opt->own_begin()));
+    m.resize(size_t(opt->owned().local_numel()));
     v.resize(m.size());
     for (const auto& s : params.specs()) {
-      const int64_t b = std::max(opt->own_begin(), s.offset), e = std::min(opt->own_end(), s.offset + s.numel);
-      if (b >= e) continue;
+      const auto own = opt->owned().part_of(s);
+      if (!own) continue;
       BlockRange part = local_block(s);
-      part.flat_begin = b - s.offset;
-      part.flat_end = e - s.offset;
-      ck.read("exp_avg." + s.name, part, m.data() + (b - opt->own_begin()));
-      ck.read("exp_avg_sq." + s.name, part, v.data() + (b - opt->own_begin()));
+      part.flat_begin = own->flat_begin - s.offset;
+      part.flat_end = own->flat_end - s.offset;
+      ck.read("exp_avg." + s.name, part, m.data() + own->local_begin);
+      ck.read("exp_avg_sq." + s.name, part, v.data() + own->local_begin);
     }
   }
   NamedTensors state;

@@ -42,25 +42,24 @@ json describe(const LocalPiece& p) {
 // whole tensor-parallel slice when the optimizer owns everything), and its other training state.
 std::vector<LocalPiece> local_pieces(const nn::ParamStore& params, const optim::AdamW& opt,
                                      const NamedTensors& extra_state) {
-  const int64_t own_begin = opt.own_begin(), own_end = opt.own_end();
-  // A sharded store holds masters for the optimizer's range only: element 0 is own_begin's.
+  // A sharded store holds masters for the optimizer's shard only, packed as the moments are.
   const float* masters = params.masters().data<float>();
-  const int64_t masters_begin = params.masters_sharded() ? params.master_begin() : 0;
-  TESSEL_CHECK(!params.masters_sharded() || params.master_begin() == own_begin,
-               "distributed checkpoint: the masters' shard starts at {}, the optimizer's at {}", params.master_begin(),
-               own_begin);
+  TESSEL_CHECK(!params.masters_sharded() || params.shard().describe() == opt.owned().describe(),
+               "distributed checkpoint: the masters' shard is {}, the optimizer's {}", params.shard().describe(),
+               opt.owned().describe());
   std::vector<LocalPiece> out;
   for (const auto& s : params.specs()) {
     if (s.tied_copy) continue;  // the first stage's copy is the one saved
-    const int64_t b = std::max(own_begin, s.offset), e = std::min(own_end, s.offset + s.numel);
-    if (b >= e) continue;
+    const auto own = opt.owned().part_of(s);
+    if (!own) continue;
+    const int64_t b = own->flat_begin, e = own->flat_end;
     const BlockRange range{s.slice_begin, s.shape, b - s.offset, e - s.offset};
-    const auto view = [&](const float* base, int64_t base_begin) {
-      return Tensor::from_blob(const_cast<float*>(base) + (b - base_begin), {e - b}, DType::f32);
+    const auto view = [&](const float* base, int64_t at) {
+      return Tensor::from_blob(const_cast<float*>(base) + at, {e - b}, DType::f32);
     };
-    out.push_back({s.name, s.global_shape, range, view(masters, masters_begin)});
-    out.push_back({"exp_avg." + s.name, s.global_shape, range, view(opt.exp_avg_data(), own_begin)});
-    out.push_back({"exp_avg_sq." + s.name, s.global_shape, range, view(opt.exp_avg_sq_data(), own_begin)});
+    out.push_back({s.name, s.global_shape, range, view(masters, params.masters_sharded() ? own->local_begin : b)});
+    out.push_back({"exp_avg." + s.name, s.global_shape, range, view(opt.exp_avg_data(), own->local_begin)});
+    out.push_back({"exp_avg_sq." + s.name, s.global_shape, range, view(opt.exp_avg_sq_data(), own->local_begin)});
   }
   for (const auto& [name, t] : extra_state) {
     const Tensor flat = (t.is_contiguous() ? t : t.clone()).reshape({t.numel()});

@@ -18,7 +18,7 @@ const char* kEmbeddingGrad = "model.embed_tokens.dout";  // the embedding's outp
 }  // namespace
 
 Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& plan, comm::Communicator* cp,
-             comm::Communicator* ep, MasterShard master_shard)
+             comm::Communicator* ep, MasterShard master_shard, MasterShard expert_shard)
     : cfg_(cfg),
       plan_(plan.chunks.empty() ? whole_model_plan(cfg) : plan),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
@@ -81,7 +81,7 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
   if (cfg_.mtp_num_layers > 0 && plan_.has_head)  // on the last pipeline stage, with the head
     mtp_ = std::make_unique<MultiTokenPrediction>(*ps_, cfg_, rope_, tp_, cp_, ep);
   mtp_end_ = ps_->numel();
-  ps_->finalize(master_shard);
+  ps_->finalize(master_shard, expert_shard);
   for (const auto& s : ps_->specs())
     if (s.replicas > 1) {  // every replicated key/value slice is shared by the same ranks
       // By a rule for every rank (split_by), so that the meta communicator can form it too.

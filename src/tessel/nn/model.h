@@ -27,9 +27,11 @@ class Model {
   // cp (optional): context parallelism; token batches are this rank's chunks ([B, T/cp], see
   // context_parallel.h: cp_local_slice) and attention runs around the ring.
   // ep (optional): expert parallelism; each rank holds its share of every MoE layer's experts.
-  // master_shard: the distributed optimizer's shard of the fp32 masters this rank holds (params.h).
+  // master_shard, expert_shard: this rank's place in the distributed optimizer's groups, of the
+  // replicated parameters and of the routed experts (params.h, flat_shard.h).
   explicit Model(const ModelConfig& cfg, comm::Communicator* tp = nullptr, const StagePlan& plan = {},
-                 comm::Communicator* cp = nullptr, comm::Communicator* ep = nullptr, MasterShard master_shard = {});
+                 comm::Communicator* cp = nullptr, comm::Communicator* ep = nullptr, MasterShard master_shard = {},
+                 MasterShard expert_shard = {});
   bool tensor_parallel() const { return tp_ != nullptr; }
   const StagePlan& plan() const { return plan_; }
   int num_chunks() const { return int(plan_.chunks.size()); }

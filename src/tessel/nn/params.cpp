@@ -50,17 +50,24 @@ std::vector<int64_t> ParamStore::shard_counts(int64_t numel, int parts) {
   return c;
 }
 
-std::vector<int64_t> ParamStore::f32_copy_counts() const {
+int64_t ParamStore::f32_copy_region_begin(size_t region) const {
+  TESSEL_CHECK(sharded_, "f32_copy_region_begin: the masters are not sharded (there is no packed fp32 copy)");
+  TESSEL_CHECK(region < f32_region_begin_.size(), "f32_copy_region_begin: no region {}", region);
+  return f32_region_begin_[region];
+}
+
+std::vector<int64_t> ParamStore::f32_copy_counts(size_t region) const {
   TESSEL_CHECK(sharded_, "f32_copy_counts: the masters are not sharded (there is no packed fp32 copy)");
-  return f32_counts_;
+  TESSEL_CHECK(region < f32_counts_.size(), "f32_copy_counts: no region {}", region);
+  return f32_counts_[region];
 }
 
 void ParamStore::refuse_whole_masters(int64_t offset, const char* what) const {
   const auto it = offset >= 0 ? by_offset_.find(offset) : by_offset_.end();
   TESSEL_FAIL("{}{}: the fp32 master weights are sharded over the distributed optimizer's ranks (this rank holds "
-              "elements [{}, {}) of {}): read masters() for them, f32_at() for a parameter computed in fp32",
-              what, it == by_offset_.end() ? std::string() : " of '" + specs_[it->second].name + "'", master_begin_,
-              master_end_, total_);
+              "elements {}): read masters() for them, f32_at() for a parameter computed in fp32",
+              what, it == by_offset_.end() ? std::string() : " of '" + specs_[it->second].name + "'",
+              shard_.describe());
 }
 
 int64_t ParamStore::add_shard(const std::string& name, const Shape& global_shape, int dim, int part, int parts,
@@ -78,36 +85,38 @@ int64_t ParamStore::add_shard(const std::string& name, const Shape& global_shape
   return off;
 }
 
-void ParamStore::finalize(MasterShard shard) {
+void ParamStore::finalize(MasterShard shard, MasterShard expert_shard) {
   TESSEL_CHECK(!finalized_, "ParamStore finalized twice");
-  TESSEL_CHECK(shard.size >= 1 && shard.rank >= 0 && shard.rank < shard.size, "master shard {} of {}", shard.rank,
-               shard.size);
+  shard_ = FlatShard(specs_, total_, shard, expert_shard);
   // fp32 runs compute with the masters themselves: they stay whole.
-  sharded_ = shard.size > 1 && compute_ != DType::f32;
-  shard_size_ = sharded_ ? shard.size : 1;
-  master_begin_ = 0;
-  master_end_ = total_;
+  sharded_ = (shard.size > 1 || expert_shard.size > 1) && compute_ != DType::f32;
   if (sharded_) {
-    const std::vector<int64_t> counts = shard_counts(total_, shard.size);
-    for (int r = 0; r < shard.rank; ++r) master_begin_ += counts[size_t(r)];
-    master_end_ = master_begin_ + counts[size_t(shard.rank)];
-    for (auto& s : specs_)
-      if (s.f32_compute) {
-        s.f32_offset = f32_total_;
-        f32_total_ += s.numel;
+    // The packed fp32 copy, region after region: each rank's f32_compute elements are then
+    // contiguous in it within its region (its block of the region's all-gather).
+    for (size_t r = 0; r < shard_.regions().size(); ++r) {
+      f32_region_begin_.push_back(f32_total_);
+      for (auto& s : specs_)
+        if (s.f32_compute && shard_.region_of(s) == r) {
+          s.f32_offset = f32_total_;
+          f32_total_ += s.numel;
+        }
+      const FlatShard::Region& region = shard_.regions()[r];
+      std::vector<int64_t> counts;
+      int64_t begin = 0;
+      for (const int64_t c : region.counts) {
+        int64_t n = 0;
+        shard_.for_each_flat(r, begin, begin + c, [&](int64_t fb, int64_t fe, int64_t) {
+          for (const auto& s : specs_)
+            if (s.f32_compute) n += std::max<int64_t>(0, std::min(fe, s.offset + s.numel) - std::max(fb, s.offset));
+        });
+        counts.push_back(n);
+        begin += c;
       }
-    // Each shard's f32_compute elements, contiguous in the packed copy (flat order): its all-gather block.
-    int64_t begin = 0;
-    for (const int64_t c : counts) {
-      int64_t n = 0;
-      for (const auto& s : specs_)
-        if (s.f32_compute) n += std::max<int64_t>(0, std::min(begin + c, s.offset + s.numel) - std::max(begin, s.offset));
-      f32_counts_.push_back(n);
-      begin += c;
+      f32_counts_.push_back(std::move(counts));
     }
   }
   const double copy_bytes = compute_ == DType::f32 ? 0.0 : double(dtype_size(compute_));
-  const double bytes = sharded_ ? double(total_) * (4 + copy_bytes) + 4.0 * double(master_end_ - master_begin_ + f32_total_)
+  const double bytes = sharded_ ? double(total_) * (4 + copy_bytes) + 4.0 * double(shard_.local_numel() + f32_total_)
                                 : double(total_) * (8 + copy_bytes);
   // On the meta device nothing is allocated: a dry run reports what would not fit instead.
   if (default_device() != Device::meta)
@@ -126,7 +135,7 @@ void ParamStore::finalize(MasterShard shard) {
   {
     MemoryCategoryScope tag(MemoryCategory::parameters);
     if (sharded_) {
-      masters_ = Tensor::zeros({master_end_ - master_begin_}, DType::f32);
+      masters_ = Tensor::zeros({shard_.local_numel()}, DType::f32);
       f32_copy_ = Tensor::zeros({f32_total_}, DType::f32);
     } else {
       params_ = Tensor::zeros({total_}, DType::f32);
@@ -204,8 +213,9 @@ void ParamStore::set_values(const ParamSpec& s, const Tensor& values) {
     if (compute_ != DType::f32) kernels::cast(flat, compute_copy_.slice(0, s.offset, s.offset + s.numel));
     return;
   }
-  const int64_t b = std::max(master_begin_, s.offset), e = std::min(master_end_, s.offset + s.numel);
-  if (b < e) masters_.slice(0, b - master_begin_, e - master_begin_).copy_from(flat.slice(0, b - s.offset, e - s.offset));
+  if (const auto part = shard_.part_of(s))
+    masters_.slice(0, part->local_begin, part->local_begin + (part->flat_end - part->flat_begin))
+        .copy_from(flat.slice(0, part->flat_begin - s.offset, part->flat_end - s.offset));
   kernels::cast(flat, compute_copy_.slice(0, s.offset, s.offset + s.numel));
   if (s.f32_compute) f32_copy_.slice(0, s.f32_offset, s.f32_offset + s.numel).copy_from(flat);
 }

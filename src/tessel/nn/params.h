@@ -6,11 +6,11 @@
 // index): a shard holds exactly the values of the unsharded tensor.
 //
 // Sharded masters (the distributed optimizer in bf16 runs, as Megatron-LM's): the store holds the
-// fp32 masters of its shard of the flat range only, [master_begin, master_end), with the whole bf16
-// copy and the whole fp32 gradients: 2 + 4 + 4/dp bytes per parameter before the moments. The
+// fp32 masters of its shard of the flat range only (shard(): flat_shard.h, packed), with the whole
+// bf16 copy and the whole fp32 gradients: 2 + 4 + 4/dp bytes per parameter before the moments. The
 // parameters compute reads in fp32 (norm weights, biases, the embedding table, the MoE router:
-// mark_f32_compute) keep a whole fp32 copy besides, packed in flat order (f32_at); the trainer
-// gathers both copies from the shards after each step. (FP8 Linears quantise the bf16 copy.)
+// mark_f32_compute) keep a whole fp32 copy besides, packed region by region in flat order (f32_at);
+// the trainer gathers both copies from the shards after each step. (FP8 Linears quantise the bf16 copy.)
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -19,6 +19,7 @@
 
 #include "tessel/comm/communicator.h"
 #include "tessel/core/tensor.h"
+#include "tessel/nn/flat_shard.h"
 
 namespace tessel::nn {
 
@@ -57,12 +58,9 @@ struct ParamSpec {
   int64_t f32_offset = -1;
 };
 
-// Which 1/size of the flat parameter range this rank's fp32 masters hold (the distributed
-// optimizer's shard; size 1: all of it).
-struct MasterShard {
-  int rank = 0;
-  int size = 1;
-};
+// This rank's place in a group sharding the fp32 masters and the optimizer state (the distributed
+// optimizer's; size 1: it holds all of it).
+using MasterShard = ShardGroup;
 
 class ParamStore {
  public:
@@ -82,10 +80,12 @@ class ParamStore {
   void set_replica(int64_t offset, int replicas, int replica);
   void mark_expert_range(int64_t begin, int64_t end);  // every parameter registered in [begin, end)
   void mark_f32_compute(int64_t offset);
-  // Allocates the flat buffers: fp32 parameters and gradients, plus the compute copy. With a shard
-  // of size > 1 in a bf16 run, the fp32 masters of that shard only (see above). Refuses with the
-  // size in GiB, before allocating, when they exceed the machine's memory.
-  void finalize(MasterShard shard = {});
+  // Allocates the flat buffers: fp32 parameters and gradients, plus the compute copy. `shard` and
+  // `expert_shard` are the distributed optimizer's groups (flat_shard.h: the replicated parameters
+  // over the first, routed experts under expert parallelism over the second); with either of size
+  // > 1 in a bf16 run the store keeps the fp32 masters of this rank's shard only (see above). Refuses
+  // with the size in GiB, before allocating, when they exceed the machine's memory.
+  void finalize(MasterShard shard = {}, MasterShard expert_shard = {});
   void initialize(uint64_t seed);
   // Elements of the flat range each of `parts` ranks owns: equal contiguous blocks (the last ones
   // shorter or empty), the distributed optimizer's shards.
@@ -121,15 +121,19 @@ class ParamStore {
   void zero_grads();
   void refresh_compute_copy();  // call after every change to the fp32 parameters (not when sharded)
 
-  // The masters this rank holds: fp32 values of the flat range [master_begin, master_end).
+  // The distributed optimizer's shard of this rank (all of the range when there is none): what
+  // the optimizer updates, and where it keeps it packed (flat_shard.h).
+  const FlatShard& shard() const { return shard_; }
+  // The masters this rank holds: sharded, the fp32 values of shard() packed (element 0 is its local
+  // element 0); else the whole flat fp32 parameters.
   bool masters_sharded() const { return sharded_; }
-  int64_t master_begin() const { return master_begin_; }
-  int64_t master_end() const { return master_end_; }
   const Tensor& masters() const { return sharded_ ? masters_ : params_; }
-  // Sharded: the packed fp32 copy of the f32_compute parameters, and the elements of it inside each
-  // rank's shard (contiguous in the packed order: what each rank contributes to its all-gather).
+  // Sharded: the packed fp32 copy of the f32_compute parameters (region after region, each in flat
+  // order), where region r's part starts in it, and the elements of that part inside each rank's
+  // block of the region (contiguous in the packed order: what each rank contributes to its all-gather).
   const Tensor& f32_copy() const { return f32_copy_; }
-  std::vector<int64_t> f32_copy_counts() const;
+  int64_t f32_copy_region_begin(size_t region) const;
+  std::vector<int64_t> f32_copy_counts(size_t region = 0) const;
   // Writes a parameter's values (fp32, its shape, on the store's device or host memory): its master (the part this rank holds),
   // its compute copy and its fp32 copy. Then call mark_updated().
   void set_values(const ParamSpec& s, const Tensor& values);
@@ -154,11 +158,11 @@ class ParamStore {
   Tensor params_, grads_, compute_copy_;
   // Sharded masters (see above).
   bool sharded_ = false;
-  int shard_size_ = 1;
-  int64_t master_begin_ = 0, master_end_ = 0;
+  FlatShard shard_;
   Tensor masters_, f32_copy_;
   int64_t f32_total_ = 0;
-  std::vector<int64_t> f32_counts_;  // f32_copy_counts(), computed at finalize
+  std::vector<int64_t> f32_region_begin_;            // per region, computed at finalize
+  std::vector<std::vector<int64_t>> f32_counts_;  // f32_copy_counts(region), computed at finalize
   [[noreturn]] void refuse_whole_masters(int64_t offset, const char* what) const;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/adamw.h"
@@ -12,20 +13,23 @@ namespace {
 comm::Communicator* multi_rank(comm::Communicator* c) { return c && c->size() > 1 ? c : nullptr; }
 }  // namespace
 
+AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, NormGroups groups) : AdamW(ps, cfg, ps.shard(), groups) {}
+
 AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, int64_t own_begin, int64_t own_end, NormGroups groups)
+    : AdamW(ps, cfg, nn::FlatShard::block(ps.numel(), own_begin, own_end < 0 ? ps.numel() : own_end), groups) {}
+
+AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, nn::FlatShard owned, NormGroups groups)
     : ps_(ps),
       cfg_(cfg),
-      begin_(own_begin),
-      end_(own_end < 0 ? ps.numel() : own_end),
-      groups_{multi_rank(groups.shard), multi_rank(groups.tp), multi_rank(groups.pp), multi_rank(groups.ep)} {
-  TESSEL_CHECK(0 <= begin_ && begin_ <= end_ && end_ <= ps.numel(), "AdamW: owned range [{}, {}) outside [0, {})",
-               begin_, end_, ps.numel());
-  TESSEL_CHECK(!ps.masters_sharded() || (begin_ == ps.master_begin() && end_ == ps.master_end()),
-               "AdamW: owned range [{}, {}) is not the masters' shard [{}, {})", begin_, end_, ps.master_begin(),
-               ps.master_end());
+      owned_(std::move(owned)),
+      groups_{multi_rank(groups.shard), multi_rank(groups.tp), multi_rank(groups.pp), multi_rank(groups.ep),
+              multi_rank(groups.expert_shard)} {
+  // Sharded masters are packed in the store's shard's order: the optimizer must own exactly that.
+  TESSEL_CHECK(!ps.masters_sharded() || owned_.describe() == ps.shard().describe(),
+               "AdamW: owned range {} is not the masters' shard {}", owned_.describe(), ps.shard().describe());
   MemoryCategoryScope tag(MemoryCategory::optimizer_state);
-  m_ = Tensor::zeros({end_ - begin_}, DType::f32);
-  v_ = Tensor::zeros({end_ - begin_}, DType::f32);
+  m_ = Tensor::zeros({owned_.local_numel()}, DType::f32);
+  v_ = Tensor::zeros({owned_.local_numel()}, DType::f32);
 }
 
 double AdamW::step(double lr) {
@@ -37,13 +41,17 @@ double AdamW::step(double lr) {
   double sq = 0, sq_experts = 0;  // experts differ across expert-parallel ranks; the rest is replicated
   for (const auto& s : ps_.specs()) {
     if (s.tied_copy || s.replica != 0 || (s.shape == s.global_shape && !tp_lead)) continue;
-    const int64_t b = std::max(begin_, s.offset), e = std::min(end_, s.offset + s.numel);
-    if (b < e) (s.expert ? sq_experts : sq) += kernels::sum_squares(ps_.grads_flat().slice(0, b, e));
+    if (const auto part = owned_.part_of(s))
+      (s.expert ? sq_experts : sq) += kernels::sum_squares(ps_.grads_flat().slice(0, part->flat_begin, part->flat_end));
   }
-  if (groups_.ep) sq_experts = comm::sum_in_rank_order(*groups_.ep, sq_experts);
+  // In rank order, group after group: the same value to the last bit on every rank. The replicated
+  // parameters' shards add up over the shard group; the experts' over the ranks holding the same
+  // experts, then over the expert-parallel ranks holding the others.
+  for (comm::Communicator* g : {groups_.expert_shard, groups_.ep})
+    if (g) sq_experts = comm::sum_in_rank_order(*g, sq_experts);
+  if (groups_.shard) sq = comm::sum_in_rank_order(*groups_.shard, sq);
   sq += sq_experts;
-  // In rank order, group after group: the same value to the last bit on every rank.
-  for (comm::Communicator* g : {groups_.shard, groups_.tp, groups_.pp})
+  for (comm::Communicator* g : {groups_.tp, groups_.pp})
     if (g) sq = comm::sum_in_rank_order(*g, sq);
   const double norm = std::sqrt(sq);
   float grad_scale = 1.0f;  // clipping, applied inside the update (the stored gradients keep their values)
@@ -54,17 +62,17 @@ double AdamW::step(double lr) {
   ++step_;
   const Tensor copy = ps_.compute_dtype() == DType::bf16 ? ps_.compute_at(0, {ps_.numel()}) : Tensor();
   auto part = [](const Tensor& flat, int64_t b, int64_t e) { return flat.slice(0, b, e); };
-  const Tensor& masters = ps_.masters();  // element 0 is flat element master_begin()
-  const int64_t m0 = ps_.master_begin();
+  // Sharded masters are packed as the moments are (the store's shard is the owned one); whole ones
+  // are the flat parameters.
+  const Tensor& masters = ps_.masters();
   for (const auto& s : ps_.specs()) {
-    // The part of this parameter inside the owned range.
-    const int64_t b = std::max(begin_, s.offset), e = std::min(end_, s.offset + s.numel);
-    if (b >= e) continue;
+    const auto own = owned_.part_of(s);  // the part of this parameter this rank updates
+    if (!own) continue;
+    const int64_t b = own->flat_begin, e = own->flat_end, l = own->local_begin, n = e - b;
     const kernels::AdamWHyper h{float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps),
                                 s.weight_decay ? float(cfg_.weight_decay) : 0.0f, step_};
-    const Tensor master = part(masters, b - m0, e - m0);
-    kernels::adamw_update(master, part(ps_.grads_flat(), b, e), part(m_, b - begin_, e - begin_),
-                          part(v_, b - begin_, e - begin_), h, grad_scale,
+    const Tensor master = ps_.masters_sharded() ? part(masters, l, l + n) : part(masters, b, e);
+    kernels::adamw_update(master, part(ps_.grads_flat(), b, e), part(m_, l, l + n), part(v_, l, l + n), h, grad_scale,
                           copy.defined() ? part(copy, b, e) : Tensor());
     if (ps_.masters_sharded() && s.f32_compute)  // its whole fp32 copy too (the trainer gathers the rest)
       part(ps_.f32_copy(), s.f32_offset + (b - s.offset), s.f32_offset + (e - s.offset)).copy_from(master);

@@ -46,12 +46,17 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
     ep_ = multi_rank(&groups->ep());
     ep_dp_ = ep_ ? multi_rank(&groups->ep_dp()) : nullptr;
   }
-  // ZeRO-1 shards over the ranks holding identical parameters: the data-parallel group, or under
-  // expert parallelism the ranks holding the same experts. In bf16 runs the fp32 masters are
-  // sharded with the moments (params.h); fp32 runs compute with the masters, which stay whole.
-  if (cfg_.parallel.use_distributed_optimizer) shard_ = ep_ ? ep_dp_ : dp_;
-  const nn::MasterShard master_shard = shard_ ? nn::MasterShard{shard_->rank(), shard_->size()} : nn::MasterShard{};
-  model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups), cp_, ep_, master_shard);
+  // ZeRO-1 shards over the ranks holding identical parameters (nn/flat_shard.h): the replicated
+  // parameters over the data-parallel group, routed experts under expert parallelism over the ranks
+  // holding the same experts. In bf16 runs the fp32 masters are sharded with the moments (params.h);
+  // fp32 runs compute with the masters, which stay whole.
+  if (cfg_.parallel.use_distributed_optimizer) {
+    shard_ = dp_;
+    expert_shard_ = shard_ ? ep_dp_ : nullptr;
+  }
+  const auto place = [](comm::Communicator* g) { return g ? nn::MasterShard{g->rank(), g->size()} : nn::MasterShard{}; };
+  model_ = std::make_unique<nn::Model>(cfg_.model, tp, stage_plan(cfg_, groups), cp_, ep_, place(shard_),
+                                       place(expert_shard_));
   model_->params().initialize(uint64_t(cfg_.train.seed));
   if (mirror_)  // the pair's first rank saves these parameters and counts them in the norm
     for (const auto& spec : model_->params().specs()) model_->params().mark_tied_copy(spec.offset);
@@ -67,17 +72,9 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
   oc.eps = cfg_.train.adam_eps;
   oc.weight_decay = cfg_.train.weight_decay;
   oc.clip_grad = cfg_.train.clip_grad;
-  if (shard_) {
-    // Rank r keeps master-weight updates and Adam moments for its contiguous shard only.
-    const auto counts = shard_counts();
-    int64_t begin = 0;
-    for (int r = 0; r < shard_->rank(); ++r) begin += counts[size_t(r)];
-    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, begin, begin + counts[size_t(shard_->rank())],
-                                          optim::NormGroups{shard_, tp, pp_, ep_});
-  } else {
-    opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, 0, -1, optim::NormGroups{nullptr, tp, pp_, ep_});
-  }
-  if (shard_ && cfg_.parallel.overlap_param_gather) {
+  // Each rank updates the master weights and keeps Adam moments for its shard only (the store's).
+  opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, optim::NormGroups{shard_, tp, pp_, ep_, expert_shard_});
+  if (shard_ && cfg_.parallel.overlap_param_gather && overlap_param_gather_ignored().empty()) {
     param_gather_ = std::make_unique<optim::ParamGather>(*shard_, shard_counts(), model_->forward_order_ranges());
     model_->set_params_needed([this](int64_t b, int64_t e) { param_gather_->wait_for(b, e); });
   }
@@ -108,6 +105,14 @@ std::string Trainer::overlap_grad_reduce_ignored() const {
   if (embedding_)
     return "the embedding is held by the first and last pipeline stages, whose two gradients are summed after "
            "backward before the shards are reduced";
+  return "";
+}
+
+std::string Trainer::overlap_param_gather_ignored() const {
+  if (!cfg_.parallel.overlap_param_gather || !distributed_optimizer()) return "";
+  if (model_->params().shard().regions().size() > 1)
+    return "under expert parallelism the replicated parameters and the experts are gathered over their own groups "
+           "after the step";
   return "";
 }
 
@@ -166,30 +171,17 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   };
   if (mirror_pair_ && !sharded) sum_over_mirror_pair(0, ps.grads_flat().numel());
   if (ep_ && !sharded) reduce_expert_parallel_grads();
-  // Expert parallelism with ZeRO: the replicated parameters first sum over the expert-parallel ranks,
-  // so the reduce-scatter over the ranks holding the same experts completes their data-parallel sum.
-  if (ep_ && sharded) nn::sum_grads(ps, *ep_, [](const nn::ParamSpec& s) { return !s.expert; });
   if (dp_) loss = comm::sum_in_rank_order(*dp_, loss);
   if (embedding_) reduce_tied_embedding();
   model_->reduce_tensor_parallel_grads();
-  if (sharded && !reducer) {
-    // Reduce-scatter: each rank receives the summed gradients of its own shard only.
-    ProfileScope prof("dp_grad_wait");  // all of it exposed
-    const int64_t b = opt_->own_begin(), n = opt_->own_end() - opt_->own_begin();
-    Tensor mine;
-    {
-      MemoryCategoryScope tag(MemoryCategory::communication);
-      mine = Tensor::empty({n}, DType::f32);
-    }
-    shard_->reduce_scatter_v(ps.grads_flat().device_ptr(), mine.device_ptr(), shard_counts(), DType::f32,
-                             comm::ReduceOp::sum);
-    ps.grads_flat().slice(0, b, b + n).copy_from(mine);
-  }
+  if (sharded && !reducer) reduce_scatter_grads();
   // Both ranks of a pair own the same shard (one layout, the same data-parallel rank).
-  if (mirror_pair_ && sharded) sum_over_mirror_pair(opt_->own_begin(), opt_->own_end());
+  if (mirror_pair_ && sharded) for_each_owned_flat_range(sum_over_mirror_pair);
   if (poison_gradients_) {  // fault injection: one NaN in this rank's own (reduced) gradients
     poison_gradients_ = false;
-    const int64_t at = opt_->own_end() > opt_->own_begin() ? opt_->own_begin() : 0;  // an empty shard: any element
+    int64_t at = -1;
+    for_each_owned_flat_range([&](int64_t b, int64_t) { at = at < 0 ? b : at; });
+    at = std::max<int64_t>(at, 0);  // an empty shard: any element
     ps.grads_flat().slice(0, at, at + 1).fill(std::numeric_limits<double>::quiet_NaN());
   }
   const double lr = schedule_.at(iter) * lr_scale_;
@@ -242,21 +234,26 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
       // The update wrote this shard's part of the compute copy and of the fp32 copy (adamw.cpp): the
       // rest comes from the other shards, in bf16 (half the bytes of gathering the masters).
       const Tensor copy = ps.compute_at(0, {ps.numel()});
-      const std::vector<int64_t> f32_counts = ps.f32_copy_counts();
       const Tensor& f32 = ps.f32_copy();
       if (param_gather_) {
         // The fp32 copy (norms, biases, embedding, router) first: the forward's first wait takes it.
         std::vector<std::unique_ptr<comm::Work>> first;
         const comm::OverlappedCommScope behind_forward;
-        first.push_back(shard_->all_gather_v_async(f32.device_ptr(), f32_counts, DType::f32));
+        first.push_back(shard_->all_gather_v_async(f32.device_ptr(), ps.f32_copy_counts(), DType::f32));
         param_gather_->launch(copy, std::move(first));
       } else {
-        shard_->all_gather_v(copy.slice(0, opt_->own_begin(), opt_->own_end()).device_ptr(), copy.device_ptr(),
-                             shard_counts(), copy.dtype());
-        int64_t at = 0;
-        for (int r = 0; r < shard_->rank(); ++r) at += f32_counts[size_t(r)];
-        shard_->all_gather_v(f32.slice(0, at, at + f32_counts[size_t(shard_->rank())]).device_ptr(),
-                             f32.device_ptr(), f32_counts, DType::f32);
+        for (size_t region = 0; region < ps.shard().regions().size(); ++region) {
+          comm::Communicator* g = region_group(region);
+          if (!g) continue;  // this rank alone holds these experts: the update wrote them all
+          gather_region(region, copy);
+          const std::vector<int64_t> counts = ps.f32_copy_counts(region);
+          int64_t at = ps.f32_copy_region_begin(region), total = 0;
+          for (int k = 0; k < g->rank(); ++k) at += counts[size_t(k)];
+          for (const int64_t c : counts) total += c;
+          const Tensor part = f32.slice(0, ps.f32_copy_region_begin(region), ps.f32_copy_region_begin(region) + total);
+          g->all_gather_v(f32.slice(0, at, at + counts[size_t(g->rank())]).device_ptr(), part.device_ptr(), counts,
+                          DType::f32);
+        }
       }
       ps.mark_updated();  // derived forms (FP8 weights) are rebuilt when next read, after the waits
     } else {
@@ -265,13 +262,80 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
         param_gather_->launch(p);  // fp32: the masters are what the forward reads
         ps.mark_updated();
       } else {
-        shard_->all_gather_v(p.slice(0, opt_->own_begin(), opt_->own_end()).device_ptr(), p.device_ptr(),
-                             shard_counts(), DType::f32);
+        for (size_t region = 0; region < ps.shard().regions().size(); ++region)
+          if (region_group(region)) gather_region(region, p);
         ps.refresh_compute_copy();
       }
     }
   }
   return r;
+}
+
+comm::Communicator* Trainer::region_group(size_t region) const { return region == 0 ? shard_ : expert_shard_; }
+
+template <class Fn>
+void Trainer::for_each_owned_flat_range(Fn fn) const {
+  const nn::FlatShard& f = model_->params().shard();
+  for (size_t r = 0; r < f.regions().size(); ++r)
+    f.for_each_flat(r, f.regions()[r].own_begin, f.regions()[r].own_end, [&](int64_t b, int64_t e, int64_t) { fn(b, e); });
+}
+
+// A region's elements of `flat` in region order: a view when the region is one flat range, else a
+// packed copy (a communication buffer) of its parts.
+static Tensor region_elements(const nn::FlatShard& f, size_t r, const Tensor& flat) {
+  const nn::FlatShard::Region& region = f.regions()[r];
+  if (region.contiguous()) {
+    const int64_t b = region.segments.empty() ? 0 : region.segments[0].flat_begin;
+    return flat.slice(0, b, b + region.numel);
+  }
+  Tensor packed;
+  {
+    MemoryCategoryScope tag(MemoryCategory::communication);
+    packed = Tensor::empty({region.numel}, flat.dtype(), flat.device());
+  }
+  f.for_each_flat(r, 0, region.numel, [&](int64_t b, int64_t e, int64_t pos) {
+    packed.slice(0, pos, pos + (e - b)).copy_from(flat.slice(0, b, e));
+  });
+  return packed;
+}
+
+// Writes region positions [begin, end) of `elements` (region order) back to their places in `flat`.
+static void scatter_region(const nn::FlatShard& f, size_t r, const Tensor& elements, int64_t begin, int64_t end,
+                           const Tensor& flat, int64_t elements_begin) {
+  f.for_each_flat(r, begin, end, [&](int64_t b, int64_t e, int64_t pos) {
+    Tensor to = flat.slice(0, b, e);
+    to.copy_from(elements.slice(0, pos - elements_begin, pos - elements_begin + (e - b)));
+  });
+}
+
+void Trainer::reduce_scatter_grads() {
+  // Each region over its group: every rank receives the summed gradients of its own block only.
+  ProfileScope prof("dp_grad_wait");  // all of it exposed
+  const nn::ParamStore& ps = model_->params();
+  const nn::FlatShard& f = ps.shard();
+  for (size_t r = 0; r < f.regions().size(); ++r) {
+    comm::Communicator* g = region_group(r);
+    if (!g) continue;  // experts this rank alone holds: their gradients are complete
+    const nn::FlatShard::Region& region = f.regions()[r];
+    const Tensor all = region_elements(f, r, ps.grads_flat());
+    Tensor mine;
+    {
+      MemoryCategoryScope tag(MemoryCategory::communication);
+      mine = Tensor::empty({region.own_end - region.own_begin}, DType::f32);
+    }
+    g->reduce_scatter_v(all.device_ptr(), mine.device_ptr(), region.counts, DType::f32, comm::ReduceOp::sum);
+    scatter_region(f, r, mine, region.own_begin, region.own_end, ps.grads_flat(), region.own_begin);
+  }
+}
+
+void Trainer::gather_region(size_t r, const Tensor& flat) {
+  // In place over the region's elements (each rank's block sits at its offset), then back to flat.
+  const nn::FlatShard& f = model_->params().shard();
+  const nn::FlatShard::Region& region = f.regions()[r];
+  const Tensor all = region_elements(f, r, flat);
+  region_group(r)->all_gather_v(all.slice(0, region.own_begin, region.own_end).device_ptr(), all.device_ptr(),
+                                region.counts, flat.dtype());
+  if (!region.contiguous()) scatter_region(f, r, all, 0, region.numel, flat, 0);
 }
 
 void Trainer::reduce_expert_parallel_grads() {
@@ -358,7 +422,9 @@ double Trainer::eval_loss_sum(const data::Batch& whole) {
 }
 
 std::vector<int64_t> Trainer::shard_counts() const {
-  return nn::ParamStore::shard_counts(model_->params().numel(), shard_->size());
+  const auto& regions = model_->params().shard().regions();
+  TESSEL_CHECK(regions.size() == 1, "shard_counts: the shard has {} regions (expert parallelism)", regions.size());
+  return regions[0].counts;
 }
 
 GatheredOptimizerState Trainer::full_optimizer_state() {
@@ -369,16 +435,30 @@ GatheredOptimizerState Trainer::full_optimizer_state() {
     g.view = {opt_->exp_avg_data(), opt_->exp_avg_sq_data(), opt_->steps_taken()};
     return g;
   }
-  const size_t total = static_cast<size_t>(model_->params().numel());
-  g.exp_avg.resize(total);
-  g.exp_avg_sq.resize(total);
-  shard_->all_gather_v(opt_->exp_avg_data(), g.exp_avg.data(), shard_counts(), DType::f32);
-  shard_->all_gather_v(opt_->exp_avg_sq_data(), g.exp_avg_sq.data(), shard_counts(), DType::f32);
-  g.view = {g.exp_avg.data(), g.exp_avg_sq.data(), opt_->steps_taken()};
   const nn::ParamStore& ps = model_->params();
+  const size_t total = static_cast<size_t>(ps.numel());
+  // Every region's blocks, gathered over its group into region order, then put in flat order.
+  const auto gather = [&](const float* local, std::vector<float>& out) {
+    out.resize(total);
+    const nn::FlatShard& f = ps.shard();
+    for (size_t r = 0; r < f.regions().size(); ++r) {
+      const nn::FlatShard::Region& region = f.regions()[r];
+      std::vector<float> all(size_t(region.numel));
+      const float* mine = local + region.local_begin;
+      if (comm::Communicator* grp = region_group(r))
+        grp->all_gather_v(mine, all.data(), region.counts, DType::f32);
+      else
+        std::copy(mine, mine + region.numel, all.begin());
+      f.for_each_flat(r, 0, region.numel, [&](int64_t b, int64_t e, int64_t pos) {
+        std::copy(all.begin() + pos, all.begin() + pos + (e - b), out.begin() + b);
+      });
+    }
+  };
+  gather(opt_->exp_avg_data(), g.exp_avg);
+  gather(opt_->exp_avg_sq_data(), g.exp_avg_sq);
+  g.view = {g.exp_avg.data(), g.exp_avg_sq.data(), opt_->steps_taken()};
   if (ps.masters_sharded()) {
-    g.masters.resize(total);
-    shard_->all_gather_v(ps.masters().data<float>(), g.masters.data(), shard_counts(), DType::f32);
+    gather(ps.masters().data<float>(), g.masters);
     g.view.masters = g.masters.data();
   }
   return g;  // moved: the vectors keep their buffers, so the view stays valid

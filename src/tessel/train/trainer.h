@@ -78,6 +78,9 @@ class Trainer {
   // Why parallel.overlap_grad_reduce=true cannot apply to this rank's layout ("" when it applies or
   // is off): expert parallelism, or an embedding tied across pipeline stages.
   std::string overlap_grad_reduce_ignored() const;
+  // Why parallel.overlap_param_gather=true cannot apply ("" when it applies or is off): under expert
+  // parallelism the distributed optimizer's two regions are gathered after the step.
+  std::string overlap_param_gather_ignored() const;
   // parallel.use_distributed_optimizer over a group of more than one rank (decided alike on every
   // rank, whatever each one's shard holds).
   bool distributed_optimizer() const { return shard_ != nullptr; }
@@ -107,7 +110,16 @@ class Trainer {
  private:
   int64_t data_parallel_size() const;                 // replicas taking different micro-batches
   data::Batch local_part(const data::Batch& b) const;  // this rank's context-parallel chunks (or b)
-  std::vector<int64_t> shard_counts() const;  // elements owned by each dp rank (distributed optimizer)
+  // Elements owned by each rank of shard_ (distributed optimizer with one region: no expert parallelism).
+  std::vector<int64_t> shard_counts() const;
+  // The group sharding region r of the store's FlatShard (null: this rank holds all of it).
+  comm::Communicator* region_group(size_t r) const;
+  template <class Fn>
+  void for_each_owned_flat_range(Fn fn) const;  // fn(flat_begin, flat_end) for what this rank owns
+  // Reduce-scatters the gradients region by region: this rank's blocks receive the sums.
+  void reduce_scatter_grads();
+  // All-gathers region r of `flat` (the compute copy, or the fp32 parameters) from its owners.
+  void gather_region(size_t r, const Tensor& flat);
   // Sums the tied embedding's gradient of the first and last pipeline stages (embedding group).
   void reduce_tied_embedding();
   void reduce_expert_parallel_grads();
@@ -123,7 +135,11 @@ class Trainer {
   // expert loads and FP8 amaxes are combined; the second (a mirror) neither saves nor counts them.
   std::unique_ptr<comm::Communicator> mirror_pair_;
   bool mirror_ = false;
-  comm::Communicator* shard_ = nullptr;  // the distributed optimizer's group (null: not sharded)
+  // The distributed optimizer's groups (null: not sharded): the replicated parameters' (the data-
+  // parallel group) and, under expert parallelism, the routed experts' (the ranks holding the same
+  // experts; null also when this rank alone holds its experts).
+  comm::Communicator* shard_ = nullptr;
+  comm::Communicator* expert_shard_ = nullptr;
   pipeline::Schedule schedule_ops_;
   pipeline::RankTrace last_trace_;  // the last step's spans on this rank (log.pipeline_trace)
   std::unique_ptr<nn::Model> model_;
