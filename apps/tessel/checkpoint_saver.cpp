@@ -88,7 +88,8 @@ void CheckpointSaver::save(int64_t step, int64_t consumed, bool publish_now) {
   if (cfg_.checkpoint.dir.empty()) return;
   settle();  // a new save waits for the previous one
   const comm::UntimedWaits io;  // a save takes what the disk takes; peers wait for the writers
-  const ckpt::TrainState st{step, consumed, uint64_t(cfg_.train.seed), 0, trainer_.learning_rate_scale()};
+  const ckpt::TrainState st{step, consumed, uint64_t(cfg_.train.seed), 0, trainer_.learning_rate_scale(),
+                            history_ ? history_() : ckpt::ResilienceHistory{}};
   PendingSave p;
   p.step = step;
   p.began = std::chrono::steady_clock::now();

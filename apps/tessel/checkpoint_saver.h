@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -35,6 +36,8 @@ class CheckpointSaver {
   // Waits for the pending save and publishes it if the step after it passed (before a stop, a
   // rewind from disk and the end).
   void settle();
+  // Where saves take the resilience detectors' history from (saved with the state; none: empty).
+  void set_resilience_history(std::function<ckpt::ResilienceHistory()> history) { history_ = std::move(history); }
 
  private:
   struct PendingSave {
@@ -56,6 +59,7 @@ class CheckpointSaver {
   resilience::FaultPlan& faults_;
   const bool lead_;
   std::optional<PendingSave> pending_;
+  std::function<ckpt::ResilienceHistory()> history_;
 };
 
 }  // namespace tessel::app

@@ -137,10 +137,12 @@ int run_train(const TrainOptions& o) {
   };
   int64_t start = 0;
   int64_t consumed = 0;  // samples taken from the training data so far: the next step starts here
+  ckpt::ResilienceHistory resumed_history;  // the detectors' windows and rewinds of the resumed run
   if (!cfg.checkpoint.dir.empty()) {
     const auto began = std::chrono::steady_clock::now();
     if (const auto st = load_newest()) {
       start = st->step;
+      resumed_history = st->resilience;
       consumed = st->consumed_samples;
       trainer.scale_learning_rate(st->lr_scale);  // what earlier rewinds made of the learning rate
       if (lead) std::printf("resumed from checkpoint.dir %s at step %lld (%lld samples consumed); loaded in %.2f s\n",
@@ -191,6 +193,12 @@ int run_train(const TrainOptions& o) {
   const train::ResilienceConfig& rcfg = cfg.resilience;
   resilience::AnomalyDetectors detectors(rcfg);
   resilience::RewindBudget rewinds(rcfg.max_rewinds, rcfg.rewind_window);
+  // A restart goes on with what the detectors had learned and the rewinds already counted.
+  detectors.restore(resumed_history.loss_window, resumed_history.grad_norm_window);
+  rewinds.restore(resumed_history.rewind_steps);
+  saver.set_resilience_history([&] {
+    return ckpt::ResilienceHistory{detectors.loss_window(), detectors.grad_norm_window(), rewinds.steps()};
+  });
   // The last good state in memory (resilience.snapshot_interval): the state at the start, then a
   // snapshot taken every K steps once the step after it passed the detectors (it computed from that
   // state); until then it is `pending`, and a flagged step drops it. At most two copies.

@@ -176,6 +176,31 @@ TEST(CheckpointMetadata, TheRewindLearningRateFactorRoundTripsAndDefaultsToOne) 
   EXPECT_EQ(old->lr_scale, 1.0);
 }
 
+// The resilience detectors' history (windows, counted rewinds) rides along, so a restart goes on
+// with it; a checkpoint written before it reads as empty.
+TEST(CheckpointMetadata, TheResilienceHistoryRoundTripsAndDefaultsToEmpty) {
+  Scratch s;
+  nn::Model a(cfg());
+  a.params().initialize(1);
+  optim::AdamW oa(a.params(), {});
+  ckpt::TrainState st{1, 8, 1};
+  st.resilience = {{5.5, 5.25, 0.1 + 0.2}, {1.5, 2.0}, {3}};
+  ckpt::save_checkpoint(s.dir, a.params(), oa, st, "", 3);
+  const auto loaded = ckpt::load_latest_checkpoint(s.dir, a.params(), &oa, [](const std::string&) { FAIL(); });
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->resilience.loss_window, (std::vector<double>{5.5, 5.25, 0.1 + 0.2}));  // to the bit
+  EXPECT_EQ(loaded->resilience.grad_norm_window, (std::vector<double>{1.5, 2.0}));
+  EXPECT_EQ(loaded->resilience.rewind_steps, (std::vector<int64_t>{3}));
+  const fs::path md_path = fs::path(s.dir) / "step_00000001" / "metadata.json";
+  json md = json::parse(std::ifstream(md_path));
+  md.erase("resilience");
+  std::ofstream(md_path, std::ios::trunc) << md.dump(2);
+  const auto old = ckpt::load_latest_checkpoint(s.dir, a.params(), &oa, [](const std::string&) {});
+  ASSERT_TRUE(old);
+  EXPECT_TRUE(old->resilience.loss_window.empty() && old->resilience.grad_norm_window.empty() &&
+              old->resilience.rewind_steps.empty());
+}
+
 TEST(CheckpointMetadata, MissingKeysAreDamage) {
   EXPECT_HAS(load_after_editing_step2([](json& m) { m.erase("step"); }), "metadata.json has no key 'step'");
   EXPECT_HAS(load_after_editing_step2([](json& m) { m.erase("optimizer_steps"); }),
@@ -207,6 +232,14 @@ TEST(CheckpointMetadata, IllTypedKeysAreDamage) {
              "metadata.json key 'lr_scale' must be a number in (0, 1], got number 1.5");
   EXPECT_HAS(load_after_editing_step2([](json& m) { m["lr_scale"] = 0; }),
              "metadata.json key 'lr_scale' must be a number in (0, 1], got number 0");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { m["resilience"]["loss_window"] = {1.0, "2"}; }),
+             "metadata.json key 'resilience.loss_window' must hold finite numbers, got string \"2\"");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { m["resilience"]["grad_norm_window"] = 3; }),
+             "metadata.json key 'resilience.grad_norm_window' must be a list of at most 1048576 values, got number 3");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { m["resilience"]["rewind_steps"] = {-4}; }),
+             "metadata.json key 'resilience.rewind_steps' must be an integer in [0, 2^63), got number -4");
+  EXPECT_HAS(load_after_editing_step2([](json& m) { m["resilience"].erase("rewind_steps"); }),
+             "metadata.json has no key 'resilience.rewind_steps'");
   EXPECT_HAS(load_after_editing_step2([](json& m) {
                m["files"]["../step_00000001/model.safetensors"] = m["files"]["model.safetensors"];
              }),

@@ -100,6 +100,16 @@ check event spike loss_spike 4 5 7
 check same spike-ref spike --after 7
 echo "ROW spike | tp2 x pp2 | yes: rewound to the checkpoint of step 4 (that of step 6 dropped) | 3 | $(lost "$t0" "$t1" "$REF")"
 
+# 2b. A restart goes on with what the detectors had learned (metadata.json "resilience"): stopped
+# at step 6 and resumed, the run flags a spike at step 7 (every rank's targets corrupted) at once,
+# where windows started afresh (not armed until they hold spike_window accepted steps) would have
+# trained on it.
+RESTART=(--set resilience.loss_spike_zscore=3 --set resilience.spike_window=3 --set checkpoint.interval=2)
+run 2 windows "${RESTART[@]}" --set train.exit_interval=6
+run 2 windows "${RESTART[@]}" --inject spike@7:0,spike@7:1
+expect_in windows.log "resumed from checkpoint.dir windows/ckpt at step 6"
+check event windows loss_spike 6 7 7
+
 # The uninterrupted runs the restarts must reproduce.
 timed TP2PP2_REF run 4 tp2pp2-ref "${TP2PP2[@]}" --set checkpoint.interval=2
 timed DP2_REF run 2 dp2-ref --set checkpoint.interval=2

@@ -71,6 +71,23 @@ TEST(AnomalyDetectors, FlaggedStepsNeverJoinTheWindow) {
   EXPECT_TRUE(d.check(4.5, 1.0));
 }
 
+// A restart restores the windows saved in its checkpoint: armed at once, as the run was.
+TEST(AnomalyDetectors, RestoredWindowsAreArmedAsTheSavedOnes) {
+  AnomalyDetectors saved(spikes(2, 0, 2)), fresh(spikes(2, 0, 2));
+  saved.accept(9.0, 1.0);  // pushed out of the window by the next two
+  saved.accept(1.0, 1.0);
+  saved.accept(3.0, 1.0);
+  EXPECT_EQ(saved.loss_window(), (std::vector<double>{1.0, 3.0}));
+  EXPECT_FALSE(fresh.check(4.5, 1.0));  // empty: not armed
+  fresh.restore(saved.loss_window(), saved.grad_norm_window());
+  ASSERT_TRUE(fresh.check(4.5, 1.0));  // mean 2, sd 1: threshold 4
+  EXPECT_EQ(fresh.check(4.5, 1.0)->threshold, 4.0);
+  // A window of another size keeps the newest values that fit.
+  AnomalyDetectors smaller(spikes(2, 0, 1));
+  smaller.restore({1.0, 3.0}, {1.0, 1.0});
+  EXPECT_EQ(smaller.loss_window(), (std::vector<double>{3.0}));
+}
+
 TEST(RewindBudget, CountsRewindsWithinTheWindow) {
   RewindBudget b(2, 10);
   EXPECT_TRUE(b.allow(5));
@@ -82,6 +99,11 @@ TEST(RewindBudget, CountsRewindsWithinTheWindow) {
   EXPECT_TRUE(c.allow(15));  // 5 left the window (15 - 10 = 5)
   RewindBudget none(0, 10);
   EXPECT_FALSE(none.allow(1));
+  // Restored from a checkpoint: the rewinds counted before the restart still count.
+  RewindBudget restarted(2, 10);
+  restarted.restore(b.steps());
+  EXPECT_EQ(restarted.steps(), (std::vector<int64_t>{5, 9, 14}));
+  EXPECT_FALSE(restarted.allow(15));
 }
 
 TEST(RewindEvent, JsonWritesANonFiniteValueAsText) {

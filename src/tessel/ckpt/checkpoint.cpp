@@ -215,6 +215,7 @@ std::string write_whole_checkpoint(const std::string& dir, const NamedTensors& m
                              {"step", state.step},
                              {"consumed_samples", state.consumed_samples},
                              {"lr_scale", state.lr_scale},
+                             {"resilience", resilience_history_json(state.resilience)},
                              {"optimizer_steps", optimizer_steps},
                              {"seed", state.seed},
                              {"parallel", {{"tensor", 1}, {"pipeline", 1}, {"data", 1}, {"rank", 0}}},
@@ -298,7 +299,7 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
     opt->set_steps_taken(md.optimizer_steps);
   }
   if (extra_state) *extra_state = std::move(state);
-  return TrainState{md.step, md.consumed_samples, md.seed, md.crc32, md.lr_scale};
+  return TrainState{md.step, md.consumed_samples, md.seed, md.crc32, md.lr_scale, md.resilience};
 }
 
 void check_loaded_range(const std::string& dir, const LoadedRange& r) {

@@ -1,5 +1,7 @@
 #include "tessel/ckpt/checkpoint_metadata.h"
 
+#include <cmath>
+
 #include <zlib.h>
 
 #include <nlohmann/json.hpp>
@@ -111,6 +113,26 @@ CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std:
   out.step = r.non_negative("step");
   out.consumed_samples = r.non_negative("consumed_samples");
   out.lr_scale = r.fraction_or("lr_scale", 1.0);
+  if (r.has("resilience")) {
+    const Reader h = r.object("resilience");
+    // At most this many values per list: far more than any spike window or rewind budget.
+    constexpr size_t kMaxHistory = 1 << 20;
+    const auto list = [&](const char* key) -> const json& {
+      const json& v = h.at(key);
+      TESSEL_CHECK(v.is_array() && v.size() <= kMaxHistory, "{}: metadata.json key 'resilience.{}' must be a list "
+                   "of at most {} values, got {}", where, key, kMaxHistory, shown(v));
+      return v;
+    };
+    for (auto [key, into] : {std::pair{"loss_window", &out.resilience.loss_window},
+                             std::pair{"grad_norm_window", &out.resilience.grad_norm_window}})
+      for (const json& v : list(key)) {
+        TESSEL_CHECK(v.is_number() && std::isfinite(v.get<double>()), "{}: metadata.json key 'resilience.{}' "
+                     "must hold finite numbers, got {}", where, key, shown(v));
+        into->push_back(v.get<double>());
+      }
+    for (const json& v : list("rewind_steps"))
+      out.resilience.rewind_steps.push_back(h.non_negative_value(v, "resilience.rewind_steps"));
+  }
   out.optimizer_steps = r.non_negative("optimizer_steps");
   out.seed = r.unsigned64("seed");
   out.config = r.string("config");
@@ -162,6 +184,10 @@ CheckpointMetadata read_checkpoint_metadata(const std::string& ckpt_dir) {
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_checkpoint_metadata(ss.str(), fmt::format("checkpoint '{}'", ckpt_dir));
+}
+
+nlohmann::json resilience_history_json(const ResilienceHistory& h) {
+  return {{"loss_window", h.loss_window}, {"grad_norm_window", h.grad_norm_window}, {"rewind_steps", h.rewind_steps}};
 }
 
 }  // namespace tessel::ckpt

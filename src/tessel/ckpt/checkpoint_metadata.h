@@ -9,10 +9,22 @@
 
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tessel/ckpt/block_range.h"
 #include "tessel/core/tensor.h"
 
 namespace tessel::ckpt {
+
+// What the resilience detectors had learned when a checkpoint was saved, so that a restart goes on
+// with it (docs/resilience.md): the spike windows (the losses and gradient norms of the last accepted
+// steps, oldest first) and the steps of the rewinds that count against resilience.max_rewinds.
+// metadata.json key "resilience", optional (empty when absent: checkpoints written before it).
+struct ResilienceHistory {
+  std::vector<double> loss_window, grad_norm_window;
+  std::vector<int64_t> rewind_steps;
+};
+nlohmann::json resilience_history_json(const ResilienceHistory& h);
 
 struct CheckpointMetadata {
   struct File {
@@ -23,6 +35,7 @@ struct CheckpointMetadata {
   int64_t step = 0;
   int64_t consumed_samples = 0;
   double lr_scale = 1.0;  // "lr_scale", optional (1 when absent: checkpoints written before it)
+  ResilienceHistory resilience;  // "resilience", optional
   int64_t optimizer_steps = 0;
   uint64_t seed = 0;
   std::map<std::string, File> files;           // by file name

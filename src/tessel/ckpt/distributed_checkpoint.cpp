@@ -167,6 +167,7 @@ StagedSave stage_distributed_checkpoint(const std::string& dir, const nn::ParamS
                         {"step", state.step},
                         {"consumed_samples", state.consumed_samples},
                         {"lr_scale", state.lr_scale},
+                        {"resilience", resilience_history_json(state.resilience)},
                         {"optimizer_steps", opt.steps_taken()},
                         {"seed", state.seed},
                         {"parallel", parallel},
@@ -212,7 +213,8 @@ std::string consolidate_checkpoint(const std::string& ckpt_dir, const std::strin
     optim.emplace_back("exp_avg_sq." + name, ck.read_whole("exp_avg_sq." + name));
   }
   return write_whole_checkpoint(out_dir, model, optim, ck.state(),
-                                {md.step, md.consumed_samples, md.seed, 0, md.lr_scale}, md.optimizer_steps, md.config, 1);
+                                {md.step, md.consumed_samples, md.seed, 0, md.lr_scale, md.resilience},
+                                md.optimizer_steps, md.config, 1);
 }
 
 }  // namespace tessel::ckpt

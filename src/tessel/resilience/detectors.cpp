@@ -70,6 +70,13 @@ std::optional<Anomaly> AnomalyDetectors::check(double loss, double grad_norm) co
   return std::nullopt;
 }
 
+void AnomalyDetectors::restore(const std::vector<double>& losses, const std::vector<double>& grad_norms) {
+  loss_ = Window(loss_.capacity());
+  grad_norm_ = Window(grad_norm_.capacity());
+  for (const double v : losses) loss_.add(v);
+  for (const double v : grad_norms) grad_norm_.add(v);
+}
+
 void AnomalyDetectors::accept(double loss, double grad_norm) {
   if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return;  // detect_nonfinite off: keep the windows finite
   loss_.add(loss);

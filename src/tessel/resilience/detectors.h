@@ -6,6 +6,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tessel/train/config.h"
 
@@ -29,8 +30,10 @@ class Window {
   void add(double v);
   bool full() const { return values_.size() == size_; }
   size_t count() const { return values_.size(); }
+  size_t capacity() const { return size_; }
   double mean() const;
   double stddev() const;  // population deviation
+  std::vector<double> values() const { return {values_.begin(), values_.end()}; }  // oldest first
  private:
   size_t size_;
   std::deque<double> values_;
@@ -43,6 +46,11 @@ class AnomalyDetectors {
   std::optional<Anomaly> check(double loss, double grad_norm) const;
   // A step every rank accepted: its values join the spike windows.
   void accept(double loss, double grad_norm);
+  // The windows' values, oldest first (saved in checkpoints), and their restoration on a restart (a
+  // window of another size keeps the newest values that fit).
+  std::vector<double> loss_window() const { return loss_.values(); }
+  std::vector<double> grad_norm_window() const { return grad_norm_.values(); }
+  void restore(const std::vector<double>& losses, const std::vector<double>& grad_norms);
 
  private:
   // The value above which x is a spike of window w at `zscore` deviations (nullopt: not armed yet).

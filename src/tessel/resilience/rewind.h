@@ -46,6 +46,9 @@ class RewindBudget {
   RewindBudget(int64_t max_rewinds, int64_t window) : max_(max_rewinds), window_(window) {}
   bool allow(int64_t iteration);
   int64_t recent() const { return int64_t(at_.size()); }
+  // The iterations of the rewinds counted (saved in checkpoints), and their restoration on a restart.
+  std::vector<int64_t> steps() const { return {at_.begin(), at_.end()}; }
+  void restore(const std::vector<int64_t>& steps) { at_.assign(steps.begin(), steps.end()); }
 
  private:
   int64_t max_, window_;
