@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,10 @@
 namespace tessel {
 namespace {
 
-// a [0, 4), e1 [4, 10) expert, b [10, 13), e2 [13, 18) expert, c [18, 20).
-// Region 0 (replicated): a, b, c = 9 elements in region order; region 1 (experts): e1, e2 = 11.
+// a [0, 4), e1 [4, 10) expert, b [10, 13), e2 [13, 18) expert, c [18, 20): five units, each a run
+// of one kind. Under dp 4 (the replicated units' group) and expert-data-parallel 2 (the experts'),
+// rank 1 of both owns block 1 of each unit: a [1, 2) (counts 1,1,1,1), e1 [7, 10) (3,3), b [11, 12)
+// (1,1,1,0), e2 [16, 18) (3,2), c [19, 20) (1,1,0,0): 8 elements, packed in that order.
 struct Store {
   nn::ParamStore ps;
   Store(DType compute, nn::MasterShard replicated, nn::MasterShard experts) : ps(compute) {
@@ -48,39 +51,35 @@ std::vector<float> floats(const Tensor& t) {
 
 TEST(ExpertShard, ReplicatedParametersShardOverDataParallelExpertsOverTheirOwnGroup) {
   const tessel::testing::HostAccess host;
-  // dp 4 (replicated: 9 elements in blocks of 3, 3, 3, 0), expert-data-parallel 2 (11: 6, 5);
-  // this rank is dp rank 1 and expert rank 1.
   Store st(DType::f32, {1, 4}, {1, 2});
   const nn::FlatShard& f = st.ps.shard();
-  ASSERT_EQ(f.regions().size(), 2u);
-  EXPECT_EQ(f.regions()[0].counts, (std::vector<int64_t>{3, 3, 3, 0}));
-  EXPECT_EQ(f.regions()[1].counts, (std::vector<int64_t>{6, 5}));
-  EXPECT_FALSE(f.regions()[0].contiguous());
-  // Region order of the replicated parameters: a [0, 4), b [4, 7), c [7, 9). Block 1 is [3, 6): a's
-  // last element (flat 3) and b's first two (flat 10, 11). The experts' block 1 is [6, 11): e2, flat [13, 18).
-  EXPECT_EQ(f.describe(), "[3, 6) of 9 replicated elements and [6, 11) of 11 expert elements");
+  ASSERT_EQ(f.units().size(), 5u);
+  const std::vector<std::vector<int64_t>> counts = {{1, 1, 1, 1}, {3, 3}, {1, 1, 1, 0}, {3, 2}, {1, 1, 0, 0}};
+  const std::vector<std::pair<int64_t, int64_t>> own = {{1, 2}, {7, 10}, {11, 12}, {16, 18}, {19, 20}};
+  for (size_t u = 0; u < 5; ++u) {
+    EXPECT_EQ(f.units()[u].experts, u == 1 || u == 3) << u;
+    EXPECT_EQ(f.units()[u].counts, counts[u]) << u;
+    EXPECT_EQ(f.units()[u].own_begin, own[u].first) << u;
+    EXPECT_EQ(f.units()[u].own_end, own[u].second) << u;
+  }
   EXPECT_EQ(f.local_numel(), 8);
+  EXPECT_EQ(f.describe(), "8 of 20 elements in 5 units: [1, 2), [7, 10), [11, 12), [16, 18), ...");
   const auto part = [&](const std::string& name) { return f.part_of(st.ps.spec(name)); };
-  ASSERT_TRUE(part("a"));
-  EXPECT_EQ(part("a")->flat_begin, 3);
-  EXPECT_EQ(part("a")->flat_end, 4);
-  EXPECT_EQ(part("a")->local_begin, 0);
-  ASSERT_TRUE(part("b"));
-  EXPECT_EQ(part("b")->flat_begin, 10);
-  EXPECT_EQ(part("b")->flat_end, 12);
-  EXPECT_EQ(part("b")->local_begin, 1);
-  EXPECT_FALSE(part("c"));
-  EXPECT_FALSE(part("layer.mlp.experts.0.w"));
-  ASSERT_TRUE(part("layer.mlp.experts.1.w"));
-  EXPECT_EQ(part("layer.mlp.experts.1.w")->flat_begin, 13);
-  EXPECT_EQ(part("layer.mlp.experts.1.w")->flat_end, 18);
-  EXPECT_EQ(part("layer.mlp.experts.1.w")->local_begin, 3);
+  const std::vector<std::tuple<std::string, int64_t, int64_t, int64_t>> parts = {
+      {"a", 1, 2, 0}, {"layer.mlp.experts.0.w", 7, 10, 1}, {"b", 11, 12, 4}, {"layer.mlp.experts.1.w", 16, 18, 5},
+      {"c", 19, 20, 7}};
+  for (const auto& [name, b, e, local] : parts) {
+    ASSERT_TRUE(part(name)) << name;
+    EXPECT_EQ(part(name)->flat_begin, b) << name;
+    EXPECT_EQ(part(name)->flat_end, e) << name;
+    EXPECT_EQ(part(name)->local_begin, local) << name;
+  }
   // The optimizer keeps moments for those 8 elements, not for 1/2 of all 20.
   optim::AdamW opt(st.ps, {});
   EXPECT_EQ(opt.exp_avg().numel(), 8);
 }
 
-TEST(ExpertShard, EveryElementIsOwnedByOneRankOfEachRegionsGroup) {
+TEST(ExpertShard, EveryElementIsOwnedByOneRankOfEachUnitsGroup) {
   const tessel::testing::HostAccess host;
   const int dp = 3, ep_dp = 2;
   std::vector<int> owners(20, 0);
@@ -115,13 +114,15 @@ TEST(ExpertShard, ShardedMastersUpdateAsTheWholeStoreToTheBit) {
   ASSERT_TRUE(sharded.ps.masters_sharded());
   ASSERT_FALSE(whole.ps.masters_sharded());
   EXPECT_EQ(sharded.ps.masters().numel(), 8);
-  // The packed fp32 copy: region 0's b and c first, then region 1's (none).
+  // The packed fp32 copy: b and c, flat order; per unit the f32 elements of each rank's block.
   EXPECT_EQ(sharded.ps.f32_copy().numel(), 5);
-  EXPECT_EQ(sharded.ps.f32_copy_region_begin(1), 5);
-  EXPECT_EQ(sharded.ps.f32_copy_counts(0), (std::vector<int64_t>{0, 2, 3, 0}));  // b [4, 7), c [7, 9) by block
-  EXPECT_EQ(sharded.ps.f32_copy_counts(1), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(sharded.ps.f32_copy_unit_begin(2), 0);  // b
+  EXPECT_EQ(sharded.ps.f32_copy_unit_begin(4), 3);  // c
+  EXPECT_EQ(sharded.ps.f32_copy_counts(2), (std::vector<int64_t>{1, 1, 1, 0}));
+  EXPECT_EQ(sharded.ps.f32_copy_counts(4), (std::vector<int64_t>{1, 1, 0, 0}));
+  EXPECT_EQ(sharded.ps.f32_copy_counts(1), (std::vector<int64_t>{0, 0}));  // e1: none computes in fp32
   EXPECT_NE(testing::error_of([&] { (void)sharded.ps.param_at(0, {2, 2}); })
-                .find("this rank holds elements [3, 6) of 9 replicated elements and [6, 11) of 11 expert elements"),
+                .find("this rank holds elements 8 of 20 elements in 5 units: [1, 2), [7, 10)"),
             std::string::npos);
   optim::AdamWConfig cfg;
   cfg.weight_decay = 0.1;
@@ -133,8 +134,8 @@ TEST(ExpertShard, ShardedMastersUpdateAsTheWholeStoreToTheBit) {
     b.step(2e-2);
   }
   const std::vector<float> after = floats(whole.ps.params_flat());
-  // Packed: flat 3, 10, 11, then 13..17.
-  const std::vector<int64_t> owned = {3, 10, 11, 13, 14, 15, 16, 17};
+  // Packed: flat 1, 7..9, 11, 16, 17, 19.
+  const std::vector<int64_t> owned = {1, 7, 8, 9, 11, 16, 17, 19};
   std::vector<float> expected, initial;
   for (const int64_t i : owned) {
     expected.push_back(after[size_t(i)]);
@@ -144,11 +145,13 @@ TEST(ExpertShard, ShardedMastersUpdateAsTheWholeStoreToTheBit) {
   EXPECT_EQ(floats(sharded.ps.masters()), expected);
   const std::vector<float> copy = floats(sharded.ps.compute_at(0, {20})), ref = floats(whole.ps.compute_at(0, {20}));
   for (const int64_t i : owned) EXPECT_EQ(copy[size_t(i)], ref[size_t(i)]) << "bf16 copy, element " << i;
-  // b's fp32 copy: its two owned elements updated, the third as it was (another shard's).
+  // b's fp32 copy: its owned element updated, the others as they were (other shards', gathered by
+  // the trainer after the step).
   const std::vector<float> b32 = floats(sharded.ps.f32_at(10, {3}));
-  EXPECT_EQ(b32[0], after[10]);
+  EXPECT_EQ(b32[0], before[10]);
   EXPECT_EQ(b32[1], after[11]);
   EXPECT_EQ(b32[2], before[12]);
+  EXPECT_NE(after[11], before[11]);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "tessel/nn/params.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "tessel/core/machine_memory.h"
@@ -50,16 +51,16 @@ std::vector<int64_t> ParamStore::shard_counts(int64_t numel, int parts) {
   return c;
 }
 
-int64_t ParamStore::f32_copy_region_begin(size_t region) const {
-  TESSEL_CHECK(sharded_, "f32_copy_region_begin: the masters are not sharded (there is no packed fp32 copy)");
-  TESSEL_CHECK(region < f32_region_begin_.size(), "f32_copy_region_begin: no region {}", region);
-  return f32_region_begin_[region];
+int64_t ParamStore::f32_copy_unit_begin(size_t unit) const {
+  TESSEL_CHECK(sharded_, "f32_copy_unit_begin: the masters are not sharded (there is no packed fp32 copy)");
+  TESSEL_CHECK(unit < f32_unit_begin_.size(), "f32_copy_unit_begin: no unit {}", unit);
+  return f32_unit_begin_[unit];
 }
 
-std::vector<int64_t> ParamStore::f32_copy_counts(size_t region) const {
+std::vector<int64_t> ParamStore::f32_copy_counts(size_t unit) const {
   TESSEL_CHECK(sharded_, "f32_copy_counts: the masters are not sharded (there is no packed fp32 copy)");
-  TESSEL_CHECK(region < f32_counts_.size(), "f32_copy_counts: no region {}", region);
-  return f32_counts_[region];
+  TESSEL_CHECK(unit < f32_counts_.size(), "f32_copy_counts: no unit {}", unit);
+  return f32_counts_[unit];
 }
 
 void ParamStore::refuse_whole_masters(int64_t offset, const char* what) const {
@@ -91,25 +92,32 @@ void ParamStore::finalize(MasterShard shard, MasterShard expert_shard) {
   // fp32 runs compute with the masters themselves: they stay whole.
   sharded_ = (shard.size > 1 || expert_shard.size > 1) && compute_ != DType::f32;
   if (sharded_) {
-    // The packed fp32 copy, region after region: each rank's f32_compute elements are then
-    // contiguous in it within its region (its block of the region's all-gather).
-    for (size_t r = 0; r < shard_.regions().size(); ++r) {
-      f32_region_begin_.push_back(f32_total_);
-      for (auto& s : specs_)
-        if (s.f32_compute && shard_.region_of(s) == r) {
-          s.f32_offset = f32_total_;
-          f32_total_ += s.numel;
-        }
-      const FlatShard::Region& region = shard_.regions()[r];
+    for (auto& sp : specs_)
+      if (sp.f32_compute) {
+        sp.f32_offset = f32_total_;
+        f32_total_ += sp.numel;
+      }
+    // Per unit: where its f32_compute elements start in the packed copy, and each rank's of them
+    // (contiguous in the packed copy, which is in flat order: the unit's fp32 all-gather blocks).
+    // f32_before(x): f32_compute elements at flat indices below x, by binary search over them (a
+    // model of thousands of parameters, a unit per run of experts and a block per rank).
+    std::vector<const ParamSpec*> f32_specs;
+    for (const auto& sp : specs_)
+      if (sp.f32_compute) f32_specs.push_back(&sp);
+    const auto f32_before = [&](int64_t x) -> int64_t {
+      const auto it = std::upper_bound(f32_specs.begin(), f32_specs.end(), x,
+                                       [](int64_t at, const ParamSpec* sp) { return at < sp->offset; });
+      if (it == f32_specs.begin()) return 0;
+      const ParamSpec& last = **std::prev(it);
+      return last.f32_offset + std::min(last.numel, x - last.offset);
+    };
+    const auto f32_in = [&](int64_t fb, int64_t fe) { return f32_before(fe) - f32_before(fb); };
+    for (const FlatShard::Unit& u : shard_.units()) {
+      f32_unit_begin_.push_back(f32_in(0, u.flat_begin));
       std::vector<int64_t> counts;
-      int64_t begin = 0;
-      for (const int64_t c : region.counts) {
-        int64_t n = 0;
-        shard_.for_each_flat(r, begin, begin + c, [&](int64_t fb, int64_t fe, int64_t) {
-          for (const auto& s : specs_)
-            if (s.f32_compute) n += std::max<int64_t>(0, std::min(fe, s.offset + s.numel) - std::max(fb, s.offset));
-        });
-        counts.push_back(n);
+      int64_t begin = u.flat_begin;
+      for (const int64_t c : u.counts) {
+        counts.push_back(f32_in(begin, begin + c));
         begin += c;
       }
       f32_counts_.push_back(std::move(counts));

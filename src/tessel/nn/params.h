@@ -9,8 +9,8 @@
 // fp32 masters of its shard of the flat range only (shard(): flat_shard.h, packed), with the whole
 // bf16 copy and the whole fp32 gradients: 2 + 4 + 4/dp bytes per parameter before the moments. The
 // parameters compute reads in fp32 (norm weights, biases, the embedding table, the MoE router:
-// mark_f32_compute) keep a whole fp32 copy besides, packed region by region in flat order (f32_at);
-// the trainer gathers both copies from the shards after each step. (FP8 Linears quantise the bf16 copy.)
+// mark_f32_compute) keep a whole fp32 copy besides, packed in flat order (f32_at); the trainer
+// gathers both copies from the shards after each step. (FP8 Linears quantise the bf16 copy.)
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -128,12 +128,12 @@ class ParamStore {
   // element 0); else the whole flat fp32 parameters.
   bool masters_sharded() const { return sharded_; }
   const Tensor& masters() const { return sharded_ ? masters_ : params_; }
-  // Sharded: the packed fp32 copy of the f32_compute parameters (region after region, each in flat
-  // order), where region r's part starts in it, and the elements of that part inside each rank's
-  // block of the region (contiguous in the packed order: what each rank contributes to its all-gather).
+  // Sharded: the packed fp32 copy of the f32_compute parameters (flat order), where unit u of
+  // shard() starts in it, and the elements of that unit's part inside each rank's block of the unit
+  // (contiguous in the packed order: what each rank contributes to the unit's all-gather).
   const Tensor& f32_copy() const { return f32_copy_; }
-  int64_t f32_copy_region_begin(size_t region) const;
-  std::vector<int64_t> f32_copy_counts(size_t region = 0) const;
+  int64_t f32_copy_unit_begin(size_t unit) const;
+  std::vector<int64_t> f32_copy_counts(size_t unit = 0) const;
   // Writes a parameter's values (fp32, its shape, on the store's device or host memory): its master (the part this rank holds),
   // its compute copy and its fp32 copy. Then call mark_updated().
   void set_values(const ParamSpec& s, const Tensor& values);
@@ -161,8 +161,8 @@ class ParamStore {
   FlatShard shard_;
   Tensor masters_, f32_copy_;
   int64_t f32_total_ = 0;
-  std::vector<int64_t> f32_region_begin_;            // per region, computed at finalize
-  std::vector<std::vector<int64_t>> f32_counts_;  // f32_copy_counts(region), computed at finalize
+  std::vector<int64_t> f32_unit_begin_;            // per unit of shard_, computed at finalize
+  std::vector<std::vector<int64_t>> f32_counts_;  // f32_copy_counts(unit), computed at finalize
   [[noreturn]] void refuse_whole_masters(int64_t offset, const char* what) const;
 };
 

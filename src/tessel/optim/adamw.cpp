@@ -24,8 +24,9 @@ AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, nn::FlatShard owned, NormGroup
       owned_(std::move(owned)),
       groups_{multi_rank(groups.shard), multi_rank(groups.tp), multi_rank(groups.pp), multi_rank(groups.ep),
               multi_rank(groups.expert_shard)} {
-  // Sharded masters are packed in the store's shard's order: the optimizer must own exactly that.
-  TESSEL_CHECK(!ps.masters_sharded() || owned_.describe() == ps.shard().describe(),
+  // A sharded store (its masters packed in its shard's order, its collectives by its units): the
+  // optimizer must own exactly that shard.
+  TESSEL_CHECK(ps.shard().owns_all() || owned_.describe() == ps.shard().describe(),
                "AdamW: owned range {} is not the masters' shard {}", owned_.describe(), ps.shard().describe());
   MemoryCategoryScope tag(MemoryCategory::optimizer_state);
   m_ = Tensor::zeros({owned_.local_numel()}, DType::f32);

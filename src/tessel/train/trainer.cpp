@@ -110,7 +110,7 @@ std::string Trainer::overlap_grad_reduce_ignored() const {
 
 std::string Trainer::overlap_param_gather_ignored() const {
   if (!cfg_.parallel.overlap_param_gather || !distributed_optimizer()) return "";
-  if (model_->params().shard().regions().size() > 1)
+  if (model_->params().shard().units().size() > 1)
     return "under expert parallelism the replicated parameters and the experts are gathered over their own groups "
            "after the step";
   return "";
@@ -242,15 +242,17 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
         first.push_back(shard_->all_gather_v_async(f32.device_ptr(), ps.f32_copy_counts(), DType::f32));
         param_gather_->launch(copy, std::move(first));
       } else {
-        for (size_t region = 0; region < ps.shard().regions().size(); ++region) {
-          comm::Communicator* g = region_group(region);
+        const auto& units = ps.shard().units();
+        for (size_t u = 0; u < units.size(); ++u) {
+          comm::Communicator* g = unit_group(units[u]);
           if (!g) continue;  // this rank alone holds these experts: the update wrote them all
-          gather_region(region, copy);
-          const std::vector<int64_t> counts = ps.f32_copy_counts(region);
-          int64_t at = ps.f32_copy_region_begin(region), total = 0;
+          gather_unit(units[u], copy);
+          const std::vector<int64_t> counts = ps.f32_copy_counts(u);
+          int64_t at = ps.f32_copy_unit_begin(u), total = 0;
           for (int k = 0; k < g->rank(); ++k) at += counts[size_t(k)];
           for (const int64_t c : counts) total += c;
-          const Tensor part = f32.slice(0, ps.f32_copy_region_begin(region), ps.f32_copy_region_begin(region) + total);
+          if (total == 0) continue;  // no parameter of the unit computes in fp32
+          const Tensor part = f32.slice(0, ps.f32_copy_unit_begin(u), ps.f32_copy_unit_begin(u) + total);
           g->all_gather_v(f32.slice(0, at, at + counts[size_t(g->rank())]).device_ptr(), part.device_ptr(), counts,
                           DType::f32);
         }
@@ -262,8 +264,8 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
         param_gather_->launch(p);  // fp32: the masters are what the forward reads
         ps.mark_updated();
       } else {
-        for (size_t region = 0; region < ps.shard().regions().size(); ++region)
-          if (region_group(region)) gather_region(region, p);
+        for (const nn::FlatShard::Unit& u : ps.shard().units())
+          if (unit_group(u)) gather_unit(u, p);
         ps.refresh_compute_copy();
       }
     }
@@ -271,71 +273,38 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   return r;
 }
 
-comm::Communicator* Trainer::region_group(size_t region) const { return region == 0 ? shard_ : expert_shard_; }
+comm::Communicator* Trainer::unit_group(const nn::FlatShard::Unit& u) const {
+  return u.experts ? expert_shard_ : shard_;
+}
 
 template <class Fn>
 void Trainer::for_each_owned_flat_range(Fn fn) const {
-  const nn::FlatShard& f = model_->params().shard();
-  for (size_t r = 0; r < f.regions().size(); ++r)
-    f.for_each_flat(r, f.regions()[r].own_begin, f.regions()[r].own_end, [&](int64_t b, int64_t e, int64_t) { fn(b, e); });
-}
-
-// A region's elements of `flat` in region order: a view when the region is one flat range, else a
-// packed copy (a communication buffer) of its parts.
-static Tensor region_elements(const nn::FlatShard& f, size_t r, const Tensor& flat) {
-  const nn::FlatShard::Region& region = f.regions()[r];
-  if (region.contiguous()) {
-    const int64_t b = region.segments.empty() ? 0 : region.segments[0].flat_begin;
-    return flat.slice(0, b, b + region.numel);
-  }
-  Tensor packed;
-  {
-    MemoryCategoryScope tag(MemoryCategory::communication);
-    packed = Tensor::empty({region.numel}, flat.dtype(), flat.device());
-  }
-  f.for_each_flat(r, 0, region.numel, [&](int64_t b, int64_t e, int64_t pos) {
-    packed.slice(0, pos, pos + (e - b)).copy_from(flat.slice(0, b, e));
-  });
-  return packed;
-}
-
-// Writes region positions [begin, end) of `elements` (region order) back to their places in `flat`.
-static void scatter_region(const nn::FlatShard& f, size_t r, const Tensor& elements, int64_t begin, int64_t end,
-                           const Tensor& flat, int64_t elements_begin) {
-  f.for_each_flat(r, begin, end, [&](int64_t b, int64_t e, int64_t pos) {
-    Tensor to = flat.slice(0, b, e);
-    to.copy_from(elements.slice(0, pos - elements_begin, pos - elements_begin + (e - b)));
-  });
+  for (const nn::FlatShard::Unit& u : model_->params().shard().units())
+    if (u.own_begin < u.own_end) fn(u.own_begin, u.own_end);
 }
 
 void Trainer::reduce_scatter_grads() {
-  // Each region over its group: every rank receives the summed gradients of its own block only.
+  // Unit by unit, in place on the flat gradients: every rank receives the sums of its own block.
   ProfileScope prof("dp_grad_wait");  // all of it exposed
   const nn::ParamStore& ps = model_->params();
-  const nn::FlatShard& f = ps.shard();
-  for (size_t r = 0; r < f.regions().size(); ++r) {
-    comm::Communicator* g = region_group(r);
+  for (const nn::FlatShard::Unit& u : ps.shard().units()) {
+    comm::Communicator* g = unit_group(u);
     if (!g) continue;  // experts this rank alone holds: their gradients are complete
-    const nn::FlatShard::Region& region = f.regions()[r];
-    const Tensor all = region_elements(f, r, ps.grads_flat());
     Tensor mine;
     {
       MemoryCategoryScope tag(MemoryCategory::communication);
-      mine = Tensor::empty({region.own_end - region.own_begin}, DType::f32);
+      mine = Tensor::empty({u.own_end - u.own_begin}, DType::f32);
     }
-    g->reduce_scatter_v(all.device_ptr(), mine.device_ptr(), region.counts, DType::f32, comm::ReduceOp::sum);
-    scatter_region(f, r, mine, region.own_begin, region.own_end, ps.grads_flat(), region.own_begin);
+    g->reduce_scatter_v(ps.grads_flat().slice(0, u.flat_begin, u.flat_end).device_ptr(), mine.device_ptr(), u.counts,
+                        DType::f32, comm::ReduceOp::sum);
+    ps.grads_flat().slice(0, u.own_begin, u.own_end).copy_from(mine);
   }
 }
 
-void Trainer::gather_region(size_t r, const Tensor& flat) {
-  // In place over the region's elements (each rank's block sits at its offset), then back to flat.
-  const nn::FlatShard& f = model_->params().shard();
-  const nn::FlatShard::Region& region = f.regions()[r];
-  const Tensor all = region_elements(f, r, flat);
-  region_group(r)->all_gather_v(all.slice(0, region.own_begin, region.own_end).device_ptr(), all.device_ptr(),
-                                region.counts, flat.dtype());
-  if (!region.contiguous()) scatter_region(f, r, all, 0, region.numel, flat, 0);
+void Trainer::gather_unit(const nn::FlatShard::Unit& u, const Tensor& flat) {
+  // In place: each rank's block already sits at its offset in the unit.
+  unit_group(u)->all_gather_v(flat.slice(0, u.own_begin, u.own_end).device_ptr(),
+                              flat.slice(0, u.flat_begin, u.flat_end).device_ptr(), u.counts, flat.dtype());
 }
 
 void Trainer::reduce_expert_parallel_grads() {
@@ -422,9 +391,9 @@ double Trainer::eval_loss_sum(const data::Batch& whole) {
 }
 
 std::vector<int64_t> Trainer::shard_counts() const {
-  const auto& regions = model_->params().shard().regions();
-  TESSEL_CHECK(regions.size() == 1, "shard_counts: the shard has {} regions (expert parallelism)", regions.size());
-  return regions[0].counts;
+  const auto& units = model_->params().shard().units();
+  TESSEL_CHECK(units.size() == 1, "shard_counts: the shard has {} units (expert parallelism)", units.size());
+  return units[0].counts;
 }
 
 GatheredOptimizerState Trainer::full_optimizer_state() {
@@ -437,21 +406,15 @@ GatheredOptimizerState Trainer::full_optimizer_state() {
   }
   const nn::ParamStore& ps = model_->params();
   const size_t total = static_cast<size_t>(ps.numel());
-  // Every region's blocks, gathered over its group into region order, then put in flat order.
+  // Every unit's blocks, gathered over its group into their flat places.
   const auto gather = [&](const float* local, std::vector<float>& out) {
     out.resize(total);
-    const nn::FlatShard& f = ps.shard();
-    for (size_t r = 0; r < f.regions().size(); ++r) {
-      const nn::FlatShard::Region& region = f.regions()[r];
-      std::vector<float> all(size_t(region.numel));
-      const float* mine = local + region.local_begin;
-      if (comm::Communicator* grp = region_group(r))
-        grp->all_gather_v(mine, all.data(), region.counts, DType::f32);
+    for (const nn::FlatShard::Unit& u : ps.shard().units()) {
+      const float* mine = local + u.local_begin;
+      if (comm::Communicator* grp = unit_group(u))
+        grp->all_gather_v(mine, out.data() + u.flat_begin, u.counts, DType::f32);
       else
-        std::copy(mine, mine + region.numel, all.begin());
-      f.for_each_flat(r, 0, region.numel, [&](int64_t b, int64_t e, int64_t pos) {
-        std::copy(all.begin() + pos, all.begin() + pos + (e - b), out.begin() + b);
-      });
+        std::copy(mine, mine + u.numel(), out.begin() + u.flat_begin);
     }
   };
   gather(opt_->exp_avg_data(), g.exp_avg);

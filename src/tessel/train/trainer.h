@@ -66,8 +66,9 @@ class Trainer {
   // gradients are reduce-scattered, the shard updated, and parameters all-gathered.
   // micro_batches.size() x dp must be the configured accumulation count.
   StepResult step(const std::vector<data::Batch>& micro_batches, int64_t iter);
-  // The optimizer state laid out over all parameters (collective over dp with the distributed
-  // optimizer, which gathers every rank's shard into host memory the result owns).
+  // The optimizer state laid out over all parameters (collective over the distributed optimizer's
+  // groups, dp and under expert parallelism the experts' group, which gather every rank's shard
+  // into host memory the result owns).
   GatheredOptimizerState full_optimizer_state();
   // Whether the data-parallel gradients are reduced in buckets during backward: plain data
   // parallelism, and the distributed optimizer with parallel.overlap_grad_reduce, unless expert
@@ -79,7 +80,7 @@ class Trainer {
   // is off): expert parallelism, or an embedding tied across pipeline stages.
   std::string overlap_grad_reduce_ignored() const;
   // Why parallel.overlap_param_gather=true cannot apply ("" when it applies or is off): under expert
-  // parallelism the distributed optimizer's two regions are gathered after the step.
+  // parallelism the distributed optimizer's units are gathered after the step, each over its group.
   std::string overlap_param_gather_ignored() const;
   // parallel.use_distributed_optimizer over a group of more than one rank (decided alike on every
   // rank, whatever each one's shard holds).
@@ -112,14 +113,14 @@ class Trainer {
   data::Batch local_part(const data::Batch& b) const;  // this rank's context-parallel chunks (or b)
   // Elements owned by each rank of shard_ (distributed optimizer with one region: no expert parallelism).
   std::vector<int64_t> shard_counts() const;
-  // The group sharding region r of the store's FlatShard (null: this rank holds all of it).
-  comm::Communicator* region_group(size_t r) const;
+  // The group sharding unit u of the store's FlatShard (null: this rank holds all of it).
+  comm::Communicator* unit_group(const nn::FlatShard::Unit& u) const;
   template <class Fn>
   void for_each_owned_flat_range(Fn fn) const;  // fn(flat_begin, flat_end) for what this rank owns
-  // Reduce-scatters the gradients region by region: this rank's blocks receive the sums.
+  // Reduce-scatters the gradients unit by unit: this rank's blocks receive the sums.
   void reduce_scatter_grads();
-  // All-gathers region r of `flat` (the compute copy, or the fp32 parameters) from its owners.
-  void gather_region(size_t r, const Tensor& flat);
+  // All-gathers unit u of `flat` (the compute copy, or the fp32 parameters) from its owners, in place.
+  void gather_unit(const nn::FlatShard::Unit& u, const Tensor& flat);
   // Sums the tied embedding's gradient of the first and last pipeline stages (embedding group).
   void reduce_tied_embedding();
   void reduce_expert_parallel_grads();
