@@ -327,6 +327,38 @@ TEST(Search, TriesThePipelineSchedulesAskedForOnPipelinedLayouts) {
             std::string::npos);
 }
 
+// Phase 3 tries uneven layer splits on the fastest pipelined layouts (one layer fewer on the last
+// stage, or the first), each its own estimate. With a vocabulary that makes the output head weigh
+// more than many layers (64 x 16,384 weights against a layer's 40,960), the pipeline waits on the
+// last stage, so the fastest pp 2 layout moves a layer off it: 4,2 rather than 3,3.
+TEST(Search, TriesUnevenLayerSplitsOnPipelinedLayouts) {
+  HardwareProfile hw = simple_profile();
+  SearchOptions o = two_devices(hw, 8);
+  const auto load = [](std::vector<std::string> layout) {
+    layout.insert(layout.begin(), {"model.num_layers=6", "model.vocab_size=16384"});
+    return tiny(layout);
+  };
+  const SearchResult r = search_layouts(load, hw, o);
+  int uneven = 0;
+  const Candidate* best_pp2 = nullptr;
+  for (const Candidate& c : r.ranked) {
+    if (!best_pp2 && c.layout.find("pp 2, vpp 1") != std::string::npos) best_pp2 = &c;
+    const size_t at = c.layout.find(", layers ");
+    if (at == std::string::npos) continue;
+    ++uneven;
+    const size_t from = at + std::string(", layers ").size();
+    const std::string split = c.layout.substr(from, c.layout.find(", ", from) - from);
+    EXPECT_TRUE(split == "4,2" || split == "2,4") << c.layout;
+    EXPECT_NE(std::find(c.overrides.begin(), c.overrides.end(), "parallel.pipeline_layers_per_stage=" + split),
+              c.overrides.end())
+        << c.layout;
+    EXPECT_DOUBLE_EQ(estimate_step(load(c.overrides), hw, 2).step_s, c.estimate.step_s) << c.layout;
+  }
+  EXPECT_GT(uneven, 0);
+  ASSERT_NE(best_pp2, nullptr);
+  EXPECT_NE(best_pp2->layout.find(", layers 4,2"), std::string::npos) << best_pp2->layout;
+}
+
 TEST(Search, AMemoryLimitPrunesAndAModelThatFitsNowhereSaysSo) {
   const SearchResult all = search_tiny(2, 4);
   ASSERT_FALSE(all.ranked.empty());

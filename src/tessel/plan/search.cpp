@@ -71,6 +71,42 @@ std::string layers_per_stage(int64_t layers, int64_t stages) {
   return out;
 }
 
+// Uneven splits for a pipeline of `stages` stages of one chunk each, as Megatron-LM's
+// --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: the last stage also runs
+// the output head and loss (and any multi-token-prediction modules), the first the embedding, so each
+// may take one layer fewer than the even share, the stages between taking them (as evenly as they
+// go, the remainder on the earliest). Only splits other than layers_per_stage's even one, with at
+// least one layer on every stage.
+std::vector<std::string> uneven_splits(int64_t layers, int64_t stages) {
+  std::vector<std::string> out;
+  if (stages < 2) return out;
+  const int64_t even = layers / stages;
+  for (const auto& [first_less, last_less] : {std::pair{0, 1}, std::pair{1, 1}, std::pair{1, 0}}) {
+    std::vector<int64_t> split(size_t(stages), 0);
+    if (stages == 2) {
+      if (first_less && last_less) continue;
+      split[0] = first_less ? even - 1 : layers - (even - 1);
+      split[1] = layers - split[0];
+    } else {
+      split.front() = even - first_less;
+      split.back() = even - last_less;
+      const int64_t middle = layers - split.front() - split.back(), m = stages - 2;
+      for (int64_t v = 0; v < m; ++v) split[size_t(v + 1)] = middle / m + (v < middle % m ? 1 : 0);
+    }
+    if (*std::min_element(split.begin(), split.end()) < 1) continue;
+    std::string s;
+    for (size_t v = 0; v < split.size(); ++v) s += fmt::format("{}{}", v ? "," : "", split[v]);
+    const std::string even_split = layers_per_stage(layers, stages);
+    const std::string even_written = even_split.empty() ? [&] {
+      std::string e;
+      for (int64_t v = 0; v < stages; ++v) e += fmt::format("{}{}", v ? "," : "", even);
+      return e;
+    }() : even_split;
+    if (s != even_written && std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  }
+  return out;
+}
+
 struct Structure {
   int64_t tp, pp, vpp, cp, ep, etp;
 };
@@ -80,6 +116,7 @@ struct Knobs {
   bool zero, recompute;
   std::string fp8 = "";       // precision.fp8.recipe; "": as configured
   std::string schedule = "";  // parallel.pipeline_schedule; "": as configured
+  std::string split = "";     // parallel.pipeline_layers_per_stage; "": as evenly as they go
 };
 
 struct Job {
@@ -283,7 +320,8 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
     // An uneven split names its layers per virtual stage; an even one is the default, reset only
     // where the caller's config names a split of its own ("" is YAML's empty string).
     const std::string kind = k.schedule.empty() ? base.parallel.pipeline_schedule : k.schedule;
-    const std::string split = layers_per_stage(layers, pipeline::stages_of(kind, int(st.pp), int(st.vpp)));
+    const std::string split =
+        k.split.empty() ? layers_per_stage(layers, pipeline::stages_of(kind, int(st.pp), int(st.vpp))) : k.split;
     if (!split.empty() || !base.parallel.pipeline_layers_per_stage.empty())
       c.overrides.push_back(
           fmt::format("parallel.pipeline_layers_per_stage={}", split.empty() ? std::string("\"\"") : split));
@@ -291,7 +329,8 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
                            st.tp > 1 ? " sp" : "", st.pp, st.vpp, st.cp, st.ep,
                            moe && st.tp > 1 ? (st.etp == 1 ? " (experts whole)" : " (experts split)") : "", dp,
                            k.zero ? " zero1" : "", k.mbs, k.recompute ? "on" : "off") +
-               (k.fp8.empty() ? "" : ", fp8 " + k.fp8) + (k.schedule.empty() ? "" : ", " + k.schedule);
+               (k.split.empty() ? "" : ", layers " + k.split) + (k.fp8.empty() ? "" : ", fp8 " + k.fp8) +
+               (k.schedule.empty() ? "" : ", " + k.schedule);
     return c;
   };
   const std::string over_memory = fmt::format("peak memory over {:g} GiB", limit);
@@ -325,6 +364,7 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
   // reason it was pruned ("" where it fits).
   const int workers = std::max(1, o.workers);
   std::vector<size_t> ranked_structure;  // of each entry of out.ranked
+  std::vector<Knobs> ranked_knobs;
   const auto run = [&](const std::vector<Job>& jobs) {
     const std::vector<Outcome> outcomes = evaluate_in_workers(jobs, evaluate, workers, [&](int done) {
       if (o.progress) o.progress(out.enumerated + done, int(structures.size()));
@@ -341,6 +381,7 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
       c.estimate = outcomes[j].estimate;
       out.ranked.push_back(std::move(c));
       ranked_structure.push_back(jobs[j].structure);
+      ranked_knobs.push_back(jobs[j].knobs);
     }
     return pruned;
   };
@@ -377,6 +418,28 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
             }
   }
   run(refined);
+  // Phase 3: the kRefinedStructures fastest pipelined layouts of one chunk per rank, each with its
+  // uneven splits (its other settings as they are).
+  std::vector<size_t> order(out.ranked.size());
+  for (size_t n = 0; n < order.size(); ++n) order[n] = n;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return out.ranked[a].estimate.tokens_per_s > out.ranked[b].estimate.tokens_per_s;
+  });
+  std::vector<Job> split;
+  int pipelined = 0;
+  for (size_t n = 0; n < order.size() && pipelined < kRefinedStructures; ++n) {
+    const Structure& st = structures[ranked_structure[order[n]]];
+    const Knobs& k = ranked_knobs[order[n]];
+    const std::string kind = k.schedule.empty() ? base.parallel.pipeline_schedule : k.schedule;
+    if (st.pp == 1 || st.vpp > 1 || pipeline::stages_of(kind, int(st.pp), 1) != int(st.pp)) continue;
+    ++pipelined;
+    for (const std::string& s : uneven_splits(layers, st.pp)) {
+      Knobs with = k;
+      with.split = s;
+      split.push_back({ranked_structure[order[n]], with});
+    }
+  }
+  run(split);
   std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const Candidate& a, const Candidate& b) {
     return a.estimate.tokens_per_s > b.estimate.tokens_per_s;
   });

@@ -1,6 +1,6 @@
 #pragma once
 // `tessel plan search`: the layouts of a model on N ranks, estimated (estimate.h) and ranked by
-// tokens/s, in two phases:
+// tokens/s, in three phases:
 //   1. every structure: tensor parallelism (sequence parallelism on, as Megatron runs it) and
 //      context parallelism within a node, pipeline parallelism with 1 or 2 virtual chunks per rank
 //      (1F1B / interleaved 1F1B; layers split as evenly as they go), expert parallelism (MoE
@@ -9,7 +9,10 @@
 //      recompute only where it must, to fit;
 //   2. the kRefinedStructures fastest of them with micro-batches 1, 2, 4, 8, the distributed
 //      optimizer on and off, recompute off and on, each FP8 recipe asked for (fp8_recipes), and on
-//      pipelined structures of one chunk per rank each pipeline schedule asked for (pipeline_schedules).
+//      pipelined structures of one chunk per rank each pipeline schedule asked for (pipeline_schedules);
+//   3. the kRefinedStructures fastest pipelined layouts of one chunk per rank with the layers split
+//      unevenly: one layer fewer on the last stage (output head, loss, MTP), on the first (embedding),
+//      or on both, the stages between taking them (as Megatron-LM's --decoder-first/last-pipeline-num-layers).
 // Phase 2 is a local search, not every combination: a structure slow at micro-batch 1 is not
 // refined. A layout the config refuses (a size that does not divide heads, layers or the
 // sequence), that cannot exist on N ranks, or whose peak memory exceeds the limit is pruned,
