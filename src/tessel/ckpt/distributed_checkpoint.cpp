@@ -44,7 +44,7 @@ std::vector<LocalPiece> local_pieces(const nn::ParamStore& params, const optim::
                                      const NamedTensors& extra_state) {
   // A sharded store holds masters for the optimizer's shard only, packed as the moments are.
   const float* masters = params.masters().data<float>();
-  TESSEL_CHECK(!params.masters_sharded() || params.shard().describe() == opt.owned().describe(),
+  TESSEL_CHECK(!params.masters_sharded() || params.shard().same_ownership(opt.owned()),
                "distributed checkpoint: the masters' shard is {}, the optimizer's {}", params.shard().describe(),
                opt.owned().describe());
   std::vector<LocalPiece> out;

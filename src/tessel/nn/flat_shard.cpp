@@ -71,6 +71,17 @@ std::optional<FlatShard::Part> FlatShard::part_of(const ParamSpec& s) const {
   return Part{b, e, u.local_begin + (b - u.own_begin)};
 }
 
+bool FlatShard::same_ownership(const FlatShard& o) const {
+  if (numel_ != o.numel_ || local_numel_ != o.local_numel_ || units_.size() != o.units_.size()) return false;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const Unit &a = units_[i], &b = o.units_[i];
+    if (a.flat_begin != b.flat_begin || a.flat_end != b.flat_end || a.own_begin != b.own_begin ||
+        a.own_end != b.own_end || a.local_begin != b.local_begin)
+      return false;
+  }
+  return true;
+}
+
 std::string FlatShard::describe() const {
   if (units_.size() == 1) return fmt::format("[{}, {}) of {}", units_[0].own_begin, units_[0].own_end, numel_);
   std::string ranges;

@@ -62,8 +62,11 @@ class FlatShard {
   bool owns_all() const { return local_numel_ == numel_; }
   const std::vector<Unit>& units() const { return units_; }
   std::optional<Part> part_of(const ParamSpec& s) const;
-  // "[7, 14) of 21" for one unit; "8 of 20 elements in 5 ranges: [1, 2), [7, 10), ..." otherwise.
+  // "[7, 14) of 21" for one unit; "8 of 20 elements in 5 units: [1, 2), [7, 10), ..." otherwise
+  // (for messages: it names at most four ranges).
   std::string describe() const;
+  // The same elements owned, kept at the same places.
+  bool same_ownership(const FlatShard& o) const;
 
  private:
   int64_t numel_ = 0, local_numel_ = 0;

@@ -26,7 +26,7 @@ AdamW::AdamW(nn::ParamStore& ps, AdamWConfig cfg, nn::FlatShard owned, NormGroup
               multi_rank(groups.expert_shard)} {
   // A sharded store (its masters packed in its shard's order, its collectives by its units): the
   // optimizer must own exactly that shard.
-  TESSEL_CHECK(ps.shard().owns_all() || owned_.describe() == ps.shard().describe(),
+  TESSEL_CHECK(ps.shard().owns_all() || owned_.same_ownership(ps.shard()),
                "AdamW: owned range {} is not the masters' shard {}", owned_.describe(), ps.shard().describe());
   MemoryCategoryScope tag(MemoryCategory::optimizer_state);
   m_ = Tensor::zeros({owned_.local_numel()}, DType::f32);

@@ -15,6 +15,8 @@
 #include <new>
 #include <sstream>
 
+#include <fmt/ranges.h>
+
 #include "tessel/core/check.h"
 #include "tessel/nn/stage_plan.h"
 #include "tessel/pipeline/schedule.h"
@@ -81,6 +83,8 @@ std::vector<std::string> uneven_splits(int64_t layers, int64_t stages) {
   std::vector<std::string> out;
   if (stages < 2) return out;
   const int64_t even = layers / stages;
+  std::vector<int64_t> even_split;  // layers_per_stage's, written out
+  for (int64_t v = 0; v < stages; ++v) even_split.push_back(even + (v < layers % stages ? 1 : 0));
   for (const auto& [first_less, last_less] : {std::pair{0, 1}, std::pair{1, 1}, std::pair{1, 0}}) {
     std::vector<int64_t> split(size_t(stages), 0);
     if (stages == 2) {
@@ -93,16 +97,9 @@ std::vector<std::string> uneven_splits(int64_t layers, int64_t stages) {
       const int64_t middle = layers - split.front() - split.back(), m = stages - 2;
       for (int64_t v = 0; v < m; ++v) split[size_t(v + 1)] = middle / m + (v < middle % m ? 1 : 0);
     }
-    if (*std::min_element(split.begin(), split.end()) < 1) continue;
-    std::string s;
-    for (size_t v = 0; v < split.size(); ++v) s += fmt::format("{}{}", v ? "," : "", split[v]);
-    const std::string even_split = layers_per_stage(layers, stages);
-    const std::string even_written = even_split.empty() ? [&] {
-      std::string e;
-      for (int64_t v = 0; v < stages; ++v) e += fmt::format("{}{}", v ? "," : "", even);
-      return e;
-    }() : even_split;
-    if (s != even_written && std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    if (*std::min_element(split.begin(), split.end()) < 1 || split == even_split) continue;
+    const std::string s = fmt::format("{}", fmt::join(split, ","));
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
   }
   return out;
 }
