@@ -127,7 +127,7 @@ using Backward = std::function<Tensor(const Tensor& dy, Activations&)>;  // retu
 
 // The backward of a module with backward_input / backward_weight: dx, then the weight gradients.
 template <class Module>
-Backward input_then_weights(const Module& m) {
+Backward input_then_weights(Module& m) {
   return [&m](const Tensor& dy, Activations& a) {
     Tensor dx = m.backward_input(dy, a);
     m.backward_weight(a);
@@ -215,7 +215,7 @@ Tensor token_ids(const nn::ModelConfig& cfg, int64_t a, int64_t b) {
 
 // Finalises and randomises ps, then checks module m on a random [kBatch x seq_length, hidden] input.
 template <class Module>
-void check_module(nn::ParamStore& ps, const Module& m, const nn::ModelConfig& cfg, const Forward& fwd) {
+void check_module(nn::ParamStore& ps, Module& m, const nn::ModelConfig& cfg, const Forward& fwd) {
   ps.finalize();
   randomize_params(ps);
   check_gradients(ps, random_tensor({kBatch * cfg.seq_length, cfg.hidden_size}, 1), fwd, input_then_weights(m));

@@ -34,7 +34,7 @@ int64_t kv_heads_per_rank(const ModelConfig& cfg, comm::Communicator* tp) {
 SelfAttention::SelfAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
                              std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp,
                              comm::Communicator* cp)
-    : ps_(ps),
+    : ps_(&ps),
       cp_(cp && cp->size() > 1 ? cp : nullptr),
       H_(query_heads_per_rank(cfg, tp)),
       G_(kv_heads_per_rank(cfg, tp)),
@@ -69,7 +69,7 @@ void SelfAttention::apply_rope(const Tensor& qk, bool inverse) const {
                     cp_global_position(j * L, T, cp_->rank(), cp_->size()));
 }
 
-Tensor SelfAttention::forward(const LinearInput& y, int64_t batch, Activations& saved) const {
+Tensor SelfAttention::forward(const LinearInput& y, int64_t batch, Activations& saved) {
   Tensor qkv = qkv_.forward(y, saved);  // all rows, also when y is this rank's sequence shard
   const int64_t N = qkv.size(0);
   TESSEL_CHECK(N == batch * T_, "attention: {} rows is not batch {} x seq_length {}", N, batch, T_);
@@ -77,7 +77,7 @@ Tensor SelfAttention::forward(const LinearInput& y, int64_t batch, Activations& 
     ProfileScope prof("rope");
     apply_rope(qkv.slice(1, 0, (H_ + G_) * Dh_), false);  // q and k heads are adjacent
   }
-  Tensor out = Tensor::empty({N, H_ * Dh_}, ps_.compute_dtype());
+  Tensor out = Tensor::empty({N, H_ * Dh_}, ps_->compute_dtype());
   Tensor lse = Tensor::empty({batch, H_, T_}, DType::f32);
   const kernels::AttentionShape s{batch, T_, H_, G_, Dh_, true, float(1.0 / std::sqrt(double(Dh_)))};
   {
@@ -96,7 +96,7 @@ Tensor SelfAttention::forward(const LinearInput& y, int64_t batch, Activations& 
   return o_.forward(out, saved);
 }
 
-Tensor SelfAttention::backward_input(const Tensor& dout, Activations& saved) const {
+Tensor SelfAttention::backward_input(const Tensor& dout, Activations& saved) {
   Tensor dattn = o_.backward_input(dout, saved);  // [N, H*Dh] f32
   const Tensor& qkv = saved.get(key_qkv_);
   const Tensor& out = saved.get(key_out_);
@@ -125,7 +125,7 @@ Tensor SelfAttention::backward_input(const Tensor& dout, Activations& saved) con
   return qkv_.backward_input(dqkv, saved);
 }
 
-Tensor SelfAttention::forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const {
+Tensor SelfAttention::forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) {
   TESSEL_CHECK(!cp_, "generation under context parallelism is not supported yet");
   Activations scratch;
   const int64_t n = y.size(0), kv = G_ * Dh_;
@@ -137,11 +137,11 @@ Tensor SelfAttention::forward_decode(const Tensor& y, int64_t pos0, Tensor& k_ca
   Tensor out = Tensor::empty({n, H_ * Dh_}, DType::f32);
   kernels::attention_decode(qkv.slice(1, 0, H_ * Dh_), k_cache, v_cache, pos0, H_, G_,
                             float(1.0 / std::sqrt(double(Dh_))), out);
-  const Tensor oc = out.dtype() == ps_.compute_dtype() ? out : out.to(ps_.compute_dtype());
+  const Tensor oc = out.dtype() == ps_->compute_dtype() ? out : out.to(ps_->compute_dtype());
   return o_.forward(oc, scratch);
 }
 
-void SelfAttention::backward_weight(Activations& saved) const {
+void SelfAttention::backward_weight(Activations& saved) {
   o_.backward_weight(saved);
   qkv_.backward_weight(saved);
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "tessel/core/deep_const.h"
 #include "tessel/kernels/rope.h"
 #include "tessel/nn/layer_blocks.h"
 #include "tessel/nn/linear.h"
@@ -23,20 +24,20 @@ class SelfAttention final : public AttentionBlock {
                 std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr,
                 comm::Communicator* cp = nullptr);
 
-  Tensor forward(const LinearInput& y, int64_t batch, Activations& saved) const override;  // y [N, d] -> [N, d] f32
+  Tensor forward(const LinearInput& y, int64_t batch, Activations& saved) override;  // y [N, d] -> [N, d] f32
   const Linear* input_linear() const override { return &qkv_; }  // the Linear reading y
-  Tensor backward_input(const Tensor& dout, Activations& saved) const override;  // -> dy [N, d] f32
-  void backward_weight(Activations& saved) const override;
+  Tensor backward_input(const Tensor& dout, Activations& saved) override;  // -> dy [N, d] f32
+  void backward_weight(Activations& saved) override;
 
   // Inference: y [n, d] holds positions pos0 .. pos0 + n - 1 of one sequence; their keys and values
   // are appended to the layer's cache (k_cache, v_cache [capacity, G * Dh]) and each position
   // attends to the cache up to itself. Returns [n, d] f32. Nothing is saved for backward.
-  Tensor forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const override;
+  Tensor forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) override;
   int64_t kv_width() const override { return G_ * Dh_; }
 
  private:
   void apply_rope(const Tensor& qk, bool inverse) const;  // qk: the q and k heads' columns of qkv
-  ParamStore& ps_;
+  DeepConstPtr<ParamStore> ps_;  // const methods see a const store (core/deep_const.h)
   comm::Communicator* cp_;
   int64_t H_, G_, Dh_, T_;  // H_, G_: this rank's heads; T_: this rank's rows of a sequence
   std::shared_ptr<const kernels::RopeTable> rope_;  // null for GPT-2

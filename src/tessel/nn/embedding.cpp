@@ -9,7 +9,7 @@
 namespace tessel::nn {
 
 Embedding::Embedding(ParamStore& ps, const ModelConfig& cfg, comm::Communicator* tp, comm::Communicator* cp)
-    : ps_(ps),
+    : ps_(&ps),
       V_(cfg.vocab_size),
       D_(cfg.hidden_size),
       T_(cfg.seq_length),
@@ -46,7 +46,7 @@ int64_t Embedding::position(int64_t row) const {
 Tensor Embedding::position_index(int64_t rows) const {
   // Row n's position, computed on the host and copied to the device as one index tensor.
   const int64_t first = first_row(rows);
-  Tensor index = Tensor::empty({rows}, DType::i64, ps_.grads_flat().device());
+  Tensor index = Tensor::empty({rows}, DType::i64, ps_->grads_flat().device());
   if (index.is_meta()) return index;
   const DeviceAccessScope copy_to_device;
   int64_t* p = index.data<int64_t>();
@@ -58,9 +58,9 @@ void Embedding::add_positions(Tensor& out) const {
   kernels::add_gathered_rows(position_index(out.size(0)), positions(), out);
 }
 
-void Embedding::add_position_grads(const Tensor& dout) const {
+void Embedding::add_position_grads(const Tensor& dout) {
   // Under sequence parallelism this rank's rows only (the trainer sums the group's).
-  kernels::embedding_backward(position_index(dout.size(0)), dout, ps_.grad_at(pos_offset_, {T_, D_}), Tensor(), T_);
+  kernels::embedding_backward(position_index(dout.size(0)), dout, ps_->grad_at(pos_offset_, {T_, D_}), Tensor(), T_);
 }
 
 Tensor Embedding::forward(const Tensor& tokens, Activations& saved, const std::string& tag) const {
@@ -77,7 +77,7 @@ Tensor Embedding::forward(const Tensor& tokens, Activations& saved, const std::s
   Tensor out;
   if (tp_) {
     kernels::check_ids(tokens, V_, false, "token id", "embedding");
-    out = vocab_parallel_embedding_partial(tokens, ps_.f32_at(w_offset_, {V_local_, D_}), vocab_begin_);
+    out = vocab_parallel_embedding_partial(tokens, ps_->f32_at(w_offset_, {V_local_, D_}), vocab_begin_);
     if (sequence_parallel_)
       out = sequence_reduce_scatter(out, *tp_);  // this rank's rows of the sum
     else
@@ -102,19 +102,19 @@ Tensor Embedding::forward_at(const Tensor& tokens, int64_t pos0) const {
   return out;
 }
 
-void Embedding::backward(const Tensor& dout, Activations& saved, const std::string& tag) const {
+void Embedding::backward(const Tensor& dout, Activations& saved, const std::string& tag) {
   ProfileScope prof("embedding");
   const Tensor& tokens = saved.get(key_tokens_ + tag);
   if (!tp_ && !cp_) {
-    kernels::embedding_backward(tokens, dout, ps_.grad_at(w_offset_, {V_, D_}),
-                                pos_offset_ >= 0 ? ps_.grad_at(pos_offset_, {T_, D_}) : Tensor(), T_);
+    kernels::embedding_backward(tokens, dout, ps_->grad_at(w_offset_, {V_, D_}),
+                                pos_offset_ >= 0 ? ps_->grad_at(pos_offset_, {T_, D_}) : Tensor(), T_);
   } else {
     if (tp_) {
-      Tensor dw = ps_.grad_at(w_offset_, {V_local_, D_});
+      Tensor dw = ps_->grad_at(w_offset_, {V_local_, D_});
       vocab_parallel_embedding_backward(tokens, sequence_parallel_ ? sequence_all_gather(dout, *tp_) : dout,
                                         vocab_begin_, dw);
     } else {
-      kernels::embedding_backward(tokens, dout, ps_.grad_at(w_offset_, {V_, D_}), Tensor(), T_);
+      kernels::embedding_backward(tokens, dout, ps_->grad_at(w_offset_, {V_, D_}), Tensor(), T_);
     }
     if (pos_offset_ >= 0) add_position_grads(dout);
   }

@@ -2,6 +2,7 @@
 // Token embedding (+ learned absolute positions for GPT-2). Output is the fp32 residual stream.
 #include <string>
 
+#include "tessel/core/deep_const.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/nn/activations.h"
 #include "tessel/nn/model_config.h"
@@ -17,7 +18,7 @@ class Embedding {
   Embedding(ParamStore& ps, const ModelConfig& cfg, comm::Communicator* tp = nullptr, comm::Communicator* cp = nullptr);
   // tokens [B, T] i64 -> [B*T, d] f32. tag: distinguishes several uses in one micro-batch (MTP).
   Tensor forward(const Tensor& tokens, Activations& saved, const std::string& tag = "") const;
-  void backward(const Tensor& dout, Activations& saved, const std::string& tag = "") const;  // dW (and dpos)
+  void backward(const Tensor& dout, Activations& saved, const std::string& tag = "");  // dW (and dpos)
   // Inference: tokens [n] i64 at positions pos0 .. pos0 + n - 1 of one sequence -> [n, d] f32.
   Tensor forward_at(const Tensor& tokens, int64_t pos0) const;
   int64_t weight_offset() const { return w_offset_; }
@@ -25,7 +26,7 @@ class Embedding {
   int64_t local_vocab() const { return V_local_; }
 
  private:
-  ParamStore& ps_;
+  DeepConstPtr<ParamStore> ps_;  // const methods see a const store (core/deep_const.h)
   int64_t V_, D_, T_;
   comm::Communicator* cp_ = nullptr;  // set under context parallelism
   int64_t T_local_;                   // rows of a sequence on this rank
@@ -33,9 +34,9 @@ class Embedding {
   int64_t position(int64_t row) const;  // position in its sequence of row `row` of a micro-batch
   Tensor position_index(int64_t rows) const;  // i64 [rows]: each output row's position (learned positions)
   void add_positions(Tensor& out) const;
-  void add_position_grads(const Tensor& dout) const;
-  Tensor table() const { return ps_.f32_at(w_offset_, {V_local_, D_}); }  // this rank's rows of the weight
-  Tensor positions() const { return pos_offset_ >= 0 ? ps_.f32_at(pos_offset_, {T_, D_}) : Tensor(); }
+  void add_position_grads(const Tensor& dout);
+  Tensor table() const { return ps_->f32_at(w_offset_, {V_local_, D_}); }  // this rank's rows of the weight
+  Tensor positions() const { return pos_offset_ >= 0 ? ps_->f32_at(pos_offset_, {T_, D_}) : Tensor(); }
   comm::Communicator* tp_ = nullptr;  // set when the vocabulary is split
   bool sequence_parallel_ = false;
   int64_t vocab_begin_ = 0, V_local_;

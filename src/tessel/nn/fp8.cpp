@@ -92,7 +92,7 @@ bool Fp8State::fuses_producers() const {
   return r_.fused_casts && (r_.kind == Fp8Recipe::Kind::delayed || r_.kind == Fp8Recipe::Kind::block);
 }
 
-Fp8Input Fp8State::fused_input(int slot, DType fmt, int64_t N, int64_t D) {
+Fp8Input Fp8State::fused_input(int slot, DType fmt, int64_t N, int64_t D) const {
   TESSEL_CHECK(fuses_producers(), "slot {}: this FP8 recipe does not quantise in the producing kernel",
                names_[size_t(slot)]);
   const int64_t t = kernels::kFp8Tile;

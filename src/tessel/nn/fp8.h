@@ -51,8 +51,9 @@ class Fp8State {
   bool fuses_producers() const;
   // Slot's input [N, D] allocated in fmt with the Fp8Out a fused kernel writes it through; block
   // scaling also allocates the column tiles.
-  Fp8Input fused_input(int slot, DType fmt, int64_t N, int64_t D);
-  // Delayed scaling: a fused producer's amax for slot, folded into the step's amax.
+  Fp8Input fused_input(int slot, DType fmt, int64_t N, int64_t D) const;
+  // Delayed scaling: a fused producer's amax for slot, folded into the step's amax (not while an
+  // Evaluation lives).
   void record_amax(int slot, float amax);
 
   // A weight [out, in] f32: one per-tensor scale or 128 x 128 blocks.

@@ -22,11 +22,11 @@ class AttentionBlock {
   // that Linear's FP8 input directly (Norm::forward_for). Null when several read y.
   virtual const Linear* input_linear() const { return nullptr; }
   // batch: sequences in the micro-batch (N / batch rows each on this rank).
-  virtual Tensor forward(const LinearInput& y, int64_t batch, Activations& saved) const = 0;
-  virtual Tensor backward_input(const Tensor& dout, Activations& saved) const = 0;  // -> dy
-  virtual void backward_weight(Activations& saved) const = 0;
+  virtual Tensor forward(const LinearInput& y, int64_t batch, Activations& saved) = 0;
+  virtual Tensor backward_input(const Tensor& dout, Activations& saved) = 0;  // -> dy
+  virtual void backward_weight(Activations& saved) = 0;
   // Inference over positions pos0 .. pos0 + n - 1 with this layer's KV cache ([seq, kv_width()]).
-  virtual Tensor forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const = 0;
+  virtual Tensor forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) = 0;
   virtual int64_t kv_width() const = 0;
 };
 
@@ -37,8 +37,8 @@ class MlpBlock {
   // grad_scale: the micro-batch's loss scale (auxiliary losses; 0 in evaluation). recomputing:
   // activation recompute's second forward (statistics are not counted again).
   virtual Tensor forward(const LinearInput& y, float grad_scale, Activations& saved, bool recomputing) = 0;
-  virtual Tensor backward_input(const Tensor& dout, Activations& saved) const = 0;  // -> dy
-  virtual void backward_weight(Activations& saved) const = 0;
+  virtual Tensor backward_input(const Tensor& dout, Activations& saved) = 0;  // -> dy
+  virtual void backward_weight(Activations& saved) = 0;
 };
 
 }  // namespace tessel::nn

@@ -10,7 +10,7 @@
 namespace tessel::nn {
 
 Linear::Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, float init_std, TensorParallel tp)
-    : ps_(ps), tp_(tp), in_(in) {
+    : ps_(&ps), tp_(tp), in_(in) {
   TESSEL_CHECK(!parts.empty(), "Linear needs at least one part");
   const bool column = this->column();
   const bool row = this->row();
@@ -71,14 +71,14 @@ kernels::Fp8Tensor take_fp8(Activations& saved, const std::string& key, kernels:
 
 bool Linear::block_scaled() const { return fp8_ && fp8_->recipe().kind == Fp8Recipe::Kind::block; }
 
-const kernels::Fp8Tensor& Linear::quantized_weight() const {
+const kernels::Fp8Tensor& Linear::quantized_weight() {
   // Quantised once per parameter version and scaling step: every micro-batch of a step reuses it.
-  if (wq_version_ != ps_.version() || wq_step_ != fp8_->steps() || !wq_.data.defined()) {
+  if (wq_version_ != ps_->version() || wq_step_ != fp8_->steps() || !wq_.data.defined()) {
     // bf16 runs quantise the bf16 copy as it is (no fp32 copy of it: widening is exact), as
     // TransformerEngine quantises a bf16 model's weights (and as sharded fp32 masters require:
     // params.h); fp32 runs the fp32 weights.
-    wq_ = fp8_->quantize_weight(ps_.compute_at(w_offset_, {out_, in_}), slot_w_);
-    wq_version_ = ps_.version();
+    wq_ = fp8_->quantize_weight(ps_->compute_at(w_offset_, {out_, in_}), slot_w_);
+    wq_version_ = ps_->version();
     wq_step_ = fp8_->steps();
   }
   return wq_;
@@ -94,18 +94,18 @@ MemoryAmount Linear::cached_bytes() const {
   return a;
 }
 
-void Linear::add_bias_rows(Tensor& y) const { kernels::add_row_vector(y, ps_.f32_at(b_offset_, {out_})); }
+void Linear::add_bias_rows(Tensor& y) const { kernels::add_row_vector(y, ps_->f32_at(b_offset_, {out_})); }
 
-void Linear::accumulate_bias_grad(const Tensor& dy) const {
+void Linear::accumulate_bias_grad(const Tensor& dy) {
   ProfileScope ps("bias_grad");
   // A row-parallel bias under sequence parallelism: this rank's rows only (summed over the group
   // with the other replicated parameters' gradients).
   const int64_t rows = row() && sequence() ? dy.size(0) / tp_.group->size() : dy.size(0);
   const int64_t first = row() && sequence() ? rows * tp_.group->rank() : 0;
-  kernels::column_sum_accumulate(dy.slice(0, first, first + rows), ps_.grad_at(b_offset_, {out_}));
+  kernels::column_sum_accumulate(dy.slice(0, first, first + rows), ps_->grad_at(b_offset_, {out_}));
 }
 
-Tensor Linear::forward(const LinearInput& in, Activations& saved) const {
+Tensor Linear::forward(const LinearInput& in, Activations& saved) {
   const bool bias = b_offset_ >= 0, fused_bias = bias && !row() && !fp8_;
   Tensor y;
   if (in.quantized()) {  // written as FP8 by the producing kernel
@@ -121,7 +121,7 @@ Tensor Linear::forward(const LinearInput& in, Activations& saved) const {
     const Tensor& x = in.x;
     TESSEL_CHECK(x.dim() == 2 && x.size(1) == in_, "Linear '{}': input {} does not have {} features", key_x_, x.str(),
                  in_);
-    const DType cd = ps_.compute_dtype();
+    const DType cd = ps_->compute_dtype();
     Tensor xc = x.dtype() == cd ? x : x.to(cd);
     if (column() && sequence()) xc = sequence_all_gather(xc, *tp_.group);  // this rank's rows -> all rows
     y = Tensor::empty({xc.size(0), out_}, DType::f32);
@@ -132,8 +132,8 @@ Tensor Linear::forward(const LinearInput& in, Activations& saved) const {
       // Saved for wgrad in FP8: the same codes (per tensor) or column tiles along the tokens (block).
       put_fp8(saved, key_x_, block_scaled() ? fp8_->quantize_cols_transposed(xc, slot_x_, fp8_->recipe().forward) : xq);
     } else {
-      kernels::matmul(xc, false, ps_.compute_at(w_offset_, {out_, in_}), true, y, false,
-                      fused_bias ? ps_.f32_at(b_offset_, {out_}) : Tensor());
+      kernels::matmul(xc, false, ps_->compute_at(w_offset_, {out_, in_}), true, y, false,
+                      fused_bias ? ps_->f32_at(b_offset_, {out_}) : Tensor());
       saved.put(key_x_, xc);
     }
   }
@@ -149,10 +149,10 @@ Tensor Linear::forward(const LinearInput& in, Activations& saved) const {
   return y;
 }
 
-Tensor Linear::backward_input(const Tensor& dy, Activations& saved) const {
+Tensor Linear::backward_input(const Tensor& dy, Activations& saved) {
   // FP8 quantises the fp32 gradient directly (one rounding, no compute-dtype copy), unless it is
   // all-gathered first (sequence parallelism: the exchange stays in the compute dtype).
-  const DType cd = fp8_ && !(row() && sequence()) ? dy.dtype() : ps_.compute_dtype();
+  const DType cd = fp8_ && !(row() && sequence()) ? dy.dtype() : ps_->compute_dtype();
   Tensor dyc = dy;
   if (dy.dtype() != cd) {
     ProfileScope ps("cast");
@@ -170,7 +170,7 @@ Tensor Linear::backward_input(const Tensor& dy, Activations& saved) const {
       put_fp8(saved, key_dy_, block_scaled() ? fp8_->quantize_cols_transposed(dyc, slot_dy_, fmt) : dyq);
       if (b_offset_ >= 0) accumulate_bias_grad(dyc);  // from the unquantised gradient, now
     } else {
-      kernels::matmul(dyc, false, ps_.compute_at(w_offset_, {out_, in_}), false, dx, false);
+      kernels::matmul(dyc, false, ps_->compute_at(w_offset_, {out_, in_}), false, dx, false);
       saved.put(key_dy_, dyc);
     }
   }
@@ -185,8 +185,8 @@ Tensor Linear::backward_input(const Tensor& dy, Activations& saved) const {
   return dx;
 }
 
-void Linear::backward_weight(Activations& saved) const {
-  const Tensor dw = ps_.grad_at(w_offset_, {out_, in_});
+void Linear::backward_weight(Activations& saved) {
+  const Tensor dw = ps_->grad_at(w_offset_, {out_, in_});
   if (fp8_) {
     // block: dy^T [out, N] @ (x^T [in, N])^T, both tiled along the tokens; per tensor: dy^T @ x.
     const auto scaling = block_scaled() ? kernels::Fp8Scaling::row_tiles : kernels::Fp8Scaling::tensor;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessel/core/deep_const.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/kernels/fp8_gemm.h"
 #include "tessel/nn/activations.h"
@@ -58,15 +59,15 @@ class Linear {
   // in: global input features.
   Linear(ParamStore& ps, std::vector<Part> parts, int64_t in, bool bias, float init_std, TensorParallel tp = {});
 
-  Tensor forward(const LinearInput& x, Activations& saved) const;
+  Tensor forward(const LinearInput& x, Activations& saved);
   // Whether the kernel producing this Linear's input may write it as FP8 (kernels/fp8_fused.h): FP8
   // on with a recipe that fuses (Fp8State::fuses_producers) and no sequence-parallel all-gather of
   // the input in front of the GEMM.
   bool takes_fp8_input() const { return fp8_ && fp8_->fuses_producers() && !(column() && sequence()); }
   // Its FP8 input for N rows, allocated, with the Fp8Out a fused producer writes it through.
   Fp8Input fp8_input(int64_t N) const { return fp8_->fused_input(slot_x_, fp8_->recipe().forward, N, in_); }
-  Tensor backward_input(const Tensor& dy, Activations& saved) const;
-  void backward_weight(Activations& saved) const;
+  Tensor backward_input(const Tensor& dy, Activations& saved);
+  void backward_weight(Activations& saved);
 
   // The bytes this Linear holds across calls besides its parameters: its cached FP8 weight.
   MemoryAmount cached_bytes() const;
@@ -76,22 +77,22 @@ class Linear {
 
  private:
   bool block_scaled() const;
-  const kernels::Fp8Tensor& quantized_weight() const;
+  const kernels::Fp8Tensor& quantized_weight();  // quantises on a new parameter version or FP8 step
   void add_bias_rows(Tensor& y) const;
-  void accumulate_bias_grad(const Tensor& dy) const;
+  void accumulate_bias_grad(const Tensor& dy);
   bool sharded() const { return tp_.group && tp_.group->size() > 1 && tp_.mode != TensorParallel::Mode::none; }
   bool column() const { return sharded() && tp_.mode == TensorParallel::Mode::column; }
   bool row() const { return sharded() && tp_.mode == TensorParallel::Mode::row; }
   bool sequence() const { return sharded() && tp_.sequence_parallel; }
-  ParamStore& ps_;
+  DeepConstPtr<ParamStore> ps_;  // const methods see a const store (core/deep_const.h)
   TensorParallel tp_;
   int64_t in_, out_ = 0;
   int64_t w_offset_ = -1, b_offset_ = -1;
   std::string key_x_, key_dy_;
-  Fp8State* fp8_ = nullptr;
+  DeepConstPtr<Fp8State> fp8_ = nullptr;
   int slot_x_ = -1, slot_w_ = -1, slot_dy_ = -1;
-  mutable kernels::Fp8Tensor wq_;  // the quantised weight of parameter version wq_version_
-  mutable uint64_t wq_version_ = 0, wq_step_ = 0;
+  kernels::Fp8Tensor wq_;  // the quantised weight of parameter version wq_version_
+  uint64_t wq_version_ = 0, wq_step_ = 0;
 };
 
 }  // namespace tessel::nn

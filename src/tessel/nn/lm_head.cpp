@@ -9,7 +9,7 @@
 namespace tessel::nn {
 
 LmHead::LmHead(ParamStore& ps, const ModelConfig& cfg, int64_t embedding_offset, comm::Communicator* tp)
-    : ps_(ps), V_(cfg.vocab_size), D_(cfg.hidden_size) {
+    : ps_(&ps), V_(cfg.vocab_size), D_(cfg.hidden_size) {
   const bool split = tp && tp->size() > 1;
   if (split) {
     tp_ = tp;
@@ -31,7 +31,7 @@ LmHead::LmHead(ParamStore& ps, const ModelConfig& cfg, int64_t embedding_offset,
 }
 
 Tensor LmHead::all_rows(const Tensor& x) const {
-  const DType cd = ps_.compute_dtype();
+  const DType cd = ps_->compute_dtype();
   const Tensor xc = x.dtype() == cd ? x : x.to(cd);
   return sequence_parallel_ ? sequence_all_gather(xc, *tp_) : xc;
 }
@@ -48,7 +48,7 @@ Tensor LmHead::logits(const Tensor& x) const { return logits_of_rows(all_rows(x)
 Tensor LmHead::logits_of_rows(const Tensor& xc) const {
   Tensor out = Tensor::empty({xc.size(0), V_}, DType::f32);
   ProfileScope prof("gemm_fwd", 2.0 * double(xc.size(0)) * double(D_) * double(V_));
-  kernels::matmul(xc, false, ps_.compute_at(w_offset_, {V_, D_}), true, out, false);
+  kernels::matmul(xc, false, ps_->compute_at(w_offset_, {V_, D_}), true, out, false);
   return out;
 }
 
@@ -65,8 +65,8 @@ double LmHead::forward_loss(const Tensor& x, const Tensor& targets, float grad_s
   const Tensor target_ids = targets.reshape({-1});
   if (tp_) {
     loss = vocab_parallel_cross_entropy(lg, target_ids, vocab_begin_, grad_scale, lg, *tp_);
-    dlogits = ps_.compute_dtype() == DType::bf16 ? lg.to(DType::bf16) : lg;
-  } else if (ps_.compute_dtype() == DType::bf16) {
+    dlogits = ps_->compute_dtype() == DType::bf16 ? lg.to(DType::bf16) : lg;
+  } else if (ps_->compute_dtype() == DType::bf16) {
     dlogits = Tensor::empty({N, V_}, DType::bf16);
     loss = kernels::cross_entropy(lg, target_ids, grad_scale, dlogits);
   } else {
@@ -78,23 +78,23 @@ double LmHead::forward_loss(const Tensor& x, const Tensor& targets, float grad_s
   return loss;
 }
 
-Tensor LmHead::backward_input(Activations& saved, const std::string& tag) const {
+Tensor LmHead::backward_input(Activations& saved, const std::string& tag) {
   const Tensor& dl = saved.get(key_dlogits_ + tag);
   Tensor dx = Tensor::empty({dl.size(0), D_}, DType::f32);
   ProfileScope prof("gemm_dgrad", 2.0 * double(dl.size(0)) * double(D_) * double(V_));
-  kernels::matmul(dl, false, ps_.compute_at(w_offset_, {V_, D_}), false, dx, false);
+  kernels::matmul(dl, false, ps_->compute_at(w_offset_, {V_, D_}), false, dx, false);
   if (!tp_) return dx;
   if (sequence_parallel_) return sequence_reduce_scatter(dx, *tp_);  // every vocab slice adds; this rank's rows
   tp_->all_reduce(dx.device_ptr(), dx.numel(), DType::f32, comm::ReduceOp::sum);
   return dx;
 }
 
-void LmHead::backward_weight(Activations& saved, const std::string& tag) const {
+void LmHead::backward_weight(Activations& saved, const std::string& tag) {
   const Tensor& dl = saved.get(key_dlogits_ + tag);
   const Tensor& x = saved.get(key_x_ + tag);
   {
     ProfileScope prof("gemm_wgrad", 2.0 * double(dl.size(0)) * double(D_) * double(V_));
-    kernels::matmul(dl, true, x, false, ps_.grad_at(w_offset_, {V_, D_}), true);
+    kernels::matmul(dl, true, x, false, ps_->grad_at(w_offset_, {V_, D_}), true);
   }
   saved.erase(key_x_ + tag);
   saved.erase(key_dlogits_ + tag);

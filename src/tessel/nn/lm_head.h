@@ -3,6 +3,7 @@
 // embedding when tied), then softmax cross-entropy that writes dlogits in the same sweep.
 #include <string>
 
+#include "tessel/core/deep_const.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/nn/activations.h"
 #include "tessel/nn/model_config.h"
@@ -23,13 +24,13 @@ class LmHead {
   // tag: distinguishes several uses of the head in one micro-batch (multi-token prediction).
   double forward_loss(const Tensor& x, const Tensor& targets, float grad_scale, Activations& saved,
                       const std::string& tag = "") const;
-  Tensor backward_input(Activations& saved, const std::string& tag = "") const;  // dx [N, d] f32
-  void backward_weight(Activations& saved, const std::string& tag = "") const;
+  Tensor backward_input(Activations& saved, const std::string& tag = "");  // dx [N, d] f32
+  void backward_weight(Activations& saved, const std::string& tag = "");
 
  private:
   Tensor all_rows(const Tensor& x) const;  // x in the compute dtype, all-gathered under sequence parallelism
   Tensor logits_of_rows(const Tensor& xc) const;  // xc: all rows, compute dtype
-  ParamStore& ps_;
+  DeepConstPtr<ParamStore> ps_;  // const methods see a const store (core/deep_const.h)
   bool sequence_parallel_ = false;  // x and dx are this rank's rows
   int64_t V_, D_;  // V_: this rank's vocabulary rows
   int64_t w_offset_;

@@ -24,7 +24,7 @@ Tensor columns(const Tensor& x, int64_t c0, int64_t w) { return x.slice(1, c0, c
 MlaAttention::MlaAttention(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
                            std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp,
                            comm::Communicator* cp)
-    : ps_(ps),
+    : ps_(&ps),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
       cp_(cp && cp->size() > 1 ? cp : nullptr),
       sp_(tp_ && cfg.sequence_parallel),
@@ -87,18 +87,18 @@ void MlaAttention::apply_rope_to_heads(const Tensor& x, bool inverse) const {
   run_alike_calls(0, H_, x.is_meta(), {}, [&](int64_t h) { apply_rope(x.slice(1, h * D + nope_, (h + 1) * D), inverse); });
 }
 
-Tensor MlaAttention::forward(const LinearInput& y, int64_t batch, Activations& saved) const {
+Tensor MlaAttention::forward(const LinearInput& y, int64_t batch, Activations& saved) {
   TESSEL_CHECK(!y.quantized(), "multi-latent attention takes its input unquantized (two Linears read it)");
   return forward(y.x, batch, saved);
 }
 
-Tensor MlaAttention::forward_decode(const Tensor&, int64_t, Tensor&, Tensor&) const {
+Tensor MlaAttention::forward_decode(const Tensor&, int64_t, Tensor&, Tensor&) {
   TESSEL_FAIL("generation with multi-latent attention is not supported yet");
 }
 
 int64_t MlaAttention::kv_width() const { TESSEL_FAIL("generation with multi-latent attention is not supported yet"); }
 
-Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved) const {
+Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved) {
   // The replicated latent projections and norms run on y's rows (this rank's under sequence
   // parallelism); q_b / q and kv_b give all rows of the local sequences.
   // Queries [N, H, nope + rope], the buffer the kernel reads.
@@ -128,7 +128,7 @@ Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved)
   kernels::copy_head_columns(kv, kv_head, 0, k, D, 0, nope_, H_);
   kernels::copy_head_columns(kpe, 0, 0, k, D, nope_, rope_dim_, H_);
   kernels::copy_head_columns(kv, kv_head, nope_, v, D, 0, v_, H_);
-  Tensor out = Tensor::empty({N, ld}, ps_.compute_dtype());
+  Tensor out = Tensor::empty({N, ld}, ps_->compute_dtype());
   Tensor lse = Tensor::empty({batch, H_, T_}, DType::f32);
   const kernels::AttentionShape s{batch, T_, H_, H_, D, true, float(1.0 / std::sqrt(double(D)))};
   {
@@ -140,7 +140,7 @@ Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved)
       kernels::attention_forward(s, q, k, v, out, lse);
   }
   // The first v columns of each head go to the output projection.
-  Tensor outv = Tensor::empty({N, H_ * v_}, ps_.compute_dtype());
+  Tensor outv = Tensor::empty({N, H_ * v_}, ps_->compute_dtype());
   kernels::copy_head_columns(out, D, 0, outv, v_, 0, v_, H_);
   saved.put(key_q_, q);
   saved.put(key_k_, k);
@@ -150,7 +150,7 @@ Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved)
   return o_.forward(outv, saved);
 }
 
-Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) const {
+Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) {
   const Tensor dov = o_.backward_input(dout, saved);  // [N, H * v] f32
   const Tensor q = saved.get(key_q_), k = saved.get(key_k_), v = saved.get(key_v_);
   const Tensor out = saved.get(key_out_), lse = saved.get(key_lse_);
@@ -197,7 +197,7 @@ Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) cons
   return dy;
 }
 
-void MlaAttention::backward_weight(Activations& saved) const {
+void MlaAttention::backward_weight(Activations& saved) {
   o_.backward_weight(saved);
   kv_b_.backward_weight(saved);
   kv_a_.backward_weight(saved);

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "tessel/core/deep_const.h"
 #include "tessel/kernels/rope.h"
 #include "tessel/nn/layer_blocks.h"
 #include "tessel/nn/linear.h"
@@ -35,12 +36,12 @@ class MlaAttention final : public AttentionBlock {
                std::shared_ptr<const kernels::RopeTable> rope, comm::Communicator* tp = nullptr,
                comm::Communicator* cp = nullptr);
   // y [N, d] -> [N, d] f32 (N: this rank's rows; batch: sequences of the micro-batch).
-  Tensor forward(const Tensor& y, int64_t batch, Activations& saved) const;
-  Tensor forward(const LinearInput& y, int64_t batch, Activations& saved) const override;  // y unquantized
-  Tensor backward_input(const Tensor& dout, Activations& saved) const override;  // -> dy [N, d] f32
-  void backward_weight(Activations& saved) const override;
+  Tensor forward(const Tensor& y, int64_t batch, Activations& saved);
+  Tensor forward(const LinearInput& y, int64_t batch, Activations& saved) override;  // y unquantized
+  Tensor backward_input(const Tensor& dout, Activations& saved) override;  // -> dy [N, d] f32
+  void backward_weight(Activations& saved) override;
   // Generation with multi-latent attention is not supported yet: both refuse with that message.
-  Tensor forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) const override;
+  Tensor forward_decode(const Tensor& y, int64_t pos0, Tensor& k_cache, Tensor& v_cache) override;
   int64_t kv_width() const override;
 
  private:
@@ -49,14 +50,14 @@ class MlaAttention final : public AttentionBlock {
   // position (under context parallelism: its global one).
   void apply_rope(const Tensor& x, bool inverse) const;
   void apply_rope_to_heads(const Tensor& x, bool inverse) const;  // every head's rotary columns
-  ParamStore& ps_;
+  DeepConstPtr<ParamStore> ps_;  // const methods see a const store (core/deep_const.h)
   comm::Communicator* tp_;
   comm::Communicator* cp_;
   bool sp_;  // sequence parallelism over tp_
   int64_t H_, nope_, rope_dim_, v_, kv_lora_, T_;  // H_: this rank's heads; T_: this rank's rows of a sequence
   std::shared_ptr<const kernels::RopeTable> rope_;
-  std::unique_ptr<Linear> q_a_, q_b_, q_;  // q_a + norm + q_b, or q alone
-  std::unique_ptr<Norm> q_norm_;
+  DeepConstOwner<Linear> q_a_, q_b_, q_;  // q_a + norm + q_b, or q alone
+  DeepConstOwner<Norm> q_norm_;
   Linear kv_a_;
   Norm kv_norm_;
   Linear kv_b_, o_;

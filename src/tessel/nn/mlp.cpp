@@ -18,7 +18,7 @@ int64_t ffn_of(const ModelConfig& cfg, int64_t ffn) { return ffn > 0 ? ffn : cfg
 
 Mlp::Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
          comm::Communicator* tp, int64_t ffn)
-    : ps_(ps),
+    : ps_(&ps),
       swiglu_(cfg.is_llama()),
       F_(ffn_of(cfg, ffn) / (tp ? tp->size() : 1)),
       up_(ps, up_parts(prefix, cfg, ffn_of(cfg, ffn)), cfg.hidden_size, !cfg.is_llama(), float(cfg.init_method_std),
@@ -28,7 +28,7 @@ Mlp::Mlp(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int6
             {TensorParallel::Mode::row, tp, cfg.sequence_parallel}),
       key_h_(prefix + ".pre_act") {}
 
-Tensor Mlp::forward(const LinearInput& y, Activations& saved) const {
+Tensor Mlp::forward(const LinearInput& y, Activations& saved) {
   Tensor h = up_.forward(y, saved);  // llama [N, 2F] (gate | up), gpt2 [N, F]
   saved.put(key_h_, h);
   return down_.forward(activate(h), saved);
@@ -43,15 +43,15 @@ LinearInput Mlp::activate(const Tensor& h) const {
                                     {&q.rows.data, &q.rows.scale_inv, &q.cols_t.data, &q.cols_t.scale_inv, &q.amax});
     return q;
   }
-  Tensor a = Tensor::empty({N, F_}, ps_.compute_dtype());
+  Tensor a = Tensor::empty({N, F_}, ps_->compute_dtype());
   kernels::activation_forward(swiglu_ ? kernels::Activation::swiglu : kernels::Activation::gelu, h, a);
   return a;
 }
 
-Tensor Mlp::backward_input(const Tensor& dout, Activations& saved) const {
+Tensor Mlp::backward_input(const Tensor& dout, Activations& saved) {
   Tensor da = down_.backward_input(dout, saved);  // [N, F] f32
   const Tensor& h = saved.get(key_h_);
-  Tensor dh = Tensor::empty(h.shape(), ps_.compute_dtype());
+  Tensor dh = Tensor::empty(h.shape(), ps_->compute_dtype());
   {
     ProfileScope prof("activation");
     kernels::activation_backward(swiglu_ ? kernels::Activation::swiglu : kernels::Activation::gelu, h, da, dh);
@@ -60,7 +60,7 @@ Tensor Mlp::backward_input(const Tensor& dout, Activations& saved) const {
   return up_.backward_input(dh, saved);
 }
 
-void Mlp::backward_weight(Activations& saved) const {
+void Mlp::backward_weight(Activations& saved) {
   down_.backward_weight(saved);
   up_.backward_weight(saved);
 }

@@ -92,13 +92,24 @@ Model::Model(const ModelConfig& cfg, comm::Communicator* tp, const StagePlan& pl
 }
 
 
+template <class Self, class Fn>
+void Model::for_each_moe_of(Self& self, Fn&& fn) {
+  const StagePlan& plan = self.plan_;
+  for (size_t c = 0; c < plan.chunks.size(); ++c)
+    for (int64_t i = plan.chunks[c].begin; i < plan.chunks[c].end; ++i)
+      if (auto* m = self.layers_[self.chunk_first_[c] + size_t(i - plan.chunks[c].begin)]->moe()) fn(i, *m);
+  for (size_t k = 0; self.mtp_ && k < self.mtp_->depth(); ++k)
+    if (auto* m = self.mtp_->layer(k).moe()) fn(self.cfg_.num_layers + int64_t(k), *m);
+}
+
+template <class Fn>
+void Model::for_each_moe(Fn&& fn) {
+  for_each_moe_of(*this, std::forward<Fn>(fn));
+}
+
 template <class Fn>
 void Model::for_each_moe(Fn&& fn) const {
-  for (size_t c = 0; c < plan_.chunks.size(); ++c)
-    for (int64_t i = plan_.chunks[c].begin; i < plan_.chunks[c].end; ++i)
-      if (Moe* m = layers_[chunk_first_[c] + size_t(i - plan_.chunks[c].begin)]->moe()) fn(i, *m);
-  for (size_t k = 0; mtp_ && k < mtp_->depth(); ++k)
-    if (Moe* m = mtp_->layer(k).moe()) fn(cfg_.num_layers + int64_t(k), *m);
+  for_each_moe_of(*this, std::forward<Fn>(fn));
 }
 
 std::vector<double> Model::moe_end_step(const std::vector<comm::Communicator*>& groups) {
@@ -118,7 +129,7 @@ std::vector<std::pair<std::string, Tensor>> Model::state_tensors() const {
   std::vector<std::pair<std::string, Tensor>> out;
   if (fp8_) out = fp8_->state_tensors();
   if (cfg_.moe_router_enable_expert_bias)
-    for_each_moe([&](int64_t, Moe& m) {
+    for_each_moe([&](int64_t, const Moe& m) {
       Tensor b = Tensor::empty({int64_t(m.expert_bias().size())}, DType::f32);
       std::copy(m.expert_bias().begin(), m.expert_bias().end(), b.data<float>());
       out.emplace_back(m.prefix() + ".expert_bias", b);

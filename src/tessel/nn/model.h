@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "tessel/core/deep_const.h"
 #include "tessel/nn/embedding.h"
 #include "tessel/nn/fp8.h"
 #include "tessel/nn/kv_cache.h"
@@ -117,7 +118,7 @@ class Model {
   void require_whole(const char* what) const;
   // Multi-token prediction after the main model (h: the last layer's output [N, d] f32): adds each
   // module's loss; backward returns the gradient it sends back into h.
-  const Embedding& mtp_embedding() const { return embed_ ? *embed_ : *embed_copy_; }
+  Embedding& mtp_embedding() { return embed_ ? *embed_ : *embed_copy_; }
   int64_t sequence_split() const;          // ranks the activation rows are split over (1: none)
   int64_t batch_of(int64_t rows) const;    // sequences in a micro-batch whose activations have `rows` rows here
   // Layer l's (an index into layers_) weight gradients, then its range reported as ready.
@@ -132,19 +133,24 @@ class Model {
   comm::Communicator* cp_ = nullptr;
   std::unique_ptr<comm::Communicator> kv_replicas_;  // tp ranks holding the same key/value heads
   int64_t local_seq_ = 0;  // rows of one sequence on this rank (seq_length / cp)
-  std::unique_ptr<ParamStore> ps_;
-  std::unique_ptr<Fp8State> fp8_;
+  DeepConstOwner<ParamStore> ps_;
+  DeepConstOwner<Fp8State> fp8_;
   std::shared_ptr<const kernels::RopeTable> rope_;
-  std::unique_ptr<Embedding> embed_;
-  std::unique_ptr<Embedding> embed_copy_;  // MTP on a last stage without the embedding
-  std::vector<std::unique_ptr<TransformerLayer>> layers_;  // every layer held, chunk after chunk
+  DeepConstOwner<Embedding> embed_;
+  DeepConstOwner<Embedding> embed_copy_;  // MTP on a last stage without the embedding
+  std::vector<DeepConstOwner<TransformerLayer>> layers_;  // every layer held, chunk after chunk
   std::vector<size_t> chunk_first_;                        // index into layers_ of each chunk's first layer
-  std::unique_ptr<Norm> final_norm_;
-  std::unique_ptr<LmHead> head_;
-  // fn(index, moe) for every MoE layer this rank holds, the MTP modules' (index num_layers + k) included.
+  DeepConstOwner<Norm> final_norm_;
+  DeepConstOwner<LmHead> head_;
+  // fn(index, moe) for every MoE layer this rank holds, the MTP modules' (index num_layers + k) included;
+  // moe is const on a const model.
+  template <class Fn>
+  void for_each_moe(Fn&& fn);
   template <class Fn>
   void for_each_moe(Fn&& fn) const;
-  std::unique_ptr<MultiTokenPrediction> mtp_;  // on the last pipeline stage when model.mtp_num_layers > 0
+  template <class Self, class Fn>
+  static void for_each_moe_of(Self& self, Fn&& fn);
+  DeepConstOwner<MultiTokenPrediction> mtp_;  // on the last pipeline stage when model.mtp_num_layers > 0
   int64_t mtp_begin_ = 0, mtp_end_ = 0;
   std::vector<int64_t> layer_begin_;  // flat offset of each held layer's first parameter
   int64_t layers_end_ = 0;             // first offset after the layers (the final norm, if held)

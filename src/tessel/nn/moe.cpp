@@ -90,7 +90,7 @@ std::vector<int64_t> meta_balanced_counts(int64_t N, int64_t k, int64_t E) {
 
 Moe::Moe(ParamStore& ps, const std::string& prefix, const ModelConfig& cfg, int64_t layer_count,
          comm::Communicator* ep, comm::Communicator* tp, comm::Communicator* cp)
-    : ps_(ps),
+    : ps_(&ps),
       prefix_(prefix),
       d_(cfg.hidden_size),
       seq_(cfg.seq_length),
@@ -217,7 +217,7 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool 
   Tensor chosen = Tensor::empty({N, k}, DType::i32, dev), weights = Tensor::empty({N, k}, DType::f32, dev);
   {
     ProfileScope prof("router");
-    kernels::matmul(y32, false, ps_.f32_at(router_offset_, {E, d_}), true, logits, false);
+    kernels::matmul(y32, false, ps_->f32_at(router_offset_, {E, d_}), true, logits, false);
     kernels::router_forward(rc_, logits, use_bias_ ? bias_.data() : nullptr, scores, chosen, weights);
   }
   const bool training = grad_scale > 0;  // evaluation: no statistics, no auxiliary losses
@@ -299,7 +299,7 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool 
   return out;
 }
 
-Tensor Moe::backward_input(const Tensor& dout, Activations& saved) const {
+Tensor Moe::backward_input(const Tensor& dout, Activations& saved) {
   const Keys key(prefix_);
   const Tensor y32 = saved.get(key.y), scores = saved.get(key.scores), chosen = saved.get(key.chosen);
   const Tensor weights = saved.get(key.weights), copies = saved.get(key.order), tokens = saved.get(key.tokens);
@@ -332,25 +332,25 @@ Tensor Moe::backward_input(const Tensor& dout, Activations& saved) const {
     kernels::add(dlogits, saved.get(key.daux), dlogits);
     saved.erase(key.daux);
   }
-  kernels::matmul(dlogits, false, ps_.f32_at(router_offset_, {E, d_}), false, dy, true);
+  kernels::matmul(dlogits, false, ps_->f32_at(router_offset_, {E, d_}), false, dy, true);
   for (const auto& k2 : {key.scores, key.chosen, key.weights, key.order, key.tokens, key.outputs}) saved.erase(k2);
   saved.put(key.daux, dlogits);  // for the router's weight gradient
   return dy;
 }
 
-void Moe::backward_weight(Activations& saved) const {
+void Moe::backward_weight(Activations& saved) {
   const Keys key(prefix_);
   const std::vector<int64_t>& lc = saved.host(key.local_counts);
   for_experts(lc, saved.get(key.y).is_meta(), saved, [&](size_t e) { experts_[e]->backward_weight(saved); });
   if (shared_) shared_->backward_weight(saved);
-  kernels::matmul(saved.get(key.daux), true, saved.get(key.y), false, ps_.grad_at(router_offset_, {rc_.experts, d_}),
+  kernels::matmul(saved.get(key.daux), true, saved.get(key.y), false, ps_->grad_at(router_offset_, {rc_.experts, d_}),
                   true);
   for (const auto& k2 : {key.daux, key.y}) saved.erase(k2);
   for (const auto& k2 : {key.counts, key.local_counts}) saved.erase_host(k2);
 }
 
 void Moe::for_experts(const std::vector<int64_t>& counts, bool meta, Activations& saved,
-                      const std::function<void(size_t)>& fn) const {
+                      const std::function<void(size_t)>& fn) {
   const AlikeCalls alike{&saved, &meta_cached_, [&](int64_t e) { return experts_[size_t(e)]->cached_bytes(); }, {etp_}};
   for_each_sized(counts, meta, alike, [&](int64_t e) { fn(size_t(e)); });
 }
@@ -364,7 +364,7 @@ std::vector<int64_t> group_starts(const std::vector<int64_t>& counts) {
 }
 }  // namespace
 
-Tensor Moe::run_experts(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved) const {
+Tensor Moe::run_experts(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved) {
   // counts: rows per local expert (without expert parallelism: per expert, local_ == E)
   std::vector<int64_t> ran;  // rows each expert ran (all tensor-parallel ranks' when gathered)
   Tensor out = over_gathered(
@@ -373,13 +373,13 @@ Tensor Moe::run_experts(const Tensor& x, const std::vector<int64_t>& counts, Act
   return out;
 }
 
-Tensor Moe::experts_backward(const Tensor& dy, const std::vector<int64_t>& counts, Activations& saved) const {
+Tensor Moe::experts_backward(const Tensor& dy, const std::vector<int64_t>& counts, Activations& saved) {
   return over_gathered(dy, counts, saved,
                        [&](size_t e, const Tensor& rows) { return experts_[e]->backward_input(rows, saved); });
 }
 
 Tensor Moe::over_gathered(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved,
-                          const std::function<Tensor(size_t, const Tensor&)>& fn, std::vector<int64_t>* ran) const {
+                          const std::function<Tensor(size_t, const Tensor&)>& fn, std::vector<int64_t>* ran) {
   // The grouped GEMM on the CPU: fn(e, rows of expert e) for each local expert's contiguous group
   // of rows (counts[e] each), results [rows, d] f32 in the same order.
   const auto per_expert = [&](const Tensor& rows, const std::vector<int64_t>& n) {

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/core/deep_const.h"
 #include "tessel/kernels/moe.h"
 #include "tessel/nn/alike_calls.h"
 #include "tessel/nn/layer_blocks.h"
@@ -116,8 +117,8 @@ class Moe final : public MlpBlock {
   // backward needs without counting loads and loss values again.
   Tensor forward(const Tensor& y, float grad_scale, Activations& saved, bool recomputing = false);
   Tensor forward(const LinearInput& y, float grad_scale, Activations& saved, bool recomputing) override;
-  Tensor backward_input(const Tensor& dout, Activations& saved) const override;
-  void backward_weight(Activations& saved) const override;
+  Tensor backward_input(const Tensor& dout, Activations& saved) override;
+  void backward_weight(Activations& saved) override;
 
   // After every micro-batch of a step: the step's tokens per expert summed over `groups`, the
   // expert bias moved (when enabled), the load statistic returned (max / mean tokens per expert)
@@ -126,17 +127,18 @@ class Moe final : public MlpBlock {
   double take_aux_loss();  // the step's auxiliary losses (summed over micro-batches), then reset
   int64_t first_local_expert() const { return first_; }
   std::vector<float>& expert_bias() { return bias_; }
+  const std::vector<float>& expert_bias() const { return bias_; }
   const std::string& prefix() const { return prefix_; }
 
  private:
-  ParamStore& ps_;
+  DeepConstPtr<ParamStore> ps_;  // const methods see a const store (core/deep_const.h)
   std::string prefix_;
   kernels::RouterConfig rc_;
   int64_t d_, seq_;
   int64_t router_offset_;
   // Runs the local experts on rows grouped by local expert (counts per local expert); saved for backward.
-  Tensor run_experts(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved) const;
-  Tensor experts_backward(const Tensor& dy, const std::vector<int64_t>& counts, Activations& saved) const;
+  Tensor run_experts(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved);
+  Tensor experts_backward(const Tensor& dy, const std::vector<int64_t>& counts, Activations& saved);
   // Expert parallelism: rows in expert order (counts per global expert) to the experts' ranks and
   // back. dispatch returns the received rows grouped by local expert and the per-(source, local
   // expert) counts; combine is its inverse.
@@ -163,14 +165,14 @@ class Moe final : public MlpBlock {
   // counts are calls alike (alike_calls.h).
   Tensor over_gathered(const Tensor& x, const std::vector<int64_t>& counts, Activations& saved,
                        const std::function<Tensor(size_t, const Tensor&)>& fn,
-                       std::vector<int64_t>* ran = nullptr) const;
+                       std::vector<int64_t>* ran = nullptr);
   // fn(e) for each local expert with counts[e] > 0, experts in a row with equal counts as calls alike.
   void for_experts(const std::vector<int64_t>& counts, bool meta, Activations& saved,
-                   const std::function<void(size_t)>& fn) const;
-  mutable MetaBytesHeld meta_cached_;  // for experts run as alike calls on meta: their cached FP8 weights
+                   const std::function<void(size_t)>& fn);
+  MetaBytesHeld meta_cached_;  // for experts run as alike calls on meta: their cached FP8 weights
   int64_t first_ = 0, local_ = 0;  // this rank's experts [first_, first_ + local_)
-  std::vector<std::unique_ptr<Mlp>> experts_;
-  std::unique_ptr<Mlp> shared_;
+  std::vector<DeepConstOwner<Mlp>> experts_;
+  DeepConstOwner<Mlp> shared_;
   std::string balance_;
   float alpha_, z_coeff_, gamma_;
   bool use_bias_;

@@ -50,7 +50,7 @@ void MultiTokenPrediction::forward(Tensor h, const Tensor& targets, float grad_s
   const Tensor whole = cp_ ? cp_gather_sequences(targets, *cp_) : targets;
   auto mine = [&](const Tensor& t) { return cp_ ? cp_local_slice(t, cp_->rank(), cp_->size()) : t; };
   for (size_t k = 0; k < modules_.size(); ++k) {
-    const Module& m = modules_[k];
+    Module& m = modules_[k];
     const Tensor emb = embedding.forward(mine(shifted(whole, int64_t(k), 0)), saved, tag(k));
     Tensor re, rh;
     const Tensor en = m.enorm->forward(emb, Tensor(), re, saved), hn = m.hnorm->forward(h, Tensor(), rh, saved);
@@ -65,10 +65,10 @@ void MultiTokenPrediction::forward(Tensor h, const Tensor& targets, float grad_s
   }
 }
 
-Tensor MultiTokenPrediction::backward(const Embedding& embedding, const LmHead& head, Activations& saved) {
+Tensor MultiTokenPrediction::backward(Embedding& embedding, LmHead& head, Activations& saved) {
   Tensor dh_next;  // the gradient module k + 1 sends back into h_k
   for (size_t k = modules_.size(); k-- > 0;) {
-    const Module& m = modules_[k];
+    Module& m = modules_[k];
     const Tensor dy = head.backward_input(saved, tag(k));
     head.backward_weight(saved, tag(k));
     Tensor dh = m.head_norm->backward(dy, Tensor(), saved);

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessel/core/deep_const.h"
 #include "tessel/nn/embedding.h"
 #include "tessel/nn/lm_head.h"
 #include "tessel/nn/norm.h"
@@ -24,7 +25,8 @@ class MultiTokenPrediction {
   MultiTokenPrediction(ParamStore& ps, const ModelConfig& cfg, std::shared_ptr<const kernels::RopeTable> rope,
                        comm::Communicator* tp, comm::Communicator* cp, comm::Communicator* ep);
   size_t depth() const { return modules_.size(); }
-  TransformerLayer& layer(size_t k) const { return *modules_[k].layer; }
+  TransformerLayer& layer(size_t k) { return *modules_[k].layer; }
+  const TransformerLayer& layer(size_t k) const { return *modules_[k].layer; }
 
   // Training forward after the main model: h [rows, d] its last hidden state, targets [B, T] (this
   // rank's rows under context parallelism), batch B. The summed loss and the tokens it counts
@@ -32,14 +34,14 @@ class MultiTokenPrediction {
   void forward(Tensor h, const Tensor& targets, float grad_scale, int64_t batch, const Embedding& embedding,
                const LmHead& head, Activations& saved);
   // Input and weight gradients of every module (last first); returns the gradient into h_0.
-  Tensor backward(const Embedding& embedding, const LmHead& head, Activations& saved);
+  Tensor backward(Embedding& embedding, LmHead& head, Activations& saved);
   std::pair<double, int64_t> take_loss();  // (loss sum, tokens) since the last call, then reset
 
  private:
   struct Module {
-    std::unique_ptr<Norm> enorm, hnorm, head_norm;
-    std::unique_ptr<Linear> eh_proj;
-    std::unique_ptr<TransformerLayer> layer;
+    DeepConstOwner<Norm> enorm, hnorm, head_norm;
+    DeepConstOwner<Linear> eh_proj;
+    DeepConstOwner<TransformerLayer> layer;
   };
   int64_t d_;              // hidden size
   double loss_scale_;      // mtp_loss_scaling_factor / depth

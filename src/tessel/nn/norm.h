@@ -5,6 +5,7 @@
 // The gradient of r_out flows both into the norm and along the residual, hence dresid.
 #include <string>
 
+#include "tessel/core/deep_const.h"
 #include "tessel/nn/activations.h"
 #include "tessel/nn/linear.h"
 #include "tessel/nn/params.h"
@@ -21,14 +22,14 @@ class Norm {
   // Linear takes it (Linear::takes_fp8_input), else the compute-dtype y.
   LinearInput forward_for(const Linear& consumer, const Tensor& r_in, const Tensor& delta, Tensor& r_out,
                           Activations& saved) const;
-  Tensor backward(const Tensor& dy, const Tensor& dresid, Activations& saved) const;
+  Tensor backward(const Tensor& dy, const Tensor& dresid, Activations& saved);
 
  private:
   // Runs the norm with r_out, rstd (and mean) set up and saved; write(r_in, delta, r_out, w, b, mean,
   // rstd) calls the kernel (b, mean: LayerNorm only).
   template <class Write>
   void run(const Tensor& r_in, const Tensor& delta, Tensor& r_out, Activations& saved, Write&& write) const;
-  ParamStore& ps_;
+  DeepConstPtr<ParamStore> ps_;  // const methods see a const store (core/deep_const.h)
   int64_t D_;
   Kind kind_;
   float eps_;

@@ -255,7 +255,7 @@ Tensor ParamStore::f32_at(int64_t offset, const Shape& shape) const {
   if (!sharded_) return view_of(params_, offset, shape, total_);
   return view_of(f32_copy_, first.f32_offset, shape, f32_total_);
 }
-Tensor ParamStore::grad_at(int64_t offset, const Shape& shape) const { return view_of(grads_, offset, shape, total_); }
+Tensor ParamStore::grad_at(int64_t offset, const Shape& shape) { return view_of(grads_, offset, shape, total_); }
 Tensor ParamStore::compute_at(int64_t offset, const Shape& shape) const {
   return view_of(compute_ == DType::f32 ? params_ : compute_copy_, offset, shape, total_);
 }
@@ -263,7 +263,7 @@ Tensor ParamStore::param(const std::string& name) const {
   const auto& s = spec(name);
   return param_at(s.offset, s.shape);
 }
-Tensor ParamStore::grad(const std::string& name) const {
+Tensor ParamStore::grad(const std::string& name) {
   const auto& s = spec(name);
   return grad_at(s.offset, s.shape);
 }

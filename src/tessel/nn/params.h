@@ -99,12 +99,12 @@ class ParamStore {
   // Views at an element offset (a parameter, or several adjacent ones fused). param_at, param,
   // params_flat and params_data are the fp32 masters of the whole range: refused when sharded.
   Tensor param_at(int64_t offset, const Shape& shape) const;
-  Tensor grad_at(int64_t offset, const Shape& shape) const;
+  Tensor grad_at(int64_t offset, const Shape& shape);  // not const: gradients are written through it
   Tensor compute_at(int64_t offset, const Shape& shape) const;  // f32 params or their bf16 copy
   // The fp32 values of parameters marked f32_compute (the masters unless they are sharded).
   Tensor f32_at(int64_t offset, const Shape& shape) const;
   Tensor param(const std::string& name) const;
-  Tensor grad(const std::string& name) const;
+  Tensor grad(const std::string& name);
 
   // The flat buffers as tensors on their device (what kernels and collectives take), and as host
   // pointers (cpu only: checkpoints, tests).
@@ -117,7 +117,8 @@ class ParamStore {
     if (sharded_) refuse_whole_masters(-1, "params_data");
     return params_.data<float>();
   }
-  float* grads_data() const { return grads_.data<float>(); }
+  float* grads_data() { return grads_.data<float>(); }
+  const float* grads_data() const { return grads_.data<float>(); }
   void zero_grads();
   void refresh_compute_copy();  // call after every change to the fp32 parameters (not when sharded)
 
@@ -143,7 +144,8 @@ class ParamStore {
   uint64_t version() const { return version_; }
   // The FP8 state Linears registered from now on quantise with (null: they compute in compute_dtype).
   void set_fp8(Fp8State* fp8) { fp8_ = fp8; }
-  Fp8State* fp8() const { return fp8_; }
+  Fp8State* fp8() { return fp8_; }
+  const Fp8State* fp8() const { return fp8_; }
 
  private:
   DType compute_;

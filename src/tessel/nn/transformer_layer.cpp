@@ -60,7 +60,7 @@ Tensor TransformerLayer::forward(const Tensor& r, int64_t batch, Activations& sa
   return out;
 }
 
-Tensor TransformerLayer::backward_input(const Tensor& dout, Activations& saved) const {
+Tensor TransformerLayer::backward_input(const Tensor& dout, Activations& saved) {
   Tensor dy2 = mlp_->backward_input(dout, saved);
   Tensor dr1 = norm2_.backward(dy2, dout, saved);  // residual gradient plus the norm's
   Tensor dy = attn_->backward_input(dr1, saved);
@@ -81,7 +81,7 @@ Tensor TransformerLayer::forward_decode(const Tensor& r, int64_t pos0, Tensor& k
   return out;
 }
 
-void TransformerLayer::backward_weight(Activations& saved) const {
+void TransformerLayer::backward_weight(Activations& saved) {
   mlp_->backward_weight(saved);
   attn_->backward_weight(saved);
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "tessel/core/deep_const.h"
 #include "tessel/kernels/rope.h"
 #include "tessel/nn/layer_blocks.h"
 #include "tessel/nn/model_config.h"
@@ -23,21 +24,22 @@ class TransformerLayer {
   // recomputing: activation recompute's second forward (MoE statistics are not counted again).
   Tensor forward(const Tensor& r, int64_t batch, Activations& saved, float grad_scale = 0.0f,
                  bool recomputing = false);
-  Tensor backward_input(const Tensor& dout, Activations& saved) const;      // -> dr [N, d] f32
-  void backward_weight(Activations& saved) const;
+  Tensor backward_input(const Tensor& dout, Activations& saved);      // -> dr [N, d] f32
+  void backward_weight(Activations& saved);
   // Inference over positions pos0 .. pos0 + n - 1 with this layer's KV cache (see SelfAttention).
   Tensor forward_decode(const Tensor& r, int64_t pos0, Tensor& k_cache, Tensor& v_cache);
   int64_t kv_width() const;
 
  private:
   Norm norm1_;
-  std::unique_ptr<AttentionBlock> attn_;
+  DeepConstOwner<AttentionBlock> attn_;
   Norm norm2_;
-  std::unique_ptr<MlpBlock> mlp_;
-  Moe* moe_ = nullptr;  // mlp_ when this is a Mixture-of-Experts layer (model.num_experts > 0)
+  DeepConstOwner<MlpBlock> mlp_;
+  DeepConstPtr<Moe> moe_ = nullptr;  // mlp_ when this is a Mixture-of-Experts layer (model.num_experts > 0)
 
  public:
-  Moe* moe() const { return moe_; }
+  Moe* moe() { return moe_.get(); }
+  const Moe* moe() const { return moe_.get(); }
 };
 
 }  // namespace tessel::nn
