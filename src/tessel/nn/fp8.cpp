@@ -48,12 +48,12 @@ int Fp8State::add(const std::string& name, DType fmt, bool tp_amax) {
   return int(names_.size()) - 1;
 }
 
-kernels::Fp8Tensor Fp8State::per_tensor(const Tensor& x, int slot, DType fmt) {
+kernels::Fp8Tensor Fp8State::per_tensor(const Tensor& x, int slot, DType fmt, bool record) {
   const float a = kernels::amax(x);  // the scale needs it on the host (an explicit copy)
   float s;
   if (r_.kind == Fp8Recipe::Kind::delayed) {
     s = scale_[size_t(slot)];
-    record_amax(slot, a);
+    if (record) fold_amax(slot, a);
   } else {
     float global = a;
     if (amax_group_ && tp_amax_[size_t(slot)]) amax_group_->all_reduce(&global, 1, DType::f32, comm::ReduceOp::max);
@@ -67,7 +67,7 @@ kernels::Fp8Tensor Fp8State::per_tensor(const Tensor& x, int slot, DType fmt) {
 kernels::Fp8Tensor Fp8State::quantize_rows(const Tensor& x, int slot, DType fmt) {
   ProfileScope prof("fp8_quantize");
   TESSEL_CHECK(x.dim() == 2 && x.is_contiguous(), "FP8 quantisation expects a contiguous 2-D tensor, got {}", x.str());
-  if (r_.kind != Fp8Recipe::Kind::block) return per_tensor(x, slot, fmt);
+  if (r_.kind != Fp8Recipe::Kind::block) return per_tensor(x, slot, fmt, !evaluating_);
   const int64_t R = x.size(0), C = x.size(1), nt = (C + kernels::kFp8Tile - 1) / kernels::kFp8Tile;
   kernels::Fp8Tensor q{Tensor::empty({R, C}, fmt), Tensor::empty({R, nt}, DType::f32), kernels::Fp8Scaling::row_tiles};
   kernels::fp8_quantize_row_tiles(x, q);
@@ -84,6 +84,10 @@ kernels::Fp8Tensor Fp8State::quantize_cols_transposed(const Tensor& x, int slot,
 }
 
 void Fp8State::record_amax(int slot, float a) {
+  if (!evaluating_) fold_amax(slot, a);
+}
+
+void Fp8State::fold_amax(int slot, float a) {
   float& m = step_amax_[size_t(slot)];
   m = std::isnan(a) || std::isnan(m) ? NAN : std::max(m, a);
 }
@@ -123,7 +127,7 @@ kernels::Fp8Tensor Fp8State::quantize_weight(const Tensor& w, int slot) {
   ProfileScope prof("fp8_quantize");
   TESSEL_CHECK(w.dim() == 2 && (w.dtype() == DType::f32 || w.dtype() == DType::bf16),
                "FP8 weights are quantised from fp32 or bf16 [out, in], got {}", w.str());
-  if (r_.kind != Fp8Recipe::Kind::block) return per_tensor(w, slot, r_.forward);
+  if (r_.kind != Fp8Recipe::Kind::block) return per_tensor(w, slot, r_.forward, true);
   const int64_t R = w.size(0), C = w.size(1), t = kernels::kFp8Tile;
   kernels::Fp8Tensor q{Tensor::empty({R, C}, r_.forward), Tensor::empty({(R + t - 1) / t, (C + t - 1) / t}, DType::f32),
                        kernels::Fp8Scaling::blocks};
@@ -190,6 +194,14 @@ bool Fp8State::load_state(const std::vector<std::pair<std::string, Tensor>>& ten
     scale_[i] = s->data<float>()[0];
   }
   return true;
+}
+
+Fp8State::Evaluation::Evaluation(Fp8State* state) : state_(state), was_evaluating_(state && state->evaluating_) {
+  if (state_) state_->evaluating_ = true;
+}
+
+Fp8State::Evaluation::~Evaluation() {
+  if (state_) state_->evaluating_ = was_evaluating_;
 }
 
 }  // namespace tessel::nn

@@ -68,13 +68,33 @@ class Fp8State {
   uint64_t steps() const { return steps_; }  // end_step calls so far (cached quantisations compare it)
   const std::vector<float>& history(int slot) const { return history_[size_t(slot)]; }
 
+  // While one lives, quantisations use the step's scales but record no amax of an activation or a
+  // fused producer's output into the step: an evaluation forward (Model::loss_sum, a pipeline's
+  // forward-only pass) leaves the histories, and so every later scale, as they would be without it.
+  // Weights' amaxes are still recorded: a weight's is the parameters', the same in both, and the
+  // quantised weight an evaluation caches is the one the next training forward reuses, recording
+  // nothing then.
+  class Evaluation {
+   public:
+    explicit Evaluation(Fp8State* state);  // null: no FP8 (nothing to do)
+    ~Evaluation();
+    Evaluation(const Evaluation&) = delete;
+    Evaluation& operator=(const Evaluation&) = delete;
+
+   private:
+    Fp8State* state_;
+    bool was_evaluating_;
+  };
+
   // Checkpoint form: "fp8.<name>.amax_history" [history_len] and "fp8.<name>.scale" [1] per slot.
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;
   // Restores a slot from tensors of the same names; false when a tensor is missing.
   bool load_state(const std::vector<std::pair<std::string, Tensor>>& tensors);
 
  private:
-  kernels::Fp8Tensor per_tensor(const Tensor& x, int slot, DType fmt);
+  void fold_amax(int slot, float amax);  // max into the step's amax (NaN sticks)
+  // record: fold x's amax into the step's (delayed scaling).
+  kernels::Fp8Tensor per_tensor(const Tensor& x, int slot, DType fmt, bool record);
   Fp8Recipe r_;
   std::vector<std::string> names_;
   std::vector<DType> formats_;
@@ -84,6 +104,7 @@ class Fp8State {
   std::vector<float> scale_, step_amax_;
   uint64_t steps_ = 0;
   comm::Communicator* amax_group_ = nullptr;
+  bool evaluating_ = false;  // an Evaluation lives
 };
 
 }  // namespace tessel::nn

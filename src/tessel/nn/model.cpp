@@ -195,6 +195,7 @@ std::vector<std::pair<int64_t, int64_t>> Model::forward_order_ranges() const {
 // Evaluation forward of the whole model up to the final norm's output.
 Tensor Model::hidden(const Tensor& tokens, Activations& saved) {
   require_whole("Model::hidden");
+  const Fp8State::Evaluation evaluating(fp8_.get());  // leaves the FP8 histories as training has them
   need(0, layers_.empty() ? layers_end_ : layer_begin_[0]);
   Tensor x = embed_->forward(tokens, saved);
   const int64_t batch = tokens.size(0);
@@ -212,6 +213,9 @@ Tensor Model::forward_chunk(int chunk, const Tensor& input, const Tensor& tokens
                             float grad_scale, Activations& saved, double* loss) {
   TESSEL_CHECK(chunk >= 0 && chunk < num_chunks(), "chunk {} outside [0, {})", chunk, num_chunks());
   MemoryPhaseScope phase("forward");
+  // grad_scale 0: an evaluation forward (MoE layers count no statistics either), which leaves the
+  // FP8 histories as training has them.
+  const Fp8State::Evaluation evaluating(grad_scale > 0 ? nullptr : fp8_.get());
   if (first_chunk_is_first_stage(chunk)) need(0, layers_.empty() ? layers_end_ : layer_begin_[0]);
   Tensor x = first_chunk_is_first_stage(chunk) ? embed_->forward(tokens, saved) : input;
   const int64_t batch = batch_of(x.size(0));

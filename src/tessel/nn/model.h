@@ -58,6 +58,8 @@ class Model {
   //   forward_chunk: the first virtual stage embeds `tokens` [B, T] i64; other chunks take the previous
   //     stage's output `input` [B*T, d] f32. The last virtual stage adds the loss against `targets`
   //     (summed, unscaled) to *loss and returns an empty tensor; others return their output [B*T, d] f32.
+  //     grad_scale 0 is an evaluation forward: it changes no training state (FP8 amax histories, MoE
+  //     statistics), so a run trains alike with and without evaluation.
   //   backward_chunk ("B"): dout is the gradient of the chunk's output (ignored on the last virtual
   //     stage); returns the gradient of its input (empty on the first virtual stage). With weights =
   //     true the weight gradients follow layer by layer (and ready() reports them), else they wait for
