@@ -71,9 +71,9 @@ check same lr-ref lr --after 0
 # 1b. The same rewind where a step changes more state: MoE with expert biases (aux-loss-free
 # balancing) and FP8 delayed scaling (amax histories) under expert parallelism; and DualPipe at pp2,
 # whose two ranks hold the same stages. There the NaN goes into the mirror's gradients after the
-# pair's sum, which its gradient norm does not count (the pair counts once): step 7 passes, its
-# update makes the mirror's copy NaN, and step 8's loss is NaN. The snapshot of step 7 was pending
-# (the step after it was flagged), so step 6's is restored and iterations 7-8 skipped.
+# pair's sum, whose values the norm does not count (the pair counts once) but whose NaN it carries:
+# step 7 is flagged at once. The snapshot of step 6 was pending (a snapshot is kept once the step
+# after it passes), so step 5's is restored and iterations 6-7 skipped.
 MOE=(--set model.arch=mixtral --set model.num_experts=4 --set model.moe_router_topk=2
      --set model.moe_router_score_function=sigmoid --set model.moe_router_enable_expert_bias=true
      --set model.moe_router_bias_update_rate=0.01 --set model.moe_first_dense_layers=1
@@ -83,10 +83,10 @@ run 2 moe "${MOE[@]}" --set resilience.snapshot_interval=2 --inject nan@4:0
 check event moe nonfinite 2 3 4
 check same moe-ref moe --after 4
 DUALPIPE=(--set $PP=2 --set parallel.pipeline_schedule=dualpipe)
-run 2 dualpipe-ref "${DUALPIPE[@]}" --set train.skip_train_iteration_range=7-8
+run 2 dualpipe-ref "${DUALPIPE[@]}" --set train.skip_train_iteration_range=6-7
 run 2 dualpipe "${DUALPIPE[@]}" --set resilience.snapshot_interval=1 --inject nan@7:1
-check event dualpipe nonfinite 6 7 8
-check same dualpipe-ref dualpipe --after 8
+check event dualpipe nonfinite 5 6 7
+check same dualpipe-ref dualpipe --after 7
 
 # 2. spike: the last stage's targets corrupted at step 7 under tp2 x pp2; the loss z-score detector
 # fires. There is no snapshot; the checkpoint of step 6 was written but is dropped unpublished (the

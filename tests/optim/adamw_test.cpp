@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "support/host_access.h"
@@ -152,6 +153,33 @@ TEST(OptimAdamW, NormSkipsTiedCopiesAndReplicas) {
   for (int64_t i = 0; i < specs[0].numel; ++i) sq += double(st.ps.grads_data()[i]) * double(st.ps.grads_data()[i]);
   optim::AdamW opt(st.ps, {});
   EXPECT_NEAR(opt.step(1e-3), std::sqrt(sq), 1e-12 * std::sqrt(sq));
+}
+
+// Their values stay out of the norm, but a NaN or an Inf among them does not: the rank updates with
+// them (a DualPipe mirror's stages are all tied copies), so the norm every rank decides a skip by
+// must show it. Finite, they leave the norm as it was to the last bit.
+TEST(OptimAdamW, ANonFiniteGradientOutsideTheNormMakesItNonFinite) {
+  const tessel::testing::HostAccess host;
+  // The norm of one step with "b" a tied copy and "norm" replica 1 of 2, element 1 of parameter
+  // `which` set to `value` first (which < 0: nothing changed).
+  const auto norm_with = [](int which, float value) {
+    Store st;
+    st.set_grads(50, 1.0f);
+    const auto& specs = st.ps.specs();
+    st.ps.mark_tied_copy(specs[1].offset);
+    st.ps.set_replica(specs[2].offset, 2, 1);
+    if (which >= 0) st.ps.grads_data()[specs[size_t(which)].offset + 1] = value;
+    optim::AdamW opt(st.ps, {});
+    return opt.step(1e-3);
+  };
+  const double expected = norm_with(-1, 0);
+  ASSERT_TRUE(std::isfinite(expected));
+  for (const int which : {1, 2}) {  // the tied copy, the replica
+    EXPECT_TRUE(std::isnan(norm_with(which, std::numeric_limits<float>::quiet_NaN()))) << which;
+    EXPECT_TRUE(std::isnan(norm_with(which, std::numeric_limits<float>::infinity()))) << which;
+    EXPECT_EQ(norm_with(which, 3e38f), expected) << which;  // finite, however large: no change
+  }
+  EXPECT_NE(norm_with(0, 3e38f), expected);  // a counted parameter does count
 }
 
 // A ZeRO shard owns [begin, end), here cutting "w" and "norm" in the middle: exactly that range

@@ -40,11 +40,21 @@ double AdamW::step(double lr) {
   // and pipeline stages add up.
   const bool tp_lead = !groups_.tp || groups_.tp->rank() == 0;
   double sq = 0, sq_experts = 0;  // experts differ across expert-parallel ranks; the rest is replicated
+  // Gradients this rank updates with but another rank counts (tied copies, such as all of a DualPipe
+  // mirror's stages; replicas): their values stay out of the norm, but a NaN or Inf among them must
+  // not, or this rank alone would take a poisoned update that nobody flags. 0 x their sum of squares
+  // adds exactly 0 while they are finite and NaN when not, and the sums below carry it to every rank.
+  double uncounted = 0;
   for (const auto& s : ps_.specs()) {
-    if (s.tied_copy || s.replica != 0 || (s.shape == s.global_shape && !tp_lead)) continue;
-    if (const auto part = owned_.part_of(s))
-      (s.expert ? sq_experts : sq) += kernels::sum_squares(ps_.grads_flat().slice(0, part->flat_begin, part->flat_end));
+    const auto part = owned_.part_of(s);
+    if (!part) continue;
+    const double g = kernels::sum_squares(ps_.grads_flat().slice(0, part->flat_begin, part->flat_end));
+    if (s.tied_copy || s.replica != 0 || (s.shape == s.global_shape && !tp_lead))
+      uncounted += g;
+    else
+      (s.expert ? sq_experts : sq) += g;
   }
+  sq += 0.0 * uncounted;
   // In rank order, group after group: the same value to the last bit on every rank. The replicated
   // parameters' shards add up over the shard group; the experts' over the ranks holding the same
   // experts, then over the expert-parallel ranks holding the others.
