@@ -110,11 +110,6 @@ int run_train(const TrainOptions& o) {
       pstate.coords().dp == 0 && pstate.coords().cp == 0 && pstate.coords().pp + 1 == pstate.pp_size())
     std::fprintf(stderr, "warning: parallel.overlap_grad_reduce=true has no effect here: %s; the distributed "
                  "optimizer reduce-scatters after backward\n", why.c_str());
-  // Decided per pipeline stage (a stage without routed experts overlaps): its first rank says so.
-  if (const std::string why = trainer.overlap_param_gather_ignored(); !why.empty() && pstate.coords().tp == 0 &&
-      pstate.coords().dp == 0 && pstate.coords().cp == 0)
-    std::fprintf(stderr, "warning: parallel.overlap_param_gather=true has no effect on pipeline stage %d: %s\n",
-                 pstate.coords().pp, why.c_str());
 
   // Loads the newest valid checkpoint in checkpoint.dir into the trainer (collective; the ranks agree
   // on which), at start-up and for a rewind without a snapshot. nullopt: there is none.

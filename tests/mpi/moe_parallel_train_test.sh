@@ -47,6 +47,12 @@ run 2 moe-bf16-ep2 "${MOE[@]}" "${BF16[@]}"
 run 2 moe-bf16-ep2-zero "${MOE[@]}" "${BF16[@]}" --set parallel.use_distributed_optimizer=true
 run 4 moe-bf16-ep2-dp2 "${MOE[@]}" "${BF16[@]}"
 run 4 moe-bf16-ep2-dp2-zero "${MOE[@]}" "${BF16[@]}" --set parallel.use_distributed_optimizer=true
+# The same with the parameter all-gather overlapped with the next forward, unit by unit over each
+# unit's group (optim/param_gather.h): it moves the same values, so the losses are those of the
+# gather after the step, bit for bit (bf16: the compute and fp32 copies; fp32: the masters).
+OVERLAP=(--set parallel.use_distributed_optimizer=true --set parallel.overlap_param_gather=true)
+run 4 moe-bf16-ep2-dp2-zero-overlap "${MOE[@]}" "${BF16[@]}" "${OVERLAP[@]}"
+run 4 moe-ep2-dp2-zero-overlap "${MOE[@]}" --set $EP=2 "${OVERLAP[@]}"
 /usr/bin/python3 - <<'PY'
 import json
 l = lambda d: [json.loads(x)['loss'] for x in open(d + '/metrics.jsonl') if '"loss"' in x]
@@ -54,8 +60,12 @@ assert len(l('moe-bf16-ep2')) == 5 and l('moe-bf16-ep2-zero') == l('moe-bf16-ep2
 ref, zero = l('moe-bf16-ep2-dp2'), l('moe-bf16-ep2-dp2-zero')
 diff = max(abs(a - b) for a, b in zip(ref, zero))
 assert len(ref) == 5 and len(zero) == 5 and diff <= 1e-3, (zero, ref)
+for after, overlapped in (('moe-bf16-ep2-dp2-zero', 'moe-bf16-ep2-dp2-zero-overlap'),
+                          ('moe-ep2-dp2-zero', 'moe-ep2-dp2-zero-overlap')):
+    assert len(l(after)) == 5 and l(overlapped) == l(after), (overlapped, l(overlapped), l(after))
 print(f'bf16 with ZeRO under expert parallelism (replicated parameters over dp, experts over the ranks holding them): '
-      f'ep2 = without ZeRO bit for bit; ep2 x dp2 losses within {diff:.1e}')
+      f'ep2 = without ZeRO bit for bit; ep2 x dp2 losses within {diff:.1e}; the overlapped parameter gather = '
+      f'the gather after the step, bit for bit (bf16 and fp32)')
 PY
 run 4 moe-ep2-pp2 "${MOE[@]}" --set $EP=2 --set $PP=2
 compare moe moe-ep2-pp2

@@ -7,22 +7,30 @@
 
 namespace tessel::optim {
 
-ParamGather::ParamGather(comm::Communicator& shard, std::vector<int64_t> owner_counts,
-                         std::vector<std::pair<int64_t, int64_t>> buckets)
-    : shard_(shard), buckets_(std::move(buckets)) {
-  TESSEL_CHECK(int(owner_counts.size()) == shard_.size(), "ParamGather: {} owner counts for {} ranks",
-               owner_counts.size(), shard_.size());
-  owner_begin_.push_back(0);
-  for (int64_t c : owner_counts) owner_begin_.push_back(owner_begin_.back() + c);
+ParamGather::ParamGather(std::vector<Unit> units, std::vector<std::pair<int64_t, int64_t>> buckets)
+    : buckets_(std::move(buckets)) {
+  for (const Unit& u : units) {
+    TESSEL_CHECK(u.begin == numel_, "ParamGather: units must tile the flat range in order; one at {} after {}",
+                 u.begin, numel_);
+    TESSEL_CHECK(!u.group || int(u.counts.size()) == u.group->size(), "ParamGather: {} owner counts for {} ranks",
+                 u.counts.size(), u.group ? u.group->size() : 0);
+    Sharded sh{u.group, {u.begin}};
+    for (int64_t c : u.counts) sh.owner_begin.push_back(sh.owner_begin.back() + c);
+    numel_ = sh.owner_begin.back();
+    if (u.group) units_.push_back(std::move(sh));
+  }
   int64_t at = 0;
   for (const auto& [b, e] : buckets_) {
     TESSEL_CHECK(b == at && e >= b, "ParamGather: buckets must tile the flat range in order; [{}, {}) after {}", b, e,
                  at);
     at = e;
   }
-  TESSEL_CHECK(at == owner_begin_.back(), "ParamGather: buckets cover {} elements, the shards {}", at,
-               owner_begin_.back());
+  TESSEL_CHECK(at == numel_, "ParamGather: buckets cover {} elements, the shards {}", at, numel_);
 }
+
+ParamGather::ParamGather(comm::Communicator& shard, std::vector<int64_t> owner_counts,
+                         std::vector<std::pair<int64_t, int64_t>> buckets)
+    : ParamGather(std::vector<Unit>{{&shard, 0, std::move(owner_counts)}}, std::move(buckets)) {}
 
 ParamGather::~ParamGather() {
   try {
@@ -33,21 +41,26 @@ ParamGather::~ParamGather() {
 
 void ParamGather::launch(const Tensor& flat, std::vector<std::unique_ptr<comm::Work>> first) {
   TESSEL_CHECK(!pending(), "ParamGather: launch while the previous gather is still in flight");
-  TESSEL_CHECK(flat.numel() == owner_begin_.back(), "ParamGather: a buffer of {} elements for shards of {}",
-               flat.numel(), owner_begin_.back());
+  TESSEL_CHECK(flat.numel() == numel_, "ParamGather: a buffer of {} elements for shards of {}", flat.numel(), numel_);
   first_ = std::move(first);
   inflight_.clear();
   const size_t es = dtype_size(flat.dtype());
   char* base = static_cast<char*>(flat.device_ptr());
   const comm::OverlappedCommScope behind_forward;
   for (const auto& [b, e] : buckets_) {
-    // Each rank contributes the part of [b, e) its shard holds (possibly none).
-    std::vector<int64_t> counts(static_cast<size_t>(shard_.size()));
-    for (size_t r = 0; r < counts.size(); ++r)
-      counts[r] = std::max<int64_t>(0, std::min(owner_begin_[r + 1], e) - std::max(owner_begin_[r], b));
-    inflight_.push_back(e > b ? shard_.all_gather_v_async(base + size_t(b) * es, counts, flat.dtype()) : nullptr);
+    std::vector<std::unique_ptr<comm::Work>> works;
+    for (const Sharded& u : units_) {
+      // The part of the bucket in this unit; each rank contributes what its block holds of it.
+      const int64_t lo = std::max(b, u.owner_begin.front()), hi = std::min(e, u.owner_begin.back());
+      if (lo >= hi) continue;
+      std::vector<int64_t> counts(u.owner_begin.size() - 1);
+      for (size_t r = 0; r < counts.size(); ++r)
+        counts[r] = std::max<int64_t>(0, std::min(u.owner_begin[r + 1], hi) - std::max(u.owner_begin[r], lo));
+      works.push_back(u.group->all_gather_v_async(base + size_t(lo) * es, counts, flat.dtype()));
+    }
+    inflight_.push_back(std::move(works));
   }
-  pending_ = int64_t(std::count_if(inflight_.begin(), inflight_.end(), [](const auto& w) { return w != nullptr; }));
+  pending_ = int64_t(std::count_if(inflight_.begin(), inflight_.end(), [](const auto& w) { return !w.empty(); }));
   if (!first_.empty() && pending_ == 0) pending_ = 1;  // only the first gathers: wait_for still takes them
   next_test_ = 0;
 }
@@ -63,17 +76,15 @@ void ParamGather::wait_for(int64_t begin, int64_t end) {
   wait_first();
   for (size_t i = 0; i < buckets_.size(); ++i) {
     if (buckets_[i].second <= begin || buckets_[i].first >= end) continue;
-    if (inflight_[i]) {
-      inflight_[i]->wait();
-      inflight_[i].reset();
-    }
+    for (auto& w : inflight_[i]) w->wait();
+    inflight_[i].clear();
   }
-  pending_ = int64_t(std::count_if(inflight_.begin(), inflight_.end(), [](const auto& w) { return w != nullptr; }));
+  pending_ = int64_t(std::count_if(inflight_.begin(), inflight_.end(), [](const auto& w) { return !w.empty(); }));
   // Let MPI move the later buckets now (a non-blocking collective progresses inside MPI calls).
   for (size_t n = 0; n < inflight_.size() && pending(); ++n) {
     next_test_ = (next_test_ + 1) % inflight_.size();
-    if (inflight_[next_test_]) {
-      inflight_[next_test_]->test();
+    if (!inflight_[next_test_].empty()) {
+      for (auto& w : inflight_[next_test_]) w->test();
       break;
     }
   }

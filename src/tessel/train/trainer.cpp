@@ -74,8 +74,15 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
   oc.clip_grad = cfg_.train.clip_grad;
   // Each rank updates the master weights and keeps Adam moments for its shard only (the store's).
   opt_ = std::make_unique<optim::AdamW>(model_->params(), oc, optim::NormGroups{shard_, tp, pp_, ep_, expert_shard_});
-  if (shard_ && cfg_.parallel.overlap_param_gather && overlap_param_gather_ignored().empty()) {
-    param_gather_ = std::make_unique<optim::ParamGather>(*shard_, shard_counts(), model_->forward_order_ranges());
+  if (shard_ && cfg_.parallel.overlap_param_gather) {
+    // Each unit of the shard over its own group (under expert parallelism: the replicated parameters
+    // over the data-parallel ranks, routed experts over the ranks holding the same experts).
+    std::vector<optim::ParamGather::Unit> units;
+    for (const nn::FlatShard::Unit& u : model_->params().shard().units()) {
+      comm::Communicator* g = unit_group(u);
+      units.push_back({g, u.flat_begin, g ? u.counts : std::vector<int64_t>{u.numel()}});
+    }
+    param_gather_ = std::make_unique<optim::ParamGather>(std::move(units), model_->forward_order_ranges());
     model_->set_params_needed([this](int64_t b, int64_t e) { param_gather_->wait_for(b, e); });
   }
   schedule_.lr = cfg_.train.lr;
@@ -105,14 +112,6 @@ std::string Trainer::overlap_grad_reduce_ignored() const {
   if (embedding_)
     return "the embedding is held by the first and last pipeline stages, whose two gradients are summed after "
            "backward before the shards are reduced";
-  return "";
-}
-
-std::string Trainer::overlap_param_gather_ignored() const {
-  if (!cfg_.parallel.overlap_param_gather || !distributed_optimizer()) return "";
-  if (model_->params().shard().units().size() > 1)
-    return "under expert parallelism the replicated parameters and the experts are gathered over their own groups "
-           "after the step";
   return "";
 }
 
@@ -235,26 +234,35 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
       // rest comes from the other shards, in bf16 (half the bytes of gathering the masters).
       const Tensor copy = ps.compute_at(0, {ps.numel()});
       const Tensor& f32 = ps.f32_copy();
+      // The fp32 copy (norms, biases, embedding, router) of unit u over its group: in place, each
+      // rank's block of the unit's packed part at its place. Null when there is nothing to gather.
+      const auto& units = ps.shard().units();
+      const auto gather_f32_unit = [&](size_t u, bool async) -> std::unique_ptr<comm::Work> {
+        comm::Communicator* g = unit_group(units[u]);
+        if (!g) return nullptr;  // this rank alone holds these experts: the update wrote them all
+        const std::vector<int64_t> counts = ps.f32_copy_counts(u);
+        int64_t total = 0;
+        for (const int64_t c : counts) total += c;
+        if (total == 0) return nullptr;  // no parameter of the unit computes in fp32
+        const Tensor part = f32.slice(0, ps.f32_copy_unit_begin(u), ps.f32_copy_unit_begin(u) + total);
+        if (async) return g->all_gather_v_async(part.device_ptr(), counts, DType::f32);
+        int64_t at = ps.f32_copy_unit_begin(u);
+        for (int k = 0; k < g->rank(); ++k) at += counts[size_t(k)];
+        g->all_gather_v(f32.slice(0, at, at + counts[size_t(g->rank())]).device_ptr(), part.device_ptr(), counts,
+                        DType::f32);
+        return nullptr;
+      };
       if (param_gather_) {
-        // The fp32 copy (norms, biases, embedding, router) first: the forward's first wait takes it.
+        // The fp32 copy first: the forward's first wait takes it.
         std::vector<std::unique_ptr<comm::Work>> first;
         const comm::OverlappedCommScope behind_forward;
-        first.push_back(shard_->all_gather_v_async(f32.device_ptr(), ps.f32_copy_counts(), DType::f32));
+        for (size_t u = 0; u < units.size(); ++u)
+          if (auto w = gather_f32_unit(u, true)) first.push_back(std::move(w));
         param_gather_->launch(copy, std::move(first));
       } else {
-        const auto& units = ps.shard().units();
         for (size_t u = 0; u < units.size(); ++u) {
-          comm::Communicator* g = unit_group(units[u]);
-          if (!g) continue;  // this rank alone holds these experts: the update wrote them all
-          gather_unit(units[u], copy);
-          const std::vector<int64_t> counts = ps.f32_copy_counts(u);
-          int64_t at = ps.f32_copy_unit_begin(u), total = 0;
-          for (int k = 0; k < g->rank(); ++k) at += counts[size_t(k)];
-          for (const int64_t c : counts) total += c;
-          if (total == 0) continue;  // no parameter of the unit computes in fp32
-          const Tensor part = f32.slice(0, ps.f32_copy_unit_begin(u), ps.f32_copy_unit_begin(u) + total);
-          g->all_gather_v(f32.slice(0, at, at + counts[size_t(g->rank())]).device_ptr(), part.device_ptr(), counts,
-                          DType::f32);
+          if (unit_group(units[u])) gather_unit(units[u], copy);
+          gather_f32_unit(u, false);
         }
       }
       ps.mark_updated();  // derived forms (FP8 weights) are rebuilt when next read, after the waits

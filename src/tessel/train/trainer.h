@@ -79,9 +79,6 @@ class Trainer {
   // Why parallel.overlap_grad_reduce=true cannot apply to this rank's layout ("" when it applies or
   // is off): expert parallelism, or an embedding tied across pipeline stages.
   std::string overlap_grad_reduce_ignored() const;
-  // Why parallel.overlap_param_gather=true cannot apply ("" when it applies or is off): under expert
-  // parallelism the distributed optimizer's units are gathered after the step, each over its group.
-  std::string overlap_param_gather_ignored() const;
   // parallel.use_distributed_optimizer over a group of more than one rank (decided alike on every
   // rank, whatever each one's shard holds).
   bool distributed_optimizer() const { return shard_ != nullptr; }
