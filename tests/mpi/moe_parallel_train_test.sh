@@ -31,6 +31,12 @@ run 4 moe-ep2-dp2 "${MOE[@]}" --set $EP=2
 compare moe moe-ep2-dp2
 run 4 moe-ep2-dp2-zero "${MOE[@]}" --set $EP=2 --set parallel.use_distributed_optimizer=true
 compare moe moe-ep2-dp2-zero
+# The same reducing each gradient bucket during backward (parallel.overlap_grad_reduce), unit by
+# unit over each unit's group (optim/grad_reducer.h); without ZeRO (moe-ep2-dp2, moe-ep4) the
+# buckets are all-reduced during backward that way too.
+run 4 moe-ep2-dp2-zero-overlap-reduce "${MOE[@]}" --set $EP=2 --set parallel.use_distributed_optimizer=true \
+  --set parallel.overlap_grad_reduce=true
+compare moe moe-ep2-dp2-zero-overlap-reduce
 # ZeRO under expert parallelism shards the replicated parameters over every data-parallel rank and
 # the experts over the ranks holding the same experts (nn/flat_shard.h). With ep = dp = 2 no other
 # rank holds a rank's experts: it keeps their state whole and shards the rest over both ranks.

@@ -95,20 +95,42 @@ Trainer::Trainer(const Config& cfg, comm::ParallelState* groups) : cfg_(cfg) {
 }
 
 bool Trainer::buckets_reduce_grads() const {
-  // Not with expert parallelism: experts and the rest reduce over their own groups after backward.
-  // Not with the distributed optimizer when the embedding is tied across pipeline stages: the two
+  // Under expert parallelism experts and the rest reduce over their own groups, unit by unit
+  // (grad_units). Not with the distributed optimizer when the embedding is tied across pipeline stages: the two
   // stages' copies (other offsets, so other owners) must be summed before the shards are reduced.
   // The distributed optimizer reduces its buckets during backward only with
   // parallel.overlap_grad_reduce; otherwise it reduce-scatters after backward (one blocking
   // collective: with OpenMPI on one machine faster than per-bucket non-blocking reduces, which
   // progress only inside MPI calls; docs/perf.md).
-  if (!dp_ || ep_) return false;
+  if (!dp_) return false;
   return distributed_optimizer() ? !embedding_ && cfg_.parallel.overlap_grad_reduce : true;
+}
+
+std::vector<optim::GradReducer::Unit> Trainer::grad_units() const {
+  const nn::ParamStore& ps = model_->params();
+  std::vector<optim::GradReducer::Unit> units;
+  if (distributed_optimizer()) {  // the shard's units, each reduced to its owners over its group
+    for (const nn::FlatShard::Unit& u : ps.shard().units())
+      units.push_back({unit_group(u), u.flat_begin, u.flat_end, u.counts});
+    return units;
+  }
+  // All-reduced: runs of adjacent parameters of one kind, routed experts over the ranks holding the
+  // same experts (null without other such ranks), the rest over dp (as reduce_expert_parallel_grads).
+  for (const nn::ParamSpec& s : ps.specs()) {
+    comm::Communicator* g = ep_ && s.expert ? ep_dp_ : dp_;
+    const bool expert = ep_ && s.expert;
+    if (units.empty() || (units.back().group == dp_) == expert) {
+      const int64_t begin = units.empty() ? 0 : units.back().end;
+      units.push_back({g, begin, begin, {}});
+    }
+    units.back().end = s.offset + s.numel;
+  }
+  if (!units.empty()) units.back().end = ps.numel();
+  return units;
 }
 
 std::string Trainer::overlap_grad_reduce_ignored() const {
   if (!cfg_.parallel.overlap_grad_reduce || !distributed_optimizer()) return "";
-  if (ep_) return "under expert parallelism the gradients are reduced after backward, experts over their own group";
   if (embedding_)
     return "the embedding is held by the first and last pipeline stages, whose two gradients are summed after "
            "backward before the shards are reduced";
@@ -142,8 +164,7 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
   std::unique_ptr<optim::GradReducer> reducer;
   if (buckets_reduce_grads()) {
     // The distributed optimizer reduces each bucket to the ranks owning its parts (shard_ is dp_ here).
-    reducer = std::make_unique<optim::GradReducer>(*dp_, ps.grads_flat(), cfg_.parallel.ddp_bucket_size,
-                                                   sharded ? shard_counts() : std::vector<int64_t>{});
+    reducer = std::make_unique<optim::GradReducer>(ps.grads_flat(), cfg_.parallel.ddp_bucket_size, grad_units());
   }
   nn::Model::GradsReady ready;
   if (reducer) ready = [&](int64_t b, int64_t e) { reducer->ready(b, e); };
@@ -169,7 +190,7 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
                              comm::ReduceOp::sum);
   };
   if (mirror_pair_ && !sharded) sum_over_mirror_pair(0, ps.grads_flat().numel());
-  if (ep_ && !sharded) reduce_expert_parallel_grads();
+  if (ep_ && !sharded && !reducer) reduce_expert_parallel_grads();
   if (dp_) loss = comm::sum_in_rank_order(*dp_, loss);
   if (embedding_) reduce_tied_embedding();
   model_->reduce_tensor_parallel_grads();
@@ -396,12 +417,6 @@ double Trainer::eval_loss_sum(const data::Batch& whole) {
       pp_ ? pipeline::forward_only_loss(*model_, *pp_, batch, schedule_ops_.placement)
           : model_->loss_sum(batch.tokens, batch.targets);
   return cp_ ? comm::sum_in_rank_order(*cp_, loss) : loss;
-}
-
-std::vector<int64_t> Trainer::shard_counts() const {
-  const auto& units = model_->params().shard().units();
-  TESSEL_CHECK(units.size() == 1, "shard_counts: the shard has {} units (expert parallelism)", units.size());
-  return units[0].counts;
 }
 
 GatheredOptimizerState Trainer::full_optimizer_state() {

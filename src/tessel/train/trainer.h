@@ -10,6 +10,7 @@
 #include "tessel/data/synthetic.h"
 #include "tessel/nn/model.h"
 #include "tessel/optim/adamw.h"
+#include "tessel/optim/grad_reducer.h"
 #include "tessel/optim/lr_schedule.h"
 #include "tessel/optim/param_gather.h"
 #include "tessel/pipeline/schedule.h"
@@ -108,8 +109,9 @@ class Trainer {
  private:
   int64_t data_parallel_size() const;                 // replicas taking different micro-batches
   data::Batch local_part(const data::Batch& b) const;  // this rank's context-parallel chunks (or b)
-  // Elements owned by each rank of shard_ (distributed optimizer with one region: no expert parallelism).
-  std::vector<int64_t> shard_counts() const;
+  // The units the gradient buckets are reduced in (GradReducer::Unit): the shard's under the
+  // distributed optimizer, else runs of routed experts (over ep_dp_) and of the rest (over dp_).
+  std::vector<optim::GradReducer::Unit> grad_units() const;
   // The group sharding unit u of the store's FlatShard (null: this rank holds all of it).
   comm::Communicator* unit_group(const nn::FlatShard::Unit& u) const;
   template <class Fn>
