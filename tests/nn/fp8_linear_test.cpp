@@ -201,4 +201,56 @@ TEST(Fp8State, DelayedHistoryWindowAndMostRecent) {
   }
 }
 
+// Evaluation (Fp8State::Evaluation) records nothing into the step, weights included. A Linear that
+// the evaluation runs and the step's training does not (a routed expert without tokens) leaves the
+// histories as they are without the evaluation; one that training runs after the evaluation records
+// its weight's amax then, though it reuses the weight the evaluation quantised. The reference is the
+// same sequence without the evaluation.
+TEST(Fp8Evaluation, LeavesTheHistoriesAsTheyAreWithoutIt) {
+  const tessel::testing::HostAccess host;
+  for (const bool trained_after : {false, true}) {
+    std::vector<std::pair<std::string, Tensor>> state_of[2];
+    Tensor y_of[2];
+    for (const int evaluate : {0, 1}) {
+      nn::Fp8State state(nn::Fp8Recipe::parse("delayed", "hybrid", 4, "max", 0, false));
+      nn::ParamStore ps(DType::f32);
+      ps.set_fp8(&state);
+      nn::Linear lin(ps, {{"l", Out}}, In, false, 0.05f);
+      ps.finalize();
+      ps.initialize(5);
+      const Tensor x = random(N, In, 1, 3.0f);
+      {
+        nn::Activations saved;
+        lin.forward(x, saved);  // step 1, trained
+      }
+      state.end_step({});
+      ps.mark_updated();  // an optimizer step: the weight is quantised anew at its next use
+      if (evaluate) {
+        const nn::Fp8State::Evaluation evaluating(&state);
+        nn::Activations dropped;
+        lin.forward(random(N, In, 3, 5.0f), dropped);
+      }
+      if (trained_after) {
+        nn::Activations saved;
+        y_of[evaluate] = lin.forward(x, saved);
+      }
+      state.end_step({});
+      state_of[evaluate] = state.state_tensors();
+    }
+    ASSERT_EQ(state_of[0].size(), state_of[1].size());
+    for (size_t i = 0; i < state_of[0].size(); ++i) {
+      const Tensor& a = state_of[0][i].second;
+      const Tensor& b = state_of[1][i].second;
+      ASSERT_EQ(state_of[0][i].first, state_of[1][i].first);
+      ASSERT_EQ(a.numel(), b.numel());
+      for (int64_t k = 0; k < a.numel(); ++k)
+        EXPECT_EQ(a.data<float>()[k], b.data<float>()[k])
+            << state_of[0][i].first << "[" << k << "], trained after the evaluation: " << trained_after;
+    }
+    if (trained_after) {
+      for (int64_t k = 0; k < y_of[0].numel(); ++k) ASSERT_EQ(y_of[0].data<float>()[k], y_of[1].data<float>()[k]) << k;
+    }
+  }
+}
+
 }  // namespace

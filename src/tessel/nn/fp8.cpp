@@ -127,7 +127,7 @@ kernels::Fp8Tensor Fp8State::quantize_weight(const Tensor& w, int slot) {
   ProfileScope prof("fp8_quantize");
   TESSEL_CHECK(w.dim() == 2 && (w.dtype() == DType::f32 || w.dtype() == DType::bf16),
                "FP8 weights are quantised from fp32 or bf16 [out, in], got {}", w.str());
-  if (r_.kind != Fp8Recipe::Kind::block) return per_tensor(w, slot, r_.forward, true);
+  if (r_.kind != Fp8Recipe::Kind::block) return per_tensor(w, slot, r_.forward, !evaluating_);
   const int64_t R = w.size(0), C = w.size(1), t = kernels::kFp8Tile;
   kernels::Fp8Tensor q{Tensor::empty({R, C}, r_.forward), Tensor::empty({(R + t - 1) / t, (C + t - 1) / t}, DType::f32),
                        kernels::Fp8Scaling::blocks};

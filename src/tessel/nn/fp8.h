@@ -66,14 +66,15 @@ class Fp8State {
                 const std::vector<comm::Communicator*>& expert_groups = {});
   float scale(int slot) const { return scale_[size_t(slot)]; }
   uint64_t steps() const { return steps_; }  // end_step calls so far (cached quantisations compare it)
+  bool evaluating() const { return evaluating_; }  // an Evaluation lives
   const std::vector<float>& history(int slot) const { return history_[size_t(slot)]; }
 
-  // While one lives, quantisations use the step's scales but record no amax of an activation or a
-  // fused producer's output into the step: an evaluation forward (Model::loss_sum, a pipeline's
-  // forward-only pass) leaves the histories, and so every later scale, as they would be without it.
-  // Weights' amaxes are still recorded: a weight's is the parameters', the same in both, and the
-  // quantised weight an evaluation caches is the one the next training forward reuses, recording
-  // nothing then.
+  // While one lives, quantisations use the step's scales but record no amax into the step: an
+  // evaluation forward (Model::loss_sum, a pipeline's forward-only pass) leaves the histories, and so
+  // every later scale, as they would be without it. That includes weights: a routed expert the
+  // evaluation reaches may get no tokens in the step's training, which then records nothing for it.
+  // A Linear that reuses a weight quantised during an evaluation quantises it again at its first
+  // training use, recording its amax then (Linear::quantized_weight).
   class Evaluation {
    public:
     explicit Evaluation(Fp8State* state);  // null: no FP8 (nothing to do)

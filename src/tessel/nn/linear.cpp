@@ -73,13 +73,17 @@ bool Linear::block_scaled() const { return fp8_ && fp8_->recipe().kind == Fp8Rec
 
 const kernels::Fp8Tensor& Linear::quantized_weight() {
   // Quantised once per parameter version and scaling step: every micro-batch of a step reuses it.
-  if (wq_version_ != ps_->version() || wq_step_ != fp8_->steps() || !wq_.data.defined()) {
+  // One quantised during an evaluation recorded no amax (Fp8State::Evaluation): the step's first
+  // training use quantises it again, recording it, as it would have without the evaluation.
+  const bool stale = wq_version_ != ps_->version() || wq_step_ != fp8_->steps() || !wq_.data.defined();
+  if (stale || (wq_unrecorded_ && !fp8_->evaluating())) {
     // bf16 runs quantise the bf16 copy as it is (no fp32 copy of it: widening is exact), as
     // TransformerEngine quantises a bf16 model's weights (and as sharded fp32 masters require:
     // params.h); fp32 runs the fp32 weights.
     wq_ = fp8_->quantize_weight(ps_->compute_at(w_offset_, {out_, in_}), slot_w_);
     wq_version_ = ps_->version();
     wq_step_ = fp8_->steps();
+    wq_unrecorded_ = fp8_->evaluating();
   }
   return wq_;
 }

@@ -93,6 +93,7 @@ class Linear {
   int slot_x_ = -1, slot_w_ = -1, slot_dy_ = -1;
   kernels::Fp8Tensor wq_;  // the quantised weight of parameter version wq_version_
   uint64_t wq_version_ = 0, wq_step_ = 0;
+  bool wq_unrecorded_ = false;  // wq_ was made during an evaluation: its amax is not in the step
 };
 
 }  // namespace tessel::nn
