@@ -43,7 +43,8 @@ double AdamW::step(double lr) {
   // Gradients this rank updates with but another rank counts (tied copies, such as all of a DualPipe
   // mirror's stages; replicas): their values stay out of the norm, but a NaN or Inf among them must
   // not, or this rank alone would take a poisoned update that nobody flags. 0 x their sum of squares
-  // adds exactly 0 while they are finite and NaN when not, and the sums below carry it to every rank.
+  // adds exactly 0 while they are finite and NaN when not; the sums below carry it over the shard,
+  // tensor- and pipeline-parallel groups, and the trainer agrees on a non-finite step over all ranks.
   double uncounted = 0;
   for (const auto& s : ps_.specs()) {
     const auto part = owned_.part_of(s);

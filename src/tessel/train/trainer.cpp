@@ -115,7 +115,7 @@ std::vector<optim::GradReducer::Unit> Trainer::grad_units() const {
     return units;
   }
   // All-reduced: runs of adjacent parameters of one kind, routed experts over the ranks holding the
-  // same experts (null without other such ranks), the rest over dp (as reduce_expert_parallel_grads).
+  // same experts (null without other such ranks), the rest over dp.
   for (const nn::ParamSpec& s : ps.specs()) {
     comm::Communicator* g = ep_ && s.expert ? ep_dp_ : dp_;
     const bool expert = ep_ && s.expert;
@@ -190,7 +190,6 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
                              comm::ReduceOp::sum);
   };
   if (mirror_pair_ && !sharded) sum_over_mirror_pair(0, ps.grads_flat().numel());
-  if (ep_ && !sharded && !reducer) reduce_expert_parallel_grads();
   if (dp_) loss = comm::sum_in_rank_order(*dp_, loss);
   if (embedding_) reduce_tied_embedding();
   model_->reduce_tensor_parallel_grads();
@@ -334,14 +333,6 @@ void Trainer::gather_unit(const nn::FlatShard::Unit& u, const Tensor& flat) {
   // In place: each rank's block already sits at its offset in the unit.
   unit_group(u)->all_gather_v(flat.slice(0, u.own_begin, u.own_end).device_ptr(),
                               flat.slice(0, u.flat_begin, u.flat_end).device_ptr(), u.counts, flat.dtype());
-}
-
-void Trainer::reduce_expert_parallel_grads() {
-  // Each rank's experts differ from its data-parallel peers' (same shapes, other experts): the
-  // experts' gradients sum over the ranks holding the same experts, everything else over dp.
-  auto& ps = model_->params();
-  if (dp_) nn::sum_grads(ps, *dp_, [](const nn::ParamSpec& s) { return !s.expert; });
-  if (ep_dp_) nn::sum_grads(ps, *ep_dp_, [](const nn::ParamSpec& s) { return s.expert; });
 }
 
 void Trainer::reduce_tied_embedding() {

@@ -71,14 +71,14 @@ class Trainer {
   // groups, dp and under expert parallelism the experts' group, which gather every rank's shard
   // into host memory the result owns).
   GatheredOptimizerState full_optimizer_state();
-  // Whether the data-parallel gradients are reduced in buckets during backward: plain data
-  // parallelism, and the distributed optimizer with parallel.overlap_grad_reduce, unless expert
-  // parallelism or (distributed optimizer) an embedding tied across pipeline stages asks for a
-  // reduction after backward. The wait for them, or for the reduce-scatter after backward, is the
-  // profiler's "dp_grad_wait" (not under expert parallelism).
+  // Whether the data-parallel gradients are reduced in buckets during backward (under expert
+  // parallelism unit by unit, each over its group: grad_units): plain data parallelism, and the
+  // distributed optimizer with parallel.overlap_grad_reduce unless an embedding tied across pipeline
+  // stages asks for a reduction after backward. The wait for them, or for the reduce-scatter after
+  // backward, is the profiler's "dp_grad_wait".
   bool buckets_reduce_grads() const;
   // Why parallel.overlap_grad_reduce=true cannot apply to this rank's layout ("" when it applies or
-  // is off): expert parallelism, or an embedding tied across pipeline stages.
+  // is off): an embedding tied across pipeline stages.
   std::string overlap_grad_reduce_ignored() const;
   // parallel.use_distributed_optimizer over a group of more than one rank (decided alike on every
   // rank, whatever each one's shard holds).
@@ -122,7 +122,6 @@ class Trainer {
   void gather_unit(const nn::FlatShard::Unit& u, const Tensor& flat);
   // Sums the tied embedding's gradient of the first and last pipeline stages (embedding group).
   void reduce_tied_embedding();
-  void reduce_expert_parallel_grads();
   Config cfg_;
   comm::Communicator* dp_ = nullptr;   // gradient reduction (and optimizer sharding) group: dp, or dp x cp
   comm::Communicator* cp_ = nullptr;   // context parallelism
