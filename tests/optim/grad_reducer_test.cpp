@@ -175,6 +175,38 @@ TEST(GradReducer, ShardedBucketsAreReducedPartByPartToTheirOwners) {
   EXPECT_THROW(optim::GradReducer(c, Tensor::from_blob(g.data(), {100}, DType::f32), 30, {25, 25, 25, 20}), Error);
 }
 
+// Under expert parallelism the buffer is cut into units, each reduced over its own group: a bucket
+// launches one collective per unit it overlaps, on that unit's communicator and for its part only; a
+// unit without a group (experts no other rank holds) is left as it is. Owner units reduce each
+// part to its owner, ranks counted within the unit.
+TEST(GradReducer, UnitsAreReducedEachOverItsOwnGroup) {
+  std::vector<float> g(100, 1.0f);
+  RecordingComm dp(g.data(), 4.0f), experts(g.data(), 2.0f);
+  optim::GradReducer r(Tensor::from_blob(g.data(), {100}, DType::f32), 50,
+                       {{&dp, 0, 40, {}}, {nullptr, 40, 60, {}}, {&experts, 60, 100, {}}});
+  for (const Range& range : std::vector<Range>{{80, 100}, {50, 80}, {0, 50}}) r.ready(range.first, range.second);
+  r.finish();
+  // Buckets [50, 100) (launched at 50 elements) and [0, 50).
+  EXPECT_EQ(dp.launched, (std::vector<Range>{{0, 40}}));
+  EXPECT_EQ(experts.launched, (std::vector<Range>{{60, 100}}));
+  for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(g[size_t(i)], i < 40 ? 4.0f : i < 60 ? 1.0f : 2.0f) << i;
+  EXPECT_EQ(r.buckets_launched(), 2);
+
+  RecordingComm owners_dp(g.data(), 4.0f), owners_experts(g.data(), 2.0f);
+  optim::GradReducer sharded(Tensor::from_blob(g.data(), {100}, DType::f32), 1000,
+                             {{&owners_dp, 0, 40, {10, 10, 10, 10}}, {&owners_experts, 40, 100, {15, 15, 15, 15}}});
+  sharded.ready(0, 100);
+  sharded.finish();
+  using R = RecordingComm::Reduced;
+  EXPECT_EQ(owners_dp.reduced, (std::vector<R>{{0, 10, 0}, {10, 20, 1}, {20, 30, 2}, {30, 40, 3}}));
+  EXPECT_EQ(owners_experts.reduced, (std::vector<R>{{40, 55, 0}, {55, 70, 1}, {70, 85, 2}, {85, 100, 3}}));
+  // Units that do not tile the buffer are refused.
+  EXPECT_THROW(optim::GradReducer(Tensor::from_blob(g.data(), {100}, DType::f32), 10, {{&dp, 0, 40, {}}}), Error);
+  EXPECT_THROW(optim::GradReducer(Tensor::from_blob(g.data(), {100}, DType::f32), 10,
+                                  {{&dp, 0, 40, {}}, {&experts, 50, 100, {}}}),
+               Error);
+}
+
 // The local (one-rank) communicator: the sum over one rank is the gradient itself.
 TEST(GradReducer, LocalCommunicatorLeavesGradientsAsTheyAre) {
   auto local = comm::make_local_communicator();

@@ -28,10 +28,6 @@ ParamGather::ParamGather(std::vector<Unit> units, std::vector<std::pair<int64_t,
   TESSEL_CHECK(at == numel_, "ParamGather: buckets cover {} elements, the shards {}", at, numel_);
 }
 
-ParamGather::ParamGather(comm::Communicator& shard, std::vector<int64_t> owner_counts,
-                         std::vector<std::pair<int64_t, int64_t>> buckets)
-    : ParamGather(std::vector<Unit>{{&shard, 0, std::move(owner_counts)}}, std::move(buckets)) {}
-
 ParamGather::~ParamGather() {
   try {
     wait_all();

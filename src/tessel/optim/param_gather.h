@@ -30,9 +30,6 @@ class ParamGather {
   };
   // units: tiling the flat range in order; buckets: flat ranges [begin, end) tiling it, in forward order.
   ParamGather(std::vector<Unit> units, std::vector<std::pair<int64_t, int64_t>> buckets);
-  // One unit: the whole range over `shard`.
-  ParamGather(comm::Communicator& shard, std::vector<int64_t> owner_counts,
-              std::vector<std::pair<int64_t, int64_t>> buckets);
   ~ParamGather();  // waits for anything still in flight (the buffers outlive it)
 
   // Starts the gather of every bucket of flat (element i: parameter i), after `first` (gathers that

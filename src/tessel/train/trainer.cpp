@@ -116,12 +116,13 @@ std::vector<optim::GradReducer::Unit> Trainer::grad_units() const {
   }
   // All-reduced: runs of adjacent parameters of one kind, routed experts over the ranks holding the
   // same experts (null without other such ranks), the rest over dp.
+  bool run_is_experts = false;
   for (const nn::ParamSpec& s : ps.specs()) {
-    comm::Communicator* g = ep_ && s.expert ? ep_dp_ : dp_;
     const bool expert = ep_ && s.expert;
-    if (units.empty() || (units.back().group == dp_) == expert) {
+    if (units.empty() || expert != run_is_experts) {  // a new run starts where the last one ended
       const int64_t begin = units.empty() ? 0 : units.back().end;
-      units.push_back({g, begin, begin, {}});
+      units.push_back({expert ? ep_dp_ : dp_, begin, begin, {}});
+      run_is_experts = expert;
     }
     units.back().end = s.offset + s.numel;
   }
