@@ -73,6 +73,50 @@ TEST(BlockRange, CopiesExactlyTheElementsBothRangesHold) {
   }
 }
 
+// overlap_span against the elements copy_block_overlap reads, found one by one: it holds every one
+// of them; it is exactly their first to last when the boxes are equal or `to` is a whole box; it is
+// empty when the boxes do not meet.
+TEST(BlockRange, TheSpanToReadHoldsEveryElementCopied) {
+  std::mt19937 rng(11);
+  const std::vector<Shape> globals{{13}, {5, 7}, {3, 4, 6}, {2, 3, 2, 5}, {1, 9}};
+  int exact_cases = 0;
+  for (int trial = 0; trial < 1200; ++trial) {
+    const Shape& global = globals[size_t(trial) % globals.size()];
+    const BlockRange from = random_range(rng, global);
+    BlockRange to = random_range(rng, global);
+    if (trial % 3 == 1) to = ckpt::whole_box(to.begin, to.shape);                  // a tensor-parallel slice
+    if (trial % 3 == 2) {  // a distributed-optimizer shard of the same box
+      to = ckpt::whole_box(from.begin, from.shape);
+      to.flat_begin = std::uniform_int_distribution<int64_t>(0, to.flat_end)(rng);
+      to.flat_end = std::uniform_int_distribution<int64_t>(to.flat_begin, to.flat_end)(rng);
+    }
+    int64_t first = -1, last = -1;  // the first and last element of `from` read, from its flat_begin
+    for (int64_t j = to.flat_begin; j < to.flat_end; ++j) {
+      const int64_t i = index_in(from, coords_of(to, j));
+      if (i < 0) continue;
+      first = first < 0 ? i : std::min(first, i);
+      last = std::max(last, i);
+    }
+    const auto [lo, hi] = ckpt::overlap_span(from, to);
+    bool meet = true;
+    for (size_t d = 0; d < global.size(); ++d)
+      meet = meet && std::max(from.begin[d], to.begin[d]) < std::min(from.begin[d] + from.shape[d], to.begin[d] + to.shape[d]);
+    if (!meet) {
+      EXPECT_EQ(std::make_pair(lo, hi), std::make_pair(int64_t(0), int64_t(0))) << "trial " << trial;
+    }
+    if (first < 0) continue;
+    EXPECT_LE(lo, first) << "trial " << trial;
+    EXPECT_GT(hi, last) << "trial " << trial;
+    const bool same_box = from.begin == to.begin && from.shape == to.shape;
+    const bool whole_to = to.flat_begin == 0 && to.flat_end == ckpt::whole_box(to.begin, to.shape).flat_end;
+    if (same_box || whole_to) {
+      EXPECT_EQ(std::make_pair(lo, hi), std::make_pair(first, last + 1)) << "trial " << trial;
+      ++exact_cases;
+    }
+  }
+  EXPECT_GT(exact_cases, 100);  // both exact kinds were drawn often (134 with this seed)
+}
+
 TEST(BlockRange, AScalarIsOneElement) {
   const BlockRange whole = ckpt::whole_box({}, {});
   EXPECT_EQ(whole.flat_end, 1);

@@ -225,7 +225,7 @@ TEST(CheckpointMetadata, IllTypedKeysAreDamage) {
   EXPECT_HAS(load_after_editing_step2([](json& m) { m["files"] = json::array(); }),
              "metadata.json key 'files' must be an object, got array []");
   EXPECT_HAS(load_after_editing_step2([](json& m) { m["files"]["model.safetensors"]["crc32"] = int64_t(1) << 40; }),
-             "metadata.json key 'files.model.safetensors.crc32' must fit in 32 bits, got 1099511627776");
+             "metadata.json key 'files.model.safetensors.crc32' must be an integer in [0, 2^32), got number 1099511627776");
   EXPECT_HAS(load_after_editing_step2([](json& m) { m["config"] = 7; }),
              "metadata.json key 'config' must be a string, got number 7");
   EXPECT_HAS(load_after_editing_step2([](json& m) { m["lr_scale"] = 1.5; }),

@@ -4,9 +4,10 @@
 #  1. tp2 x pp2 x dp2 with the distributed optimizer trains 5 steps like one process (its final
 #     checkpoint assembled from the pieces by compare_runs.py's own reader); stopped at step 3, its
 #     checkpoint holds every element exactly once, over 8 rank files of similar size;
-#  2. that checkpoint resumes on the same layout bit for bit, and under dp4 (ZeRO), pp4 and in one
-#     process with the single-process run's continued losses; consolidated into whole tensors it
-#     resumes in one process bit for bit like the distributed form;
+#  2. that checkpoint (saved with a CRC-32 per 256 bytes of each piece, so that ranks read pieces in
+#     part) resumes on the same layout bit for bit, and under dp4 (ZeRO), pp4 and in one process with
+#     the single-process run's continued losses; consolidated into whole tensors it resumes in one
+#     process bit for bit like the distributed form;
 #  3. bf16 with sharded fp32 masters, and MoE under expert parallelism with the distributed
 #     optimizer and expert biases: saved and resumed on the same layout bit for bit, and resumed
 #     under another;
@@ -34,7 +35,9 @@ PY
 single llama
 run 8 full "${ZERO[@]}" "${DIST[@]}" --set $TP=2 --set $PP=2
 compare llama full
-run 8 stop "${ZERO[@]}" "${DIST[@]}" --set $TP=2 --set $PP=2 --set train.exit_interval=3
+# Its pieces get a CRC-32 per 256 bytes (the default, 16 MiB, is more than these tiny pieces hold),
+# so every resume below reads only the blocks of the pieces it needs.
+TESSEL_TEST_CKPT_CRC_BLOCK_BYTES=256 run 8 stop "${ZERO[@]}" "${DIST[@]}" --set $TP=2 --set $PP=2 --set train.exit_interval=3
 /usr/bin/python3 - "$HERE" stop/ckpt/step_00000003 <<'PY'
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
@@ -44,6 +47,10 @@ md = json.load(open(f"{d}/metadata.json"))
 assert md["format"] == "tessel-checkpoint-2" and md["parallel"]["tensor"] == 2 and md["parallel"]["pipeline"] == 2
 for kind in ("model", "optimizer"):  # asserts every element is in exactly one piece
     assert assemble_pieces(d, kind), kind
+blocked = [p for p in md["pieces"] if "crc32_blocks" in p]
+assert blocked and all(p["crc32_blocks"]["bytes"] == 256 for p in blocked), "no pieces with block CRC-32s"
+assert all(4 * (p["flat"][1] - p["flat"][0]) <= 256 or p["key"].startswith("state.")
+           for p in md["pieces"] if "crc32_blocks" not in p)
 sizes = {f: os.path.getsize(f"{d}/{f}") for f in sorted(md["files"])}
 assert len(sizes) == 8, sizes
 assert max(sizes.values()) < 1.5 * min(sizes.values()), sizes

@@ -83,4 +83,29 @@ int64_t copy_block_overlap(const BlockRange& from, const float* src, const Block
   return copied;
 }
 
+std::pair<int64_t, int64_t> overlap_span(const BlockRange& from, const BlockRange& to) {
+  const size_t rank = from.shape.size();
+  TESSEL_CHECK(to.shape.size() == rank && from.begin.size() == rank && to.begin.size() == rank,
+               "overlap_span: blocks of rank {} and {}", rank, to.shape.size());
+  int64_t lo = from.flat_begin, hi = from.flat_end;
+  if (from.begin == to.begin && from.shape == to.shape) {
+    lo = std::max(lo, to.flat_begin);
+    hi = std::min(hi, to.flat_end);
+  } else {
+    // The flat indices, in from's box, of the intersection's lowest and highest corners.
+    int64_t first = 0, last = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      const int64_t b = std::max(from.begin[d], to.begin[d]);
+      const int64_t e = std::min(from.begin[d] + from.shape[d], to.begin[d] + to.shape[d]);
+      if (b >= e) return {0, 0};
+      first = first * from.shape[d] + (b - from.begin[d]);
+      last = last * from.shape[d] + (e - 1 - from.begin[d]);
+    }
+    lo = std::max(lo, first);
+    hi = std::min(hi, last + 1);
+  }
+  if (lo >= hi) return {0, 0};
+  return {lo - from.flat_begin, hi - from.flat_begin};
+}
+
 }  // namespace tessel::ckpt

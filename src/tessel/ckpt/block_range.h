@@ -5,6 +5,7 @@
 // optimizer's shard of the flat parameter buffer cuts tensors that way). Loading under another
 // layout copies the overlap of the pieces saved with the block a rank now needs.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "tessel/core/tensor.h"
@@ -28,5 +29,14 @@ std::string block_range_problem(const BlockRange& r, const Shape& global_shape);
 // every dst[i] written (written has to.flat_end - to.flat_begin entries) and returns their number.
 int64_t copy_block_overlap(const BlockRange& from, const float* src, const BlockRange& to, float* dst,
                            std::vector<bool>& written);
+
+// The run of from's elements that copy_block_overlap(from, ..., to, ...) reads, as [first, last)
+// counted from from.flat_begin: {0, 0} when the boxes do not meet. Exact (the first and last element
+// copied) when the two boxes are equal or `to` is a whole box; otherwise it may take in elements
+// past both ends of the ones copied. A reader loads only these bytes of a saved piece.
+//
+// Row-major order inside any box is the lexicographic order of global coordinates, so the elements
+// of from's box inside to's box run from the intersection's lowest corner to its highest.
+std::pair<int64_t, int64_t> overlap_span(const BlockRange& from, const BlockRange& to);
 
 }  // namespace tessel::ckpt

@@ -63,6 +63,20 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
 
 uint32_t bytes_crc32(const void* data, size_t n) { return crc32_update(uint32_t(crc32(0L, Z_NULL, 0)), data, n); }
 
+BlockCrcs block_crc32s(const void* data, size_t n, size_t block_bytes) {
+  TESSEL_CHECK(block_bytes > 0, "block_crc32s: blocks of 0 bytes");
+  if (n <= block_bytes) return {bytes_crc32(data, n), {}};
+  BlockCrcs out;
+  out.whole = uint32_t(crc32(0L, Z_NULL, 0));
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t at = 0; at < n; at += block_bytes) {
+    const size_t len = std::min(block_bytes, n - at);
+    out.blocks.push_back(bytes_crc32(p + at, len));
+    out.whole = uint32_t(crc32_combine(out.whole, out.blocks.back(), z_off_t(len)));
+  }
+  return out;
+}
+
 void write_text_file(const fs::path& p, const std::string& text) {
   {
     std::ofstream out(p, std::ios::trunc);

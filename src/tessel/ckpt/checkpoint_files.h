@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace tessel::ckpt {
 
@@ -23,6 +24,14 @@ void fsync_path(const std::filesystem::path& p, bool directory);
 std::pair<uint32_t, int64_t> file_crc(const std::filesystem::path& p);  // CRC-32 (zlib) and size
 uint32_t bytes_crc32(const void* data, size_t n);                        // CRC-32 (zlib) of a buffer
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);         // the CRC-32 of what came before, then data
+// The CRC-32 of a buffer and, when it is longer than block_bytes, of each run of block_bytes bytes
+// (the last may be shorter; empty otherwise), in one pass: the whole from the blocks'
+// (zlib's crc32_combine).
+struct BlockCrcs {
+  uint32_t whole = 0;
+  std::vector<uint32_t> blocks;
+};
+BlockCrcs block_crc32s(const void* data, size_t n, size_t block_bytes);
 void write_text_file(const std::filesystem::path& p, const std::string& text);  // fsynced
 std::string read_text_file(const std::filesystem::path& p);
 

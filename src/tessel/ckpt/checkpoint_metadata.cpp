@@ -63,11 +63,12 @@ class Reader {
                  "{}: metadata.json key '{}' must be an integer in [0, 2^64), got {}", where_, key_path(key), shown(v));
     return v.get<uint64_t>();
   }
-  uint32_t unsigned32(const std::string& key) const {
-    const uint64_t v = unsigned64(key);
-    TESSEL_CHECK(v <= std::numeric_limits<uint32_t>::max(), "{}: metadata.json key '{}' must fit in 32 bits, got {}",
-                 where_, key_path(key), v);
-    return uint32_t(v);
+  uint32_t unsigned32(const std::string& key) const { return unsigned32_value(at(key), key_path(key)); }
+  uint32_t unsigned32_value(const json& v, const std::string& path) const {
+    TESSEL_CHECK((v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0)) &&
+                     v.get<uint64_t>() <= std::numeric_limits<uint32_t>::max(),
+                 "{}: metadata.json key '{}' must be an integer in [0, 2^32), got {}", where_, path, shown(v));
+    return uint32_t(v.get<uint64_t>());
   }
   std::string string(const std::string& key) const {
     const json& v = at(key);
@@ -161,6 +162,16 @@ CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std:
       piece.range.begin = p.shape("begin");
       piece.range.shape = p.shape("shape");
       piece.crc32 = p.unsigned32("crc32");
+      if (p.has("crc32_blocks")) {
+        const Reader blocks = p.object("crc32_blocks");
+        piece.block_bytes = blocks.non_negative("bytes");
+        TESSEL_CHECK(piece.block_bytes > 0 && piece.block_bytes % 4 == 0, "{}: metadata.json key '{}' must be a "
+                     "positive multiple of 4 bytes, got {}", where, blocks.key_path("bytes"), piece.block_bytes);
+        const json& list = blocks.at("crc32");
+        TESSEL_CHECK(list.is_array() && !list.empty(), "{}: metadata.json key '{}' must be a list of CRC-32s, got {}",
+                     where, blocks.key_path("crc32"), shown(list));
+        for (const json& c : list) piece.block_crc32.push_back(blocks.unsigned32_value(c, blocks.key_path("crc32")));
+      }
       const json& flat = p.at("flat");
       TESSEL_CHECK(flat.is_array() && flat.size() == 2, "{}: metadata.json key '{}' must be [begin, end], got {}", where,
                    p.key_path("flat"), shown(flat));

@@ -48,6 +48,11 @@ struct CheckpointMetadata {
     Shape global_shape;
     BlockRange range;
     uint32_t crc32 = 0;  // of the piece's bytes: a rank verifies what it reads, not whole files
+    // "crc32_blocks" (optional; written for f32 pieces larger than one block): the CRC-32 of each run
+    // of block_bytes bytes of the piece (the last may be shorter), so a rank that needs part of a
+    // piece reads and verifies only the blocks holding that part. Empty: the piece is read whole.
+    int64_t block_bytes = 0;
+    std::vector<uint32_t> block_crc32;
   };
   std::vector<Piece> pieces;
   std::string config;                          // the resolved config (YAML text)

@@ -45,13 +45,14 @@ void CheckpointReader::index_whole_format() {
     TESSEL_CHECK(md_.files.count(f), "checkpoint '{}': metadata.json does not list {}", dir_, f);
   open(kModelFile);  // its tensors must agree with metadata.json before a shape there counts as the model's
   for (const auto& [name, shape] : md_.global_shapes) {
-    keys_[name] = {shape, {{kModelFile, name, whole_box(Shape(shape.size(), 0), shape), std::nullopt}}};
+    keys_[name] = {shape, {{kModelFile, name, whole_box(Shape(shape.size(), 0), shape), std::nullopt, 0, {}}}};
     for (const std::string& m : {"exp_avg." + name, "exp_avg_sq." + name})
-      keys_[m] = {shape, {{kOptimFile, m, whole_box(Shape(shape.size(), 0), shape), std::nullopt}}};
+      keys_[m] = {shape, {{kOptimFile, m, whole_box(Shape(shape.size(), 0), shape), std::nullopt, 0, {}}}};
   }
   if (!md_.files.count(kStateFile)) return;
   for (const SafetensorsEntry& e : open(kStateFile).entries())
-    keys_[kStatePrefix + e.name] = {e.shape, {{kStateFile, e.name, whole_box(Shape(e.shape.size(), 0), e.shape), std::nullopt}}};
+    keys_[kStatePrefix + e.name] = {
+        e.shape, {{kStateFile, e.name, whole_box(Shape(e.shape.size(), 0), e.shape), std::nullopt, 0, {}}}};
 }
 
 void CheckpointReader::index_distributed_format() {
@@ -83,7 +84,16 @@ void CheckpointReader::index_distributed_format() {
                  "checkpoint '{}': metadata.json has pieces of '{}' with shapes {} and {}", dir_, p.key,
                  shape_str(s.global_shape), shape_str(p.global_shape));
     s.global_shape = p.global_shape;
-    s.pieces.push_back({p.file, p.key, p.range, p.crc32});
+    s.pieces.push_back({p.file, p.key, p.range, p.crc32, 0, {}});
+    if (!p.block_crc32.empty() && !starts_with(p.key, kStatePrefix)) {  // state is read whole
+      const int64_t bytes = (p.range.flat_end - p.range.flat_begin) * int64_t(sizeof(float));
+      const int64_t blocks = (bytes + p.block_bytes - 1) / p.block_bytes;
+      TESSEL_CHECK(int64_t(p.block_crc32.size()) == blocks, "checkpoint '{}': metadata.json has {} block CRC-32s for "
+                   "the piece '{}' in {}, whose {} bytes make {} blocks of {}", dir_, p.block_crc32.size(), p.key,
+                   p.file, bytes, blocks, p.block_bytes);
+      s.pieces.back().block_bytes = p.block_bytes;
+      s.pieces.back().block_crc32 = p.block_crc32;
+    }
     int64_t& elements = piece_elements[p.file];  // at least a byte each (f32, or a state tensor's dtype)
     elements += p.range.flat_end - p.range.flat_begin;
     TESSEL_CHECK(elements <= md_.files.at(p.file).bytes, "checkpoint '{}': metadata.json puts more elements in {} "
@@ -139,9 +149,8 @@ SafetensorsReader& CheckpointReader::open(const std::string& file) {
   return *slot;
 }
 
-Tensor CheckpointReader::read_piece(const std::string& key, const Piece& p, bool f32) {
-  SafetensorsReader& f = open(p.file);
-  const SafetensorsEntry* e = f.find(p.tensor);
+const SafetensorsEntry& CheckpointReader::piece_entry(const std::string& key, const Piece& p, bool f32) {
+  const SafetensorsEntry* e = open(p.file).find(p.tensor);
   TESSEL_CHECK(e, "checkpoint '{}': {} has no '{}'", dir_, p.file, p.tensor);
   int64_t numel = 1;
   for (int64_t d : e->shape) numel *= d;
@@ -149,7 +158,33 @@ Tensor CheckpointReader::read_piece(const std::string& key, const Piece& p, bool
                "metadata.json says {}", dir_, p.file, p.tensor, numel, p.range.flat_end - p.range.flat_begin);
   TESSEL_CHECK(!f32 || e->dtype == DType::f32, "checkpoint '{}': {} holds '{}' as {}, expected f32", dir_, p.file,
                key, dtype_name(e->dtype));
-  Tensor t = f.read(p.tensor);
+  return *e;
+}
+
+Tensor CheckpointReader::read_piece_blocks(const std::string& key, const Piece& p, int64_t first, int64_t last,
+                                           BlockRange* held) {
+  piece_entry(key, p, true);
+  const int64_t per_block = p.block_bytes / int64_t(sizeof(float));  // elements
+  const int64_t numel = p.range.flat_end - p.range.flat_begin;
+  const int64_t b0 = first / per_block, b1 = (last + per_block - 1) / per_block;
+  const int64_t e0 = b0 * per_block, e1 = std::min(numel, b1 * per_block);
+  Tensor t = Tensor::empty({e1 - e0}, DType::f32);
+  open(p.file).read_bytes(p.tensor, e0 * int64_t(sizeof(float)), t.nbytes(), t.raw());
+  bytes_read_ += t.nbytes();
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t at = (b - b0) * p.block_bytes, n = std::min(p.block_bytes, int64_t(t.nbytes()) - at);
+    const uint32_t crc = bytes_crc32(static_cast<const char*>(t.raw()) + at, size_t(n));
+    TESSEL_CHECK(crc == p.block_crc32[size_t(b)], "checkpoint '{}': {} is corrupted: block {} of its piece '{}' has "
+                 "CRC-32 {:08x}, expected {:08x}", dir_, p.file, b, p.tensor, crc, p.block_crc32[size_t(b)]);
+  }
+  *held = {p.range.begin, p.range.shape, p.range.flat_begin + e0, p.range.flat_begin + e1};
+  return t;
+}
+
+Tensor CheckpointReader::read_piece(const std::string& key, const Piece& p, bool f32) {
+  piece_entry(key, p, f32);
+  Tensor t = open(p.file).read(p.tensor);
+  bytes_read_ += t.nbytes();
   if (p.crc32) {
     const uint32_t crc = bytes_crc32(t.raw(), t.nbytes());
     TESSEL_CHECK(crc == *p.crc32, "checkpoint '{}': {} is corrupted: its piece '{}' has CRC-32 {:08x}, expected {:08x}",
@@ -169,8 +204,16 @@ void CheckpointReader::read(const std::string& key, const BlockRange& want, floa
   std::vector<bool> written(static_cast<size_t>(n), false);
   for (const Piece& p : it->second.pieces) {
     if (!may_overlap(p.range, want)) continue;
-    const Tensor t = read_piece(key, p, true);
-    copy_block_overlap(p.range, t.data<float>(), want, dst, written);
+    if (p.block_crc32.empty()) {
+      const Tensor t = read_piece(key, p, true);
+      copy_block_overlap(p.range, t.data<float>(), want, dst, written);
+      continue;
+    }
+    const auto [first, last] = overlap_span(p.range, want);
+    if (first == last) continue;
+    BlockRange held;
+    const Tensor t = read_piece_blocks(key, p, first, last, &held);
+    copy_block_overlap(held, t.data<float>(), want, dst, written);
   }
   const int64_t have = std::count(written.begin(), written.end(), true);
   TESSEL_CHECK(have == n, "checkpoint '{}': metadata.json's pieces of '{}' cover only {} of the {} elements asked for "

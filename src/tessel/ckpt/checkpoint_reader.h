@@ -12,8 +12,9 @@
 // Every failure is a tessel::Error naming the checkpoint (damage: the loader falls back to the
 // previous checkpoint). Every file's size is checked against metadata.json up front; tessel-
 // checkpoint-1 verifies a file's CRC-32 when it is first opened, tessel-checkpoint-2 each piece's
-// when it is read, so a rank reads only the pieces it needs (whole pieces: a rank needing part of
-// one reads all of it).
+// when it is read, so a rank reads only the pieces it needs. Of a piece saved with per-block CRC-32s
+// ("crc32_blocks") a rank needing part of it reads and verifies only the blocks holding that part;
+// other pieces are read whole.
 #include <map>
 #include <memory>
 #include <optional>
@@ -41,19 +42,27 @@ class CheckpointReader {
   Tensor read_whole(const std::string& key);  // the whole tensor: f32, or a state tensor's own dtype
   // The "state.<name>" tensors, by name without the prefix (empty when the checkpoint has none).
   std::vector<std::pair<std::string, Tensor>> state();
+  // Bytes of tensor data read from the files so far (each piece's bytes, or the blocks read of it).
+  int64_t bytes_read() const { return bytes_read_; }
 
  private:
   struct Piece {
     std::string file, tensor;  // the file, and the name of the piece's tensor in it
     BlockRange range;
     std::optional<uint32_t> crc32;  // of the piece's bytes (tessel-checkpoint-2; format 1 checks whole files)
+    int64_t block_bytes = 0;        // with block_crc32: the piece can be read in part (f32 pieces only)
+    std::vector<uint32_t> block_crc32;
   };
   struct Saved {
     Shape global_shape;
     std::vector<Piece> pieces;
   };
   SafetensorsReader& open(const std::string& file);  // verifies the file on first use
+  const SafetensorsEntry& piece_entry(const std::string& key, const Piece& p, bool f32);  // checked against p
   Tensor read_piece(const std::string& key, const Piece& p, bool f32);
+  // The blocks of an f32 piece holding its elements [first, last) (from its flat_begin), verified;
+  // *held is the part of the piece they hold.
+  Tensor read_piece_blocks(const std::string& key, const Piece& p, int64_t first, int64_t last, BlockRange* held);
   void index_whole_format();
   void index_distributed_format();
 
@@ -61,6 +70,7 @@ class CheckpointReader {
   CheckpointMetadata md_;
   std::map<std::string, Saved> keys_;
   std::map<std::string, std::unique_ptr<SafetensorsReader>> open_;
+  int64_t bytes_read_ = 0;
 };
 
 }  // namespace tessel::ckpt

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <memory>
 #include <filesystem>
 #include <map>
@@ -70,6 +71,21 @@ std::vector<LocalPiece> local_pieces(const nn::ParamStore& params, const optim::
 
 std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
 
+// Bytes per CRC-32 block of a piece (metadata.json "crc32_blocks"): a rank resharding reads a piece's
+// blocks that hold what it needs, not the whole piece. 16 MiB keeps metadata.json small (DeepSeek-V3's
+// 8 TB of fp32 masters and moments: about 500,000 CRCs) and wastes at most two blocks per piece read
+// in part. TESSEL_TEST_CKPT_CRC_BLOCK_BYTES=N (a positive multiple of 4) lets the tests' tiny models
+// have pieces of many blocks (read at each save).
+int64_t crc_block_bytes() {
+  const char* v = std::getenv("TESSEL_TEST_CKPT_CRC_BLOCK_BYTES");
+  if (!v || !*v) return int64_t(16) << 20;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  TESSEL_CHECK(end && *end == '\0' && n > 0 && n % 4 == 0,
+               "TESSEL_TEST_CKPT_CRC_BLOCK_BYTES must be a positive multiple of 4 bytes, got '{}'", v);
+  return int64_t(n);
+}
+
 }  // namespace
 
 std::string save_distributed_checkpoint(const std::string& dir, const nn::ParamStore& params, const optim::AdamW& opt,
@@ -108,9 +124,15 @@ StagedSave stage_distributed_checkpoint(const std::string& dir, const nn::ParamS
   // and the pieces metadata.json will list.
   const std::vector<LocalPiece> mine = local_pieces(params, opt, extra_state);
   json my_list = json::array();
+  const int64_t block_bytes = crc_block_bytes();
   for (const auto& p : mine) {
     json d = describe(p);
-    d["crc32"] = bytes_crc32(p.values.raw(), p.values.nbytes());
+    // Other training state is always read whole; values and moments may be read in part.
+    const bool partial_reads = p.key.rfind("state.", 0) != 0;
+    const BlockCrcs crcs = block_crc32s(p.values.raw(), p.values.nbytes(),
+                                        partial_reads ? size_t(block_bytes) : p.values.nbytes() + 1);
+    d["crc32"] = crcs.whole;
+    if (!crcs.blocks.empty()) d["crc32_blocks"] = {{"bytes", block_bytes}, {"crc32", crcs.blocks}};
     my_list.push_back(std::move(d));
   }
   std::vector<int32_t> keep_mine(mine.size(), 1);
@@ -123,6 +145,7 @@ StagedSave stage_distributed_checkpoint(const std::string& dir, const nn::ParamS
       for (const json& d : list) {
         json what = d;
         what.erase("crc32");  // replicas are equal; the description alone decides
+        what.erase("crc32_blocks");
         const bool first = writer.emplace(what.dump(), r).second;
         keep_r.push_back(first ? 1 : 0);
         const std::string key = d.at("key");

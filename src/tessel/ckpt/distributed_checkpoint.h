@@ -8,7 +8,8 @@
 //                                         other training state (FP8 scaling, MoE expert biases), 1-D
 //   step_00000100/metadata.json           as tessel-checkpoint-1's, plus "pieces": for each piece its
 //                                         key, file, global shape, box (begin, shape) and flat range
-//                                         within the box; and "parallel": the layout that saved it
+//                                         within the box, its CRC-32 and, past 16 MiB, the CRC-32 of
+//                                         each 16 MiB of it; and "parallel": the layout that saved it
 // Replicas (data- and context-parallel copies, tensors every tensor-parallel rank holds whole,
 // non-expert parameters under expert parallelism) are written once, by the lowest world rank that
 // holds them. Loading under any layout reads the pieces each rank's blocks overlap

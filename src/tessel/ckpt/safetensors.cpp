@@ -141,6 +141,16 @@ Tensor SafetensorsReader::read(const std::string& name) {
   return read_entry(src, data_start_, *e, path_);
 }
 
+void SafetensorsReader::read_bytes(const std::string& name, int64_t begin, int64_t n, void* dst) {
+  const SafetensorsEntry* e = find(name);
+  TESSEL_CHECK(e, "{}: no tensor named '{}' ({} tensors in the file)", path_, name, header_.entries.size());
+  TESSEL_CHECK(begin >= 0 && n >= 0 && n <= e->end - e->begin - begin, "{}: bytes [{}, {}) of tensor '{}', which has {}",
+               path_, begin, begin + n, name, e->end - e->begin);
+  in_.clear();
+  FileSource src(in_);
+  TESSEL_CHECK(src.read(data_start_ + e->begin + begin, n, dst), "{}: could not read tensor '{}'", path_, name);
+}
+
 SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& source) {
   const DeviceAccessScope host_copy;  // file contents into tensors: a host-to-device copy
   BufferSource src(bytes);

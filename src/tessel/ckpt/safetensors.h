@@ -32,6 +32,8 @@ class SafetensorsReader {
   const std::vector<SafetensorsEntry>& entries() const { return header_.entries; }
   const SafetensorsEntry* find(const std::string& name) const;  // null when the file has no such tensor
   Tensor read(const std::string& name);                         // throws naming the file and the tensor
+  // Bytes [begin, begin + n) of tensor `name`'s data into dst; throws naming the file and the tensor.
+  void read_bytes(const std::string& name, int64_t begin, int64_t n, void* dst);
   const std::string& path() const { return path_; }
 
  private:
