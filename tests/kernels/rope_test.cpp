@@ -80,6 +80,47 @@ INSTANTIATE_TEST_SUITE_P(Grid, RopeTest,
                                             ::testing::Values(10000.0, 500000.0)),
                          rope_name);
 
+// Multi-latent attention's layout: each head is nope + rope columns and only its last rope are
+// rotated, all heads in one call (head_stride = nope + rope); the nope columns stay as they are.
+TEST(Rope, HeadsApartRotateOnlyTheirOwnColumns) {
+  const int64_t T = 7, rows = 2 * T, heads = 3, Dh = 8, nope = 5, stride = nope + Dh, ld = heads * stride + 2;
+  const double base = 10000.0;
+  Rand rng(23);
+  std::vector<float> buf = rng.normals(sz(rows * ld));
+  const std::vector<float> orig = buf;
+  const kernels::RopeTable tab(T, Dh, base);
+  kernels::rope_apply(tab, rows, heads, buf.data() + nope, ld, false, -1, stride);
+  std::vector<double> got, ref, xin(sz(Dh)), yref(sz(Dh));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < ld; ++c) {
+      const int64_t in_head = c % stride, h = c / stride;
+      if (h >= heads || in_head < nope) {
+        ASSERT_EQ(buf[sz(r * ld + c)], orig[sz(r * ld + c)]) << "row " << r << " col " << c;
+        continue;
+      }
+      if (in_head != nope) continue;  // once per head: its first rotary column
+      for (int64_t d = 0; d < Dh; ++d) xin[sz(d)] = orig[sz(r * ld + c + d)];
+      testref::rope_head(Dh, r % T, base, xin.data(), yref.data());
+      for (int64_t d = 0; d < Dh; ++d) {
+        got.push_back(buf[sz(r * ld + c + d)]);
+        ref.push_back(yref[sz(d)]);
+      }
+    }
+  ASSERT_EQ(got.size(), sz(rows * heads * Dh));
+  EXPECT_TRUE(testref::all_close(got, ref, Tol<float>::rel, "rope(x), heads apart"));
+}
+
+TEST(Rope, AShapeThatIsNotHeadsApartIsRefused) {
+  const kernels::RopeTable tab(4, 8, 10000.0);
+  try {
+    kernels::rope(tab, Tensor::empty({4, 30}, DType::f32), 3, false, -1, 13);  // 3 heads 13 apart need 34
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope: x must be f32 [rows, 3 heads x 8 columns, 13 apart]"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Rope, TableValues) {
   const kernels::RopeTable tab(5, 6, 10000.0);
   EXPECT_EQ(tab.T, 5);

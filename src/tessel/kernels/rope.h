@@ -22,13 +22,17 @@ struct RopeTable {
 };
 
 // pos0 < 0: row r has position r % T (a [B, T] batch). pos0 >= 0: rows are consecutive positions
-// pos0, pos0 + 1, ... of one sequence (incremental decoding).
+// pos0, pos0 + 1, ... of one sequence (incremental decoding). head_stride: columns from one head's
+// first rotated column to the next head's (0: Dh, heads back to back; multi-latent attention rotates
+// the last `rope` columns of heads of nope + rope columns).
 void rope_apply(const RopeTable& tab, int64_t rows, int64_t heads, float* x, int64_t ld, bool inverse,
-                int64_t pos0 = -1);
+                int64_t pos0 = -1, int64_t head_stride = 0);
 
-// The family's dispatch point (kernels/rope.cpp): x [rows, heads * Dh] f32, rows strided (a column
-// slice of a fused projection is fine), rotated in place; the table stays on the host (it is
-// constant: a device keeps its own copy).
-void rope(const RopeTable& tab, const Tensor& x, int64_t heads, bool inverse, int64_t pos0 = -1);
+// The family's dispatch point (kernels/rope.cpp): x [rows, (heads - 1) * head_stride + Dh] f32
+// (head_stride 0: [rows, heads * Dh]), rows strided (a column slice of a fused projection is fine),
+// the Dh columns of each head rotated in place, the columns between heads untouched; the table
+// stays on the host (it is constant: a device keeps its own copy). One call for all heads.
+void rope(const RopeTable& tab, const Tensor& x, int64_t heads, bool inverse, int64_t pos0 = -1,
+          int64_t head_stride = 0);
 
 }  // namespace tessel::kernels

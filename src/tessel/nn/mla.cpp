@@ -8,7 +8,6 @@
 #include "tessel/kernels/cast.h"
 #include "tessel/kernels/heads.h"
 #include "tessel/kernels/rope.h"
-#include "tessel/nn/alike_calls.h"
 #include "tessel/nn/context_parallel.h"
 #include "tessel/nn/sequence_parallel.h"
 
@@ -68,23 +67,24 @@ MlaAttention::MlaAttention(ParamStore& ps, const std::string& prefix, const Mode
   key_lse_ = prefix + ".mla_lse";
 }
 
-void MlaAttention::apply_rope(const Tensor& x, bool inverse) const {
+void MlaAttention::apply_rope(const Tensor& x, bool inverse, int64_t heads, int64_t head_stride) const {
   if (!cp_) {
-    kernels::rope(*rope_, x, 1, inverse);  // row r: position r % T
+    kernels::rope(*rope_, x, heads, inverse, -1, head_stride);  // row r: position r % T
     return;
   }
   // Context parallelism: each local sequence is two chunks of consecutive global positions.
   const int64_t L = T_ / 2, T = T_ * cp_->size();
   for (int64_t b = 0; b < x.size(0) / T_; ++b)
     for (int64_t j = 0; j < 2; ++j)
-      kernels::rope(*rope_, x.slice(0, b * T_ + j * L, b * T_ + (j + 1) * L), 1, inverse,
-                    cp_global_position(j * L, T, cp_->rank(), cp_->size()));
+      kernels::rope(*rope_, x.slice(0, b * T_ + j * L, b * T_ + (j + 1) * L), heads, inverse,
+                    cp_global_position(j * L, T, cp_->rank(), cp_->size()), head_stride);
 }
 
 void MlaAttention::apply_rope_to_heads(const Tensor& x, bool inverse) const {
-  // The rotary columns [nope, nope + rope) of every head of x [N, H * (nope + rope)].
+  // The rotary columns [nope, nope + rope) of every head of x [N, H * (nope + rope)], in one call:
+  // columns [nope, H * D) hold H rotary blocks D apart.
   const int64_t D = qk();
-  run_alike_calls(0, H_, x.is_meta(), {}, [&](int64_t h) { apply_rope(x.slice(1, h * D + nope_, (h + 1) * D), inverse); });
+  apply_rope(x.slice(1, nope_, H_ * D), inverse, H_, D);
 }
 
 Tensor MlaAttention::forward(const LinearInput& y, int64_t batch, Activations& saved) {

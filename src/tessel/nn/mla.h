@@ -48,7 +48,8 @@ class MlaAttention final : public AttentionBlock {
   int64_t qk() const { return nope_ + rope_dim_; }
   // Rotates x [rows, rope] (rows strided: a column slice is fine) in place, row r at its sequence
   // position (under context parallelism: its global one).
-  void apply_rope(const Tensor& x, bool inverse) const;
+  // heads rotary blocks head_stride columns apart (0: one block, all of x's columns).
+  void apply_rope(const Tensor& x, bool inverse, int64_t heads = 1, int64_t head_stride = 0) const;
   void apply_rope_to_heads(const Tensor& x, bool inverse) const;  // every head's rotary columns
   DeepConstPtr<ParamStore> ps_;  // const methods see a const store (core/deep_const.h)
   comm::Communicator* tp_;

@@ -31,9 +31,9 @@ std::shared_ptr<const RopeTable> RopeTable::shared(int64_t T, int64_t Dh, double
 }
 
 void rope_apply(const RopeTable& tab, int64_t rows, int64_t heads, float* x, int64_t ld, bool inverse,
-                int64_t pos0) {
+                int64_t pos0, int64_t head_stride) {
   TESSEL_CHECK(pos0 < 0 || pos0 + rows <= tab.T, "RoPE: positions up to {} exceed the table's {}", pos0 + rows, tab.T);
-  const int64_t half = tab.half;
+  const int64_t half = tab.half, stride = head_stride > 0 ? head_stride : 2 * half;
   const float sgn = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -41,7 +41,7 @@ void rope_apply(const RopeTable& tab, int64_t rows, int64_t heads, float* x, int
     const float* c = tab.cos.data() + t * half;
     const float* s = tab.sin.data() + t * half;
     for (int64_t h = 0; h < heads; ++h) {
-      float* x1 = x + r * ld + h * 2 * half;
+      float* x1 = x + r * ld + h * stride;
       float* x2 = x1 + half;
 #pragma omp simd
       for (int64_t j = 0; j < half; ++j) {
