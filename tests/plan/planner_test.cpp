@@ -115,7 +115,8 @@ TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
       "matmul": {"tflops": 1000, "efficient_factor": 0.5, "accurate_efficient_factor": {
         "b=1, m=4096, k=8192, n=1024, layout=TN, accumulate=False, out_dtype=bf16": 0.6,
         "b=1, m=1024, k=4096, n=8192, layout=NT, accumulate=True, out_dtype=fp32": 0.7}},
-      "sdp_fwd": {"tflops": 1000, "efficient_factor": 0.4, "accurate_efficient_factor": {}},
+      "sdp_fwd": {"tflops": 1000, "efficient_factor": 0.4, "accurate_efficient_factor": {
+        "batch=1, seq_len=32768, head_num=8, kv_head_num=1, qk_head_dim=128, v_head_dim=128, qkv_contiguous=True": 1.2}},
       "sdp_bwd": {"tflops": 1000, "efficient_factor": 0.3}},
      "bandwidth": {"default": {"gbps": 8000, "efficient_factor": 0.5, "latency_us": 3}}},
     "networks": {"high_intra_node": {"bandwidth": {"gbps": 900, "efficient_factor": 1, "latency_us": 35},
@@ -128,6 +129,11 @@ TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
   EXPECT_DOUBLE_EQ(hw.compute.at("gemm.bf16").efficiency.at({4096, 1024, 8192}, "NT"), 0.6);
   EXPECT_DOUBLE_EQ(hw.compute.at("gemm.bf16").efficiency.at({1024, 8192, 4096}, "TN+acc"), 0.7);
   EXPECT_DOUBLE_EQ(hw.compute.at("gemm.f32").peak_flops, 0.5e15);
+  // SimuMax counts a causal attention's FLOPs as if unmasked (its efficiencies reach 1.2 at 32k
+  // tokens); tessel counts the work done, half of that: the efficiencies are halved.
+  EXPECT_DOUBLE_EQ(hw.compute.at("attention_fwd").efficiency.at({1, 32768, 8, 1, 128, 128}, ""), 0.6);
+  EXPECT_DOUBLE_EQ(hw.compute.at("attention_fwd").efficiency.fallback, 0.2);
+  EXPECT_DOUBLE_EQ(hw.compute.at("attention_bwd").efficiency.fallback, 0.15);
   EXPECT_DOUBLE_EQ(hw.memory_latency_s, 3e-6);
   const CollectiveProfile& ag = hw.networks.at("intra_node").ops.at("all_gather");
   EXPECT_DOUBLE_EQ(ag.latency_s, 35e-6);  // the level's values where the op leaves them out
