@@ -4,6 +4,7 @@
 // checkpoint_metadata (fuzz/corpus/ in the repository holds the committed output; rerun it when a
 // writer's format changes). CONFIG_DIR: the repository's configs/ (copied, and written back resolved).
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -94,6 +95,12 @@ void hf_config_seeds(const fs::path& out) {
 void metadata_seeds(const fs::path& out, const fs::path& ckpt) {
   copy_into(ckpt / "step_00000002" / "metadata.json", out, "seed-step2.json");
   copy_into(ckpt / "step_00000001" / "metadata.json", out, "seed-step1.json");
+  // A distributed checkpoint's (tessel-checkpoint-2): pieces, and block CRC-32s (64-byte blocks).
+  const fs::path dist = fuzz::scratch_dir() / "distributed";
+  ::setenv("TESSEL_TEST_CKPT_CRC_BLOCK_BYTES", "64", 1);
+  fuzz::save_tiny_distributed_checkpoint(dist);
+  ::unsetenv("TESSEL_TEST_CKPT_CRC_BLOCK_BYTES");
+  copy_into(dist / "step_00000001" / "metadata.json", out, "seed-distributed-blocks.json");
 }
 
 }  // namespace

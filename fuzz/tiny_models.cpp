@@ -1,6 +1,8 @@
 #include "tiny_models.h"
 
 #include "tessel/ckpt/checkpoint.h"
+#include "tessel/ckpt/distributed_checkpoint.h"
+#include "tessel/comm/communicator.h"
 #include "tessel/ckpt/hf.h"
 #include "tessel/nn/model.h"
 #include "tessel/optim/adamw.h"
@@ -59,19 +61,36 @@ void export_tiny_hf(const std::string& flavour, const std::filesystem::path& dir
   ckpt::export_hf(c, m.params(), dir.string(), m.state_tensors());
 }
 
+namespace {
+
+// Parameter values that are exact in fp32 and involve no arithmetic that a compiler may contract or
+// vectorise differently: the files, and so the CRC-32s in the committed metadata.json seeds, are the
+// same from every build (the harness checks the CRCs of the files it writes itself).
+void set_exact_values(nn::Model& m, int64_t step) {
+  float* p = m.params().params_data();
+  for (int64_t i = 0; i < m.params().numel(); ++i) p[i] = float((i * step) % 13) * 0.125f - 0.75f;
+}
+
+}  // namespace
+
 nn::ModelConfig save_tiny_checkpoints(const std::filesystem::path& dir) {
   const nn::ModelConfig c = tiny_model("llama");
   nn::Model m(c);
   optim::AdamW opt(m.params(), {});
-  // Parameter values that are exact in fp32 and involve no arithmetic that a compiler may contract
-  // or vectorise differently: the files, and so the CRC-32s in the committed metadata.json seeds,
-  // are the same from every build (the harness checks the CRCs of the files it writes itself).
   for (int64_t step = 1; step <= 2; ++step) {
-    float* p = m.params().params_data();
-    for (int64_t i = 0; i < m.params().numel(); ++i) p[i] = float((i * step) % 13) * 0.125f - 0.75f;
+    set_exact_values(m, step);
     ckpt::save_checkpoint(dir.string(), m.params(), opt, {step, 4 * step, 1234}, "model:\n  num_layers: 1\n", 3);
   }
   return c;
+}
+
+void save_tiny_distributed_checkpoint(const std::filesystem::path& dir) {
+  nn::Model m(tiny_model("llama"));
+  optim::AdamW opt(m.params(), {});
+  set_exact_values(m, 1);
+  auto world = comm::make_local_communicator();
+  ckpt::save_distributed_checkpoint(dir.string(), m.params(), opt, {1, 4, 1234}, "model:\n  num_layers: 1\n", 3,
+                                    *world, {}, {{"world", 1}});
 }
 
 }  // namespace tessel::fuzz

@@ -20,5 +20,7 @@ void export_tiny_hf(const std::string& flavour, const std::filesystem::path& dir
 // A checkpoint directory with two saves of the tiny Llama (step_00000001, step_00000002; `latest`
 // names step 2), as `tessel train` leaves it. Returns the model configuration saved.
 nn::ModelConfig save_tiny_checkpoints(const std::filesystem::path& dir);
+// The same model's step 1 as a distributed checkpoint (checkpoint.distributed, one rank).
+void save_tiny_distributed_checkpoint(const std::filesystem::path& dir);
 
 }  // namespace tessel::fuzz
