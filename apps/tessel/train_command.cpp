@@ -143,9 +143,12 @@ int run_train(const TrainOptions& o) {
       resumed_history = st->resilience;
       consumed = st->consumed_samples;
       trainer.scale_learning_rate(st->lr_scale);  // what earlier rewinds made of the learning rate
-      if (lead) std::printf("resumed from checkpoint.dir %s at step %lld (%lld samples consumed); loaded in %.2f s\n",
-                  cfg.checkpoint.dir.c_str(), (long long)start, (long long)st->consumed_samples,
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+      if (lead)
+        std::printf("resumed from checkpoint.dir %s at step %lld (%lld samples consumed); loaded in %.2f s, "
+                    "%lld bytes of tensor data read by rank 0\n",
+                    cfg.checkpoint.dir.c_str(), (long long)start, (long long)st->consumed_samples,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(),
+                    (long long)st->bytes_read);
     }
   }
   const std::string metrics_path = (fs::path(cfg.log.dir) / "metrics.jsonl").string();

@@ -105,9 +105,14 @@ TEST(DistributedCheckpoint, LargePiecesAreSavedWithBlockCrcsAndLoadBack) {
   a.params().initialize(1);
   optim::AdamW oa(a.params(), {});
   perturb(a, oa, 0.5f);
-  ::setenv("TESSEL_TEST_CKPT_CRC_BLOCK_BYTES", "64", 1);
-  const std::string where = save(s.dir, a, oa, 2);
-  ::unsetenv("TESSEL_TEST_CKPT_CRC_BLOCK_BYTES");
+  std::string where;
+  {
+    struct BlockBytes {  // set for this save only, even if it throws
+      BlockBytes() { ::setenv("TESSEL_TEST_CKPT_CRC_BLOCK_BYTES", "64", 1); }
+      ~BlockBytes() { ::unsetenv("TESSEL_TEST_CKPT_CRC_BLOCK_BYTES"); }
+    } block_bytes;
+    where = save(s.dir, a, oa, 2);
+  }
   const json md = json::parse(std::ifstream(where + "/metadata.json"));
   int with_blocks = 0;
   std::string big;  // a piece of many blocks
@@ -330,6 +335,9 @@ TEST(DistributedCheckpoint, BlockCrcsThatDoNotFitThePieceAreDamage) {
              "metadata.json key 'pieces[1].crc32_blocks.bytes' must be a positive multiple of 4 bytes, got 6");
   EXPECT_HAS(reader_error([](json& m) { m["pieces"][1]["crc32_blocks"]["crc32"][2] = -1; }),
              "metadata.json key 'pieces[1].crc32_blocks.crc32' must be an integer in [0, 2^32), got number -1");
+  // Blocks whose CRCs do not make the piece's: one of the two would go unchecked by reads of the other.
+  EXPECT_HAS(reader_error([](json& m) { m["pieces"][0]["crc32_blocks"]["crc32"][1] = 12345; }),
+             "metadata.json's block CRC-32s of the piece 't' in rank_00000.safetensors make ");
 }
 
 TEST(DistributedCheckpoint, PiecesThatOverlapAndLeaveAGapAreDamage) {

@@ -6,8 +6,9 @@
 #     checkpoint holds every element exactly once, over 8 rank files of similar size;
 #  2. that checkpoint (saved with a CRC-32 per 256 bytes of each piece, so that ranks read pieces in
 #     part) resumes on the same layout bit for bit, and under dp4 (ZeRO), pp4 and in one process with
-#     the single-process run's continued losses; consolidated into whole tensors it resumes in one
-#     process bit for bit like the distributed form;
+#     the single-process run's continued losses, and under tp4 (also from the same step saved
+#     without block CRC-32s: the same losses, and rank 0 read fewer bytes with them); consolidated
+#     into whole tensors it resumes in one process bit for bit like the distributed form;
 #  3. bf16 with sharded fp32 masters, and MoE under expert parallelism with the distributed
 #     optimizer and expert biases: saved and resumed on the same layout bit for bit, and resumed
 #     under another;
@@ -59,7 +60,7 @@ print("tp2 x pp2 x dp2 ZeRO checkpoint: every element once; bytes per rank file:
 PY
 
 # 2. Resume it on the same layout, under dp4 with ZeRO, pp4, in one process, and consolidated.
-for copy in dp4 pp4 one whole-src; do cp -r stop/ckpt at3-$copy; done
+for copy in dp4 pp4 tp4 one whole-src; do cp -r stop/ckpt at3-$copy; done
 run 8 stop "${ZERO[@]}" "${DIST[@]}" --set $TP=2 --set $PP=2
 grep -q "resumed from checkpoint.dir stop/ckpt at step 3" stop.log
 same_losses full stop
@@ -70,6 +71,21 @@ for r in dp4 pp4 one; do
   grep -q "resumed from checkpoint.dir at3-$r at step 3" $r.log
   compare --resumed llama $r --from-step 3
 done
+# Under tp4 from the block-CRC checkpoint, and from the same step saved without block CRC-32s: the
+# single-process run's losses, the same from both, and rank 0 read less with the blocks (a quarter
+# of the rows is half of a tp2 piece's rows for column-parallel weights and the embedding).
+run 8 stop-whole "${ZERO[@]}" "${DIST[@]}" --set $TP=2 --set $PP=2 --set train.exit_interval=3
+cp -r stop-whole/ckpt at3-tp4-whole
+run 4 tp4 "${DIST[@]}" --set $TP=4 --set checkpoint.dir=at3-tp4
+run 4 tp4-whole "${DIST[@]}" --set $TP=4 --set checkpoint.dir=at3-tp4-whole
+compare --resumed llama tp4 --from-step 3
+same_losses tp4 tp4-whole
+/usr/bin/python3 - tp4.log tp4-whole.log <<'PY'
+import re, sys
+read = [int(re.search(r"(\d+) bytes of tensor data read by rank 0", open(f).read()).group(1)) for f in sys.argv[1:]]
+assert read[0] < read[1], f"rank 0 read {read[0]} bytes with block CRC-32s, {read[1]} without"
+print(f"tp4 resume: rank 0 read {read[0]} bytes with block CRC-32s, {read[1]} reading whole pieces")
+PY
 "$TESSEL" ckpt consolidate --ckpt at3-whole-src --out at3-whole > consolidate.log
 grep -q "consolidated at3-whole-src/step_00000003 into at3-whole/step_00000003" consolidate.log
 single one-whole --set checkpoint.dir=at3-whole

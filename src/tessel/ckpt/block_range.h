@@ -32,8 +32,10 @@ int64_t copy_block_overlap(const BlockRange& from, const float* src, const Block
 
 // The run of from's elements that copy_block_overlap(from, ..., to, ...) reads, as [first, last)
 // counted from from.flat_begin: {0, 0} when the boxes do not meet. Exact (the first and last element
-// copied) when the two boxes are equal or `to` is a whole box; otherwise it may take in elements
-// past both ends of the ones copied. A reader loads only these bytes of a saved piece.
+// copied) when the two boxes are equal or both ranges are whole boxes; otherwise it may take in
+// elements past both ends of the ones copied. A reader loads only these bytes of a saved piece: for
+// a slice of columns (a row-parallel weight under another tensor-parallel size) that is nearly all
+// of it, for a slice of rows or a shard of a flat range only the part needed.
 //
 // Row-major order inside any box is the lexicographic order of global coordinates, so the elements
 // of from's box inside to's box run from the intersection's lowest corner to its highest.

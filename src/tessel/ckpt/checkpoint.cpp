@@ -299,7 +299,7 @@ TrainState load_checkpoint(const std::string& ckpt_dir, nn::ParamStore& params, 
     opt->set_steps_taken(md.optimizer_steps);
   }
   if (extra_state) *extra_state = std::move(state);
-  return TrainState{md.step, md.consumed_samples, md.seed, md.crc32, md.lr_scale, md.resilience};
+  return TrainState{md.step, md.consumed_samples, md.seed, md.crc32, md.lr_scale, md.resilience, ck.bytes_read()};
 }
 
 void check_loaded_range(const std::string& dir, const LoadedRange& r) {

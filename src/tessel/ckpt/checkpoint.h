@@ -33,6 +33,7 @@ struct TrainState {
   uint32_t metadata_crc = 0;     // set on load: CRC-32 of the metadata.json it came from
   double lr_scale = 1.0;         // the learning-rate factor of resilience rewinds (rewind_lr_scale) so far
   ResilienceHistory resilience{};  // the detectors' windows and the rewinds counted (checkpoint_metadata.h)
+  int64_t bytes_read = 0;          // set on load: bytes of tensor data this rank read from the files
 };
 
 // An intact checkpoint saved from another model (tensor names, count or shapes): a configuration

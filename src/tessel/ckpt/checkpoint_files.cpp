@@ -63,6 +63,13 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
 
 uint32_t bytes_crc32(const void* data, size_t n) { return crc32_update(uint32_t(crc32(0L, Z_NULL, 0)), data, n); }
 
+uint32_t combine_block_crc32s(const std::vector<uint32_t>& blocks, int64_t n, int64_t block_bytes) {
+  uLong whole = crc32(0L, Z_NULL, 0);
+  for (size_t b = 0; b < blocks.size(); ++b)
+    whole = crc32_combine(whole, blocks[b], z_off_t(std::min(block_bytes, n - int64_t(b) * block_bytes)));
+  return uint32_t(whole);
+}
+
 BlockCrcs block_crc32s(const void* data, size_t n, size_t block_bytes) {
   TESSEL_CHECK(block_bytes > 0, "block_crc32s: blocks of 0 bytes");
   if (n <= block_bytes) return {bytes_crc32(data, n), {}};

@@ -32,6 +32,8 @@ struct BlockCrcs {
   std::vector<uint32_t> blocks;
 };
 BlockCrcs block_crc32s(const void* data, size_t n, size_t block_bytes);
+// The CRC-32 of n bytes from the CRC-32s of their runs of block_bytes (the last may be shorter).
+uint32_t combine_block_crc32s(const std::vector<uint32_t>& blocks, int64_t n, int64_t block_bytes);
 void write_text_file(const std::filesystem::path& p, const std::string& text);  // fsynced
 std::string read_text_file(const std::filesystem::path& p);
 

@@ -85,19 +85,24 @@ void CheckpointReader::index_distributed_format() {
                  shape_str(s.global_shape), shape_str(p.global_shape));
     s.global_shape = p.global_shape;
     s.pieces.push_back({p.file, p.key, p.range, p.crc32, 0, {}});
-    if (!p.block_crc32.empty() && !starts_with(p.key, kStatePrefix)) {  // state is read whole
-      const int64_t bytes = (p.range.flat_end - p.range.flat_begin) * int64_t(sizeof(float));
-      const int64_t blocks = (bytes + p.block_bytes - 1) / p.block_bytes;
-      TESSEL_CHECK(int64_t(p.block_crc32.size()) == blocks, "checkpoint '{}': metadata.json has {} block CRC-32s for "
-                   "the piece '{}' in {}, whose {} bytes make {} blocks of {}", dir_, p.block_crc32.size(), p.key,
-                   p.file, bytes, blocks, p.block_bytes);
-      s.pieces.back().block_bytes = p.block_bytes;
-      s.pieces.back().block_crc32 = p.block_crc32;
-    }
     int64_t& elements = piece_elements[p.file];  // at least a byte each (f32, or a state tensor's dtype)
     elements += p.range.flat_end - p.range.flat_begin;
     TESSEL_CHECK(elements <= md_.files.at(p.file).bytes, "checkpoint '{}': metadata.json puts more elements in {} "
                  "than its {} bytes hold", dir_, p.file, md_.files.at(p.file).bytes);
+    if (!p.block_crc32.empty() && !starts_with(p.key, kStatePrefix)) {  // state is read whole
+      // f32: 4 bytes an element, within the file's size (checked above), so no product overflows.
+      const int64_t bytes = (p.range.flat_end - p.range.flat_begin) * int64_t(sizeof(float));
+      const int64_t blocks = bytes / p.block_bytes + (bytes % p.block_bytes != 0 ? 1 : 0);
+      TESSEL_CHECK(int64_t(p.block_crc32.size()) == blocks, "checkpoint '{}': metadata.json has {} block CRC-32s for "
+                   "the piece '{}' in {}, whose {} bytes make {} blocks of {}", dir_, p.block_crc32.size(), p.key,
+                   p.file, bytes, blocks, p.block_bytes);
+      // The blocks' CRCs must make the piece's: one is not left unchecked when only the other is read.
+      const uint32_t whole = combine_block_crc32s(p.block_crc32, bytes, p.block_bytes);
+      TESSEL_CHECK(whole == p.crc32, "checkpoint '{}': metadata.json's block CRC-32s of the piece '{}' in {} make "
+                   "{:08x}, its crc32 says {:08x}", dir_, p.key, p.file, whole, p.crc32);
+      s.pieces.back().block_bytes = p.block_bytes;
+      s.pieces.back().block_crc32 = p.block_crc32;
+    }
   }
   // Every tensor's pieces add up to its elements (each element saved once).
   for (const auto& [key, saved] : keys_) {

@@ -142,6 +142,7 @@ Tensor SafetensorsReader::read(const std::string& name) {
 }
 
 void SafetensorsReader::read_bytes(const std::string& name, int64_t begin, int64_t n, void* dst) {
+  const DeviceAccessScope host_copy;  // file contents into dst: a host-to-device copy
   const SafetensorsEntry* e = find(name);
   TESSEL_CHECK(e, "{}: no tensor named '{}' ({} tensors in the file)", path_, name, header_.entries.size());
   TESSEL_CHECK(begin >= 0 && n >= 0 && n <= e->end - e->begin - begin, "{}: bytes [{}, {}) of tensor '{}', which has {}",
