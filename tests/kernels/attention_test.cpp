@@ -187,6 +187,74 @@ TEST(Attention, LargeScoresAcrossTiles) {
   }
 }
 
+// Value heads narrower than query/key heads (multi-latent attention: qk 24, v 16 or 12 here) against
+// the same attention with the values zero-padded to the key width, the form checked against the
+// double reference above: the padded output columns are 0 and the rest agree, as do dq, dk and the
+// unpadded dv (to f32 rounding: the products run through other loops).
+template <class To>
+void check_narrow_values(int64_t Dv, bool causal) {
+  const int64_t B = 2, T = 70, H = 4, G = 2, Dh = 24, N = B * T;
+  Rand rng(uint64_t(100 + Dv + causal));
+  const std::vector<float> q = rng.normals(sz(N * H * Dh)), k = rng.normals(sz(N * G * Dh));
+  const std::vector<float> v = rng.normals(sz(N * G * Dv)), dout = rng.normals(sz(N * H * Dv));
+  std::vector<float> vpad(sz(N * G * Dh), 0.0f), doutpad(sz(N * H * Dh), 0.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t d = 0; d < Dv; ++d) vpad[sz((n * G + g) * Dh + d)] = v[sz((n * G + g) * Dv + d)];
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < Dv; ++d) doutpad[sz((n * H + h) * Dh + d)] = dout[sz((n * H + h) * Dv + d)];
+  }
+  const float scale = float(1.0 / std::sqrt(double(Dh)));
+  const AttentionShape narrow{B, T, H, G, Dh, causal, scale, Dv}, padded{B, T, H, G, Dh, causal, scale};
+  std::vector<To> out(sz(N * H * Dv)), outpad(sz(N * H * Dh));
+  std::vector<float> lse(sz(B * H * T)), lsepad(sz(B * H * T));
+  kernels::attention_fwd<To>(narrow, q.data(), H * Dh, k.data(), G * Dh, v.data(), G * Dv, out.data(), H * Dv,
+                             lse.data());
+  kernels::attention_fwd<To>(padded, q.data(), H * Dh, k.data(), G * Dh, vpad.data(), G * Dh, outpad.data(), H * Dh,
+                             lsepad.data());
+  std::vector<double> got, want;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < Dh; ++d) {
+        const double p = testref::to_d(outpad[sz((n * H + h) * Dh + d)]);
+        if (d >= Dv) {
+          ASSERT_EQ(p, 0.0) << "padded output column";
+          continue;
+        }
+        got.push_back(testref::to_d(out[sz((n * H + h) * Dv + d)]));
+        want.push_back(p);
+      }
+  EXPECT_TRUE(testref::all_close(got, want, Tol<To>::rel, "out"));
+  EXPECT_TRUE(testref::all_close(testref::to_double(lse), testref::to_double(lsepad), Tol<float>::rel, "lse"));
+
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size()), dqpad(q.size()), dkpad(k.size()), dvpad(vpad.size());
+  kernels::attention_bwd<To>(narrow, q.data(), H * Dh, k.data(), G * Dh, v.data(), G * Dv, out.data(), H * Dv,
+                             dout.data(), H * Dv, lse.data(), dq.data(), H * Dh, dk.data(), G * Dh, dv.data(), G * Dv);
+  kernels::attention_bwd<To>(padded, q.data(), H * Dh, k.data(), G * Dh, vpad.data(), G * Dh, outpad.data(), H * Dh,
+                             doutpad.data(), H * Dh, lsepad.data(), dqpad.data(), H * Dh, dkpad.data(), G * Dh,
+                             dvpad.data(), G * Dh);
+  EXPECT_TRUE(testref::all_close(testref::to_double(dq), testref::to_double(dqpad), Tol<To>::rel, "dq"));
+  EXPECT_TRUE(testref::all_close(testref::to_double(dk), testref::to_double(dkpad), Tol<To>::rel, "dk"));
+  got.clear();
+  want.clear();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t d = 0; d < Dv; ++d) {
+        got.push_back(dv[sz((n * G + g) * Dv + d)]);
+        want.push_back(dvpad[sz((n * G + g) * Dh + d)]);
+      }
+  EXPECT_TRUE(testref::all_close(got, want, Tol<float>::rel, "dv"));
+}
+
+TEST(Attention, NarrowerValueHeadsEqualZeroPaddedOnes) {
+  for (int64_t Dv : {16, 12})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "Dv " << Dv << (causal ? " causal" : " full"));
+      check_narrow_values<float>(Dv, causal);
+      check_narrow_values<bf16>(Dv, causal);
+    }
+}
+
 TEST(Attention, HeadsNotDivisibleThrows) {
   std::vector<float> buf(1024), lse(64);
   const AttentionShape s{1, 2, 3, 2, 4, false, 0.5f};

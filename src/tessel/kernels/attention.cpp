@@ -23,8 +23,8 @@ void check_operands(const char* op, const AttentionShape& s, const Tensor& q, co
   const int64_t N = s.B * s.T;
   check_heads(op, q, N, s.H * s.Dh, false, "q");
   check_heads(op, k, N, s.G * s.Dh, false, "k");
-  check_heads(op, v, N, s.G * s.Dh, false, "v");
-  check_heads(op, out, N, s.H * s.Dh, true, "out");
+  check_heads(op, v, N, s.G * s.dv(), false, "v");
+  check_heads(op, out, N, s.H * s.dv(), true, "out");
   TESSEL_CHECK(lse.dtype() == DType::f32 && lse.shape() == Shape({s.B, s.H, s.T}) && lse.is_contiguous(),
                "{}: lse must be a contiguous f32 [{}, {}, {}], got {}", op, s.B, s.H, s.T, lse.str());
 }
@@ -32,7 +32,7 @@ void check_operands(const char* op, const AttentionShape& s, const Tensor& q, co
 }  // namespace
 
 double attention_forward_flops(const AttentionShape& s) {
-  const double full = 4.0 * double(s.B) * double(s.H) * double(s.T) * double(s.T) * double(s.Dh);
+  const double full = 2.0 * double(s.B) * double(s.H) * double(s.T) * double(s.T) * double(s.Dh + s.dv());
   return s.causal ? full / 2 : full;
 }
 
@@ -58,10 +58,10 @@ void attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& 
                         const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const char* op = "attention_bwd";
   check_operands(op, s, q, k, v, out, lse);
-  check_heads(op, dout, s.B * s.T, s.H * s.Dh, false, "dout");
+  check_heads(op, dout, s.B * s.T, s.H * s.dv(), false, "dout");
   check_heads(op, dq, s.B * s.T, s.H * s.Dh, false, "dq");
   check_heads(op, dk, s.B * s.T, s.G * s.Dh, false, "dk");
-  check_heads(op, dv, s.B * s.T, s.G * s.Dh, false, "dv");
+  check_heads(op, dv, s.B * s.T, s.G * s.dv(), false, "dv");
   const Device device = common_device(op, {&q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv});
   // The probabilities are recomputed (one more QK^T), then dV, dP, dQ, dK: 2.5 forwards.
   record_op(op, {&q, &k, &v, &out, &dout, &lse}, {&dq, &dk, &dv}, 2.5 * attention_forward_flops(s));

@@ -3,8 +3,10 @@
 // (FlashAttention-2, Dao 2023, arXiv 2307.08691): no T x T matrix is kept. Forward saves only the
 // output and the per-row log-sum-exp; backward recomputes the probabilities tile by tile.
 //
-// Layout: element (b, t, head, d) of q lives at q[(b*T + t) * ldq + head*Dh + d]; k and v likewise with
-// kv head g = head / (H / G); out and dout use H heads, dk/dv use G heads. lse is [B, H, T].
+// Layout: element (b, t, head, d) of q lives at q[(b*T + t) * ldq + head*Dh + d]; k likewise with kv
+// head g = head / (H / G); v, out and dout have heads of Dv columns (Dv = Dh unless set: multi-latent
+// attention's values are narrower than its queries and keys); out and dout use H heads, dk/dv use G
+// heads. lse is [B, H, T].
 #include <cstdint>
 
 #include "tessel/core/tensor.h"
@@ -14,17 +16,20 @@ namespace tessel::kernels {
 struct AttentionShape {
   int64_t B, T, H, G, Dh;
   bool causal;
-  float scale;  // usually 1/sqrt(Dh)
+  float scale;     // usually 1/sqrt(Dh)
+  int64_t Dv = 0;  // columns per value head; 0: Dh
+  int64_t dv() const { return Dv > 0 ? Dv : Dh; }
 };
 
 // The family's dispatch point (kernels/attention.cpp), as tensors on one device. q [B*T, H*Dh], k
-// and v [B*T, G*Dh] f32, rows strided (column slices of one fused qkv are fine); out [B*T, H*Dh] f32
-// or bf16; lse [B, H, T] f32. Backward: dout f32 like out; dq, dk, dv shaped like q, k, v.
+// [B*T, G*Dh] and v [B*T, G*Dv] f32, rows strided (column slices of one fused qkv are fine); out
+// [B*T, H*Dv] f32 or bf16; lse [B, H, T] f32. Backward: dout f32 like out; dq, dk, dv shaped like q,
+// k, v.
 void attention_forward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& lse);
 void attention_backward(const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv);
-// Multiply-adds of one forward: QK^T and PV over the (causal: lower) triangle.
+// FLOPs of one forward: QK^T (Dh) and PV (Dv) over the (causal: lower) triangle.
 double attention_forward_flops(const AttentionShape& s);
 
 // Incremental decoding of one sequence against its KV cache (nn::KVCache): n new rows at positions

@@ -37,10 +37,12 @@ PairMode pair_mode(int64_t a, int64_t c, bool causal) {
   return c == a ? PairMode::causal : PairMode::skip;
 }
 
-// The sizes every ring step works with. Chunk buffers are packed: [B*L rows, heads*Dh].
+// The sizes every ring step works with. Chunk buffers are packed: [B*L rows, heads*Dh] (values,
+// outputs and their gradients: heads*Dv).
 struct Ring {
   kernels::AttentionShape chunk;  // one chunk against one chunk: T = L
-  int64_t Tl, L, nq, nkv, nlse;   // local rows; chunk rows; floats of a q chunk, a k chunk, an lse chunk
+  // Local rows; chunk rows; floats of a q, out, k, v and lse chunk.
+  int64_t Tl, L, nq, nout, nk, nv, nlse;
   int rank, size, next, prev;
 
   Ring(const kernels::AttentionShape& local, const comm::Communicator& cp) : chunk(local) {
@@ -54,7 +56,9 @@ struct Ring {
     L = Tl / 2;
     chunk.T = L;
     nq = local.B * L * local.H * local.Dh;
-    nkv = local.B * L * local.G * local.Dh;
+    nout = local.B * L * local.H * local.dv();
+    nk = local.B * L * local.G * local.Dh;
+    nv = local.B * L * local.G * local.dv();
     nlse = local.B * local.H * L;
     rank = cp.rank();
     size = cp.size();
@@ -62,9 +66,13 @@ struct Ring {
     prev = (rank + size - 1) % size;
   }
   int64_t qcols() const { return chunk.H * chunk.Dh; }
-  int64_t kvcols() const { return chunk.G * chunk.Dh; }
+  int64_t ocols() const { return chunk.H * chunk.dv(); }
+  int64_t kcols() const { return chunk.G * chunk.Dh; }
+  int64_t vcols() const { return chunk.G * chunk.dv(); }
   // A K/V (or dK/dV) block of one rank: [K chunk 0 | K chunk 1 | V chunk 0 | V chunk 1].
-  int64_t kv_block() const { return 4 * nkv; }
+  int64_t kv_block() const { return 2 * nk + 2 * nv; }
+  int64_t k_at(int j) const { return j * nk; }
+  int64_t v_at(int j) const { return 2 * nk + j * nv; }
 };
 
 // Local chunk j of rows [B*Tl, cols] (row stride ld) <-> packed [B*L, cols].
@@ -95,8 +103,8 @@ void unpack_lse(const Ring& r, const float* src, int j, float* lse) {
 // This rank's K/V as one ring block (block: kv_block() floats).
 void pack_kv(const Ring& r, const float* k, int64_t ldk, const float* v, int64_t ldv, float* block) {
   for (int j = 0; j < 2; ++j) {
-    pack_chunk(r, k, ldk, r.kvcols(), j, block + j * r.nkv);
-    pack_chunk(r, v, ldv, r.kvcols(), j, block + (2 + j) * r.nkv);
+    pack_chunk(r, k, ldk, r.kcols(), j, block + r.k_at(j));
+    pack_chunk(r, v, ldv, r.vcols(), j, block + r.v_at(j));
   }
 }
 
@@ -113,9 +121,9 @@ struct RingForwardBuffers {
     {
       const MemoryCategoryScope tag(MemoryCategory::workspace);
       qc = ring_buffer(2 * r.nq, DType::f32, d);
-      acc = ring_buffer(2 * r.nq, DType::f32, d);
+      acc = ring_buffer(2 * r.nout, DType::f32, d);
       lse_acc = ring_buffer(2 * r.nlse, DType::f32, d);
-      part = ring_buffer(r.nq, DType::f32, d);
+      part = ring_buffer(r.nout, DType::f32, d);
       part_lse = ring_buffer(r.nlse, DType::f32, d);
     }
     const MemoryCategoryScope tag(MemoryCategory::communication);
@@ -133,13 +141,13 @@ struct RingBackwardBuffers {
     {
       const MemoryCategoryScope tag(MemoryCategory::workspace);
       qc = ring_buffer(2 * r.nq, DType::f32, d);
-      doc = ring_buffer(2 * r.nq, DType::f32, d);
+      doc = ring_buffer(2 * r.nout, DType::f32, d);
       lsec = ring_buffer(2 * r.nlse, DType::f32, d);
       dq_acc = ring_buffer(2 * r.nq, DType::f32, d);
-      oc = ring_buffer(2 * r.nq, out_dtype, d);
+      oc = ring_buffer(2 * r.nout, out_dtype, d);
       dq_s = ring_buffer(r.nq, DType::f32, d);
-      dk_s = ring_buffer(r.nkv, DType::f32, d);
-      dv_s = ring_buffer(r.nkv, DType::f32, d);
+      dk_s = ring_buffer(r.nk, DType::f32, d);
+      dv_s = ring_buffer(r.nv, DType::f32, d);
     }
     const MemoryCategoryScope tag(MemoryCategory::communication);
     kv = ring_buffer(r.kv_block(), DType::f32, d);
@@ -167,10 +175,10 @@ struct RingTransfer {
 };
 
 // Online-softmax merge of a partial result (out_j, lse_j) over some keys into the accumulated one
-// (both [B*L, H*Dh] fp32 and [B, H, L]): lse = log(e^lse_acc + e^lse_j),
+// (both [B*L, H*Dv] fp32 and [B, H, L]): lse = log(e^lse_acc + e^lse_j),
 // out_acc = out_acc * e^(lse_acc - lse) + out_j * e^(lse_j - lse).
 void merge_partial(const Ring& r, const float* out_j, const float* lse_j, float* out_acc, float* lse_acc) {
-  const int64_t H = r.chunk.H, Dh = r.chunk.Dh;
+  const int64_t H = r.chunk.H, Dv = r.chunk.dv();
   for (int64_t b = 0; b < r.chunk.B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < r.L; ++t) {
@@ -179,9 +187,9 @@ void merge_partial(const Ring& r, const float* out_j, const float* lse_j, float*
         const float m = std::max(la, lb);  // lb is finite: every computed row sees at least one key
         const float lse = m + std::log(std::exp(la - m) + std::exp(lb - m));
         const float wa = std::exp(la - lse), wb = std::exp(lb - lse);
-        float* o = out_acc + (b * r.L + t) * H * Dh + h * Dh;
-        const float* p = out_j + (b * r.L + t) * H * Dh + h * Dh;
-        for (int64_t d = 0; d < Dh; ++d) o[d] = o[d] * wa + p[d] * wb;
+        float* o = out_acc + (b * r.L + t) * H * Dv + h * Dv;
+        const float* p = out_j + (b * r.L + t) * H * Dv + h * Dv;
+        for (int64_t d = 0; d < Dv; ++d) o[d] = o[d] * wa + p[d] * wb;
         lse_acc[li] = lse;
       }
 }
@@ -260,7 +268,7 @@ void cp_attention_fwd(const kernels::AttentionShape& local, const float* q, int6
   const Ring r(local, cp);
   const DeviceAccessScope on_device;  // the ring's buffers are device tensors, used here by host code
   RingForwardBuffers buf(r, Device::cpu);
-  const int64_t nq = r.nq, nlse = r.nlse;
+  const int64_t nq = r.nq, nout = r.nout, nlse = r.nlse;
   float* qc = buf.qc.data<float>();
   float* acc = buf.acc.data<float>();
   float* lse_acc = buf.lse_acc.data<float>();
@@ -268,7 +276,7 @@ void cp_attention_fwd(const kernels::AttentionShape& local, const float* q, int6
   float* part_lse = buf.part_lse.data<float>();
   float* kv = buf.kv.data<float>();
   float* kv_next = buf.kv_next.data<float>();
-  std::fill_n(acc, 2 * nq, 0.0f);
+  std::fill_n(acc, 2 * nout, 0.0f);
   std::fill_n(lse_acc, 2 * nlse, -std::numeric_limits<float>::infinity());
   for (int j = 0; j < 2; ++j) pack_chunk(r, q, ldq, r.qcols(), j, qc + j * nq);
   pack_kv(r, k, ldk, v, ldv, kv);
@@ -279,15 +287,15 @@ void cp_attention_fwd(const kernels::AttentionShape& local, const float* q, int6
     RingTransfer transfer;
     if (step + 1 < r.size) transfer.start(cp, r, kv, kv_next, kTagKv);
     for_each_pair(r, src, local.causal, [&](int j, int kc, const kernels::AttentionShape& s) {
-      kernels::attention_fwd<float>(s, qc + j * nq, r.qcols(), kv + kc * r.nkv, r.kvcols(), kv + (2 + kc) * r.nkv,
-                                    r.kvcols(), part, r.qcols(), part_lse);
-      merge_partial(r, part, part_lse, acc + j * nq, lse_acc + j * nlse);
+      kernels::attention_fwd<float>(s, qc + j * nq, r.qcols(), kv + r.k_at(kc), r.kcols(), kv + r.v_at(kc), r.vcols(),
+                                    part, r.ocols(), part_lse);
+      merge_partial(r, part, part_lse, acc + j * nout, lse_acc + j * nlse);
     });
     transfer.wait();
     std::swap(kv, kv_next);
   }
   for (int j = 0; j < 2; ++j) {
-    unpack_chunk(r, acc + j * nq, r.qcols(), j, out, ldo);
+    unpack_chunk(r, acc + j * nout, r.ocols(), j, out, ldo);
     unpack_lse(r, lse_acc + j * nlse, j, lse);
   }
 }
@@ -300,7 +308,7 @@ void cp_attention_bwd(const kernels::AttentionShape& local, const float* q, int6
   const Ring r(local, cp);
   const DeviceAccessScope on_device;  // the ring's buffers are device tensors, used here by host code
   RingBackwardBuffers buf(r, std::is_same_v<To, bf16> ? DType::bf16 : DType::f32, Device::cpu);
-  const int64_t nq = r.nq, nlse = r.nlse, nkv = r.nkv;
+  const int64_t nq = r.nq, nout = r.nout, nlse = r.nlse;
   // This rank's query-side rows, per chunk. With the global out and lse, the kernel's backward over
   // one key chunk gives that chunk's exact share of dq and the exact dk, dv of those keys.
   float* qc = buf.qc.data<float>();
@@ -311,8 +319,8 @@ void cp_attention_bwd(const kernels::AttentionShape& local, const float* q, int6
   std::fill_n(dq_acc, 2 * nq, 0.0f);
   for (int j = 0; j < 2; ++j) {
     pack_chunk(r, q, ldq, r.qcols(), j, qc + j * nq);
-    pack_chunk(r, dout, lddo, r.qcols(), j, doc + j * nq);
-    pack_chunk(r, out, ldo, r.qcols(), j, oc + j * nq);
+    pack_chunk(r, dout, lddo, r.ocols(), j, doc + j * nout);
+    pack_chunk(r, out, ldo, r.ocols(), j, oc + j * nout);
     pack_lse(r, lse, j, lsec + j * nlse);
   }
   float* kv = buf.kv.data<float>();
@@ -334,12 +342,12 @@ void cp_attention_bwd(const kernels::AttentionShape& local, const float* q, int6
     if (step + 1 < r.size) kv_transfer.start(cp, r, kv, kv_next, kTagKv);
     std::fill_n(dkv_acc, r.kv_block(), 0.0f);
     for_each_pair(r, src, local.causal, [&](int j, int kc, const kernels::AttentionShape& s) {
-      kernels::attention_bwd<To>(s, qc + j * nq, r.qcols(), kv + kc * nkv, r.kvcols(), kv + (2 + kc) * nkv, r.kvcols(),
-                                 oc + j * nq, r.qcols(), doc + j * nq, r.qcols(), lsec + j * nlse, dq_s, r.qcols(), dk_s,
-                                 r.kvcols(), dv_s, r.kvcols());
+      kernels::attention_bwd<To>(s, qc + j * nq, r.qcols(), kv + r.k_at(kc), r.kcols(), kv + r.v_at(kc), r.vcols(),
+                                 oc + j * nout, r.ocols(), doc + j * nout, r.ocols(), lsec + j * nlse, dq_s, r.qcols(),
+                                 dk_s, r.kcols(), dv_s, r.vcols());
       add_into(dq_acc + j * nq, dq_s, r.nq);
-      add_into(dkv_acc + kc * nkv, dk_s, r.nkv);
-      add_into(dkv_acc + (2 + kc) * nkv, dv_s, r.nkv);
+      add_into(dkv_acc + r.k_at(kc), dk_s, r.nk);
+      add_into(dkv_acc + r.v_at(kc), dv_s, r.nv);
     });
     if (step > 0) {  // the earlier ranks' share of this block's gradient has arrived meanwhile
       dkv_transfer.wait();
@@ -356,8 +364,8 @@ void cp_attention_bwd(const kernels::AttentionShape& local, const float* q, int6
   const float* dkv = r.size > 1 ? dkv_in : dkv_acc;  // this rank's own K/V gradient
   for (int j = 0; j < 2; ++j) {
     unpack_chunk(r, dq_acc + j * nq, r.qcols(), j, dq, lddq);
-    unpack_chunk(r, dkv + j * nkv, r.kvcols(), j, dk, lddk);
-    unpack_chunk(r, dkv + (2 + j) * nkv, r.kvcols(), j, dv, lddv);
+    unpack_chunk(r, dkv + r.k_at(j), r.kcols(), j, dk, lddk);
+    unpack_chunk(r, dkv + r.v_at(j), r.vcols(), j, dv, lddv);
   }
 }
 
@@ -374,16 +382,17 @@ double ring_forward_flops(const Ring& r, bool causal) {
 
 void check_ring_operands(const char* op, const kernels::AttentionShape& s, const Tensor& q, const Tensor& k,
                          const Tensor& v, const Tensor& out, const Tensor& lse) {
-  const int64_t N = s.B * s.T;
+  const int64_t N = s.B * s.T, Dv = s.dv();
   TESSEL_CHECK(q.dim() == 2 && q.size(0) == N && q.size(1) == s.H * s.Dh && q.stride(1) == 1 && q.dtype() == DType::f32 &&
                    k.dim() == 2 && k.size(0) == N && k.size(1) == s.G * s.Dh && k.stride(1) == 1 &&
-                   k.dtype() == DType::f32 && v.shape() == k.shape() && v.stride(1) == 1 && v.dtype() == DType::f32,
-               "{}: q [{}, {}], k and v [{}, {}] f32 with unit column stride, got {} {} {}", op, N, s.H * s.Dh, N,
-               s.G * s.Dh, q.str(), k.str(), v.str());
-  TESSEL_CHECK(out.shape() == Shape({N, s.H * s.Dh}) && out.is_contiguous() &&
+                   k.dtype() == DType::f32 && v.dim() == 2 && v.size(0) == N && v.size(1) == s.G * Dv &&
+                   v.stride(1) == 1 && v.dtype() == DType::f32,
+               "{}: q [{}, {}], k [{}, {}] and v [{}, {}] f32 with unit column stride, got {} {} {}", op, N,
+               s.H * s.Dh, N, s.G * s.Dh, N, s.G * Dv, q.str(), k.str(), v.str());
+  TESSEL_CHECK(out.shape() == Shape({N, s.H * Dv}) && out.is_contiguous() &&
                    (out.dtype() == DType::f32 || out.dtype() == DType::bf16) &&
                    lse.shape() == Shape({s.B, s.H, s.T}) && lse.dtype() == DType::f32 && lse.is_contiguous(),
-               "{}: out [{}, {}] f32 or bf16 and lse [{}, {}, {}] f32, got {} and {}", op, N, s.H * s.Dh, s.B, s.H,
+               "{}: out [{}, {}] f32 or bf16 and lse [{}, {}, {}] f32, got {} and {}", op, N, s.H * Dv, s.B, s.H,
                s.T, out.str(), lse.str());
 }
 

@@ -87,6 +87,12 @@ void MlaAttention::apply_rope_to_heads(const Tensor& x, bool inverse) const {
   apply_rope(x.slice(1, nope_, H_ * D), inverse, H_, D);
 }
 
+kernels::AttentionShape MlaAttention::attention_shape(int64_t batch) const {
+  // Queries and keys of nope + rope columns, values of v: softmax scale 1 / sqrt(nope + rope).
+  const int64_t D = qk();
+  return {batch, T_, H_, H_, D, true, float(1.0 / std::sqrt(double(D))), v_};
+}
+
 Tensor MlaAttention::forward(const LinearInput& y, int64_t batch, Activations& saved) {
   TESSEL_CHECK(!y.quantized(), "multi-latent attention takes its input unquantized (two Linears read it)");
   return forward(y.x, batch, saved);
@@ -116,38 +122,34 @@ Tensor MlaAttention::forward(const Tensor& y, int64_t batch, Activations& saved)
   const Tensor kv = kv_b_.forward(kv_norm_.forward(columns(kva, 0, kv_lora_), Tensor(), r2, saved), saved);
   Tensor kpe = columns(kva, kv_lora_, rope_dim_);
   if (sp_) kpe = sequence_all_gather(kpe, *tp_);  // [N, rope], small
-  Tensor k = Tensor::empty({N, ld}, DType::f32), v = Tensor::zeros({N, ld}, DType::f32);
+  Tensor k = Tensor::empty({N, ld}, DType::f32), v = Tensor::empty({N, H_ * v_}, DType::f32);
   {
     ProfileScope prof("rope");
     apply_rope(kpe, false);
     apply_rope_to_heads(q, false);
   }
   // Keys: each head's nope columns from kv_b, then the shared rotary key; values: each head's v
-  // columns from kv_b, zero-padded to the query width D (the kernel takes one head width).
+  // columns from kv_b (heads of v columns: the kernel takes value heads narrower than the keys).
   const int64_t kv_head = nope_ + v_;
   kernels::copy_head_columns(kv, kv_head, 0, k, D, 0, nope_, H_);
   kernels::copy_head_columns(kpe, 0, 0, k, D, nope_, rope_dim_, H_);
-  kernels::copy_head_columns(kv, kv_head, nope_, v, D, 0, v_, H_);
-  Tensor out = Tensor::empty({N, ld}, ps_->compute_dtype());
+  kernels::copy_head_columns(kv, kv_head, nope_, v, v_, 0, v_, H_);
+  Tensor out = Tensor::empty({N, H_ * v_}, ps_->compute_dtype());
   Tensor lse = Tensor::empty({batch, H_, T_}, DType::f32);
-  const kernels::AttentionShape s{batch, T_, H_, H_, D, true, float(1.0 / std::sqrt(double(D)))};
+  const kernels::AttentionShape s = attention_shape(batch);
   {
-    ProfileScope prof("attention_fwd", 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(D) / 2 *
-                                           double(cp_ ? cp_->size() : 1));
+    ProfileScope prof("attention_fwd", kernels::attention_forward_flops(s) * double(cp_ ? cp_->size() : 1));
     if (cp_)
       ring_attention_forward(s, q, k, v, out, lse, *cp_);
     else
       kernels::attention_forward(s, q, k, v, out, lse);
   }
-  // The first v columns of each head go to the output projection.
-  Tensor outv = Tensor::empty({N, H_ * v_}, ps_->compute_dtype());
-  kernels::copy_head_columns(out, D, 0, outv, v_, 0, v_, H_);
   saved.put(key_q_, q);
   saved.put(key_k_, k);
   saved.put(key_v_, v);
   saved.put(key_out_, out);
   saved.put(key_lse_, lse);
-  return o_.forward(outv, saved);
+  return o_.forward(out, saved);  // [N, H * v]: every head's output goes to the output projection
 }
 
 Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) {
@@ -156,24 +158,21 @@ Tensor MlaAttention::backward_input(const Tensor& dout, Activations& saved) {
   const Tensor out = saved.get(key_out_), lse = saved.get(key_lse_);
   for (const auto& key : {key_q_, key_k_, key_v_, key_out_, key_lse_}) saved.erase(key);
   const int64_t N = q.size(0), D = qk(), ld = H_ * D, batch = N / T_;
-  Tensor dpad = Tensor::zeros({N, ld}, DType::f32);
-  kernels::copy_head_columns(dov, v_, 0, dpad, D, 0, v_, H_);
   Tensor dq = Tensor::empty({N, ld}, DType::f32), dk = Tensor::empty({N, ld}, DType::f32);
-  Tensor dv = Tensor::empty({N, ld}, DType::f32);
-  const kernels::AttentionShape s{batch, T_, H_, H_, D, true, float(1.0 / std::sqrt(double(D)))};
+  Tensor dv = Tensor::empty({N, H_ * v_}, DType::f32);
+  const kernels::AttentionShape s = attention_shape(batch);
   {
-    ProfileScope prof("attention_bwd", 2.5 * 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(D) /
-                                           2 * double(cp_ ? cp_->size() : 1));
+    ProfileScope prof("attention_bwd", 2.5 * kernels::attention_forward_flops(s) * double(cp_ ? cp_->size() : 1));
     if (cp_)
-      ring_attention_backward(s, q, k, v, out, dpad, lse, dq, dk, dv, *cp_);
+      ring_attention_backward(s, q, k, v, out, dov, lse, dq, dk, dv, *cp_);
     else
-      kernels::attention_backward(s, q, k, v, out, dpad, lse, dq, dk, dv);
+      kernels::attention_backward(s, q, k, v, out, dov, lse, dq, dk, dv);
   }
   // Keys: per-head nope parts and values back into kv_b's layout; the shared rope key sums its heads.
   const int64_t kv_head = nope_ + v_;
   Tensor dkv = Tensor::empty({N, H_ * kv_head}, DType::f32), dkpe = Tensor::zeros({N, rope_dim_}, DType::f32);
   kernels::copy_head_columns(dk, D, 0, dkv, kv_head, 0, nope_, H_);
-  kernels::copy_head_columns(dv, D, 0, dkv, kv_head, nope_, v_, H_);
+  kernels::copy_head_columns(dv, v_, 0, dkv, kv_head, nope_, v_, H_);
   kernels::sum_head_columns(dk, D, nope_, dkpe, rope_dim_, H_);
   {
     ProfileScope prof("rope");

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "tessel/core/deep_const.h"
+#include "tessel/kernels/attention.h"
 #include "tessel/kernels/rope.h"
 #include "tessel/nn/layer_blocks.h"
 #include "tessel/nn/linear.h"
@@ -51,6 +52,7 @@ class MlaAttention final : public AttentionBlock {
   // heads rotary blocks head_stride columns apart (0: one block, all of x's columns).
   void apply_rope(const Tensor& x, bool inverse, int64_t heads = 1, int64_t head_stride = 0) const;
   void apply_rope_to_heads(const Tensor& x, bool inverse) const;  // every head's rotary columns
+  kernels::AttentionShape attention_shape(int64_t batch) const;
   DeepConstPtr<ParamStore> ps_;  // const methods see a const store (core/deep_const.h)
   comm::Communicator* tp_;
   comm::Communicator* cp_;

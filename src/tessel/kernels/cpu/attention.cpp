@@ -189,11 +189,11 @@ template <class To>
 void attention_fwd(const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk, const float* v,
                    int64_t ldv, To* out, int64_t ldo, float* lse) {
   TESSEL_CHECK(s.H % s.G == 0, "attention: {} query heads not divisible into {} groups", s.H, s.G);
-  const int64_t Dh = s.Dh, T = s.T, rep = s.H / s.G;
+  const int64_t Dh = s.Dh, Dv = s.dv(), T = s.T, rep = s.H / s.G;
 #pragma omp parallel
   {
     std::vector<float> Qs(size_t(kTile * Dh)), Kt(size_t(Dh * kTile)), S(size_t(kTile * kTile)),
-        acc(size_t(kTile * Dh)), m(kTile), l(kTile);
+        acc(size_t(kTile * Dv)), m(kTile), l(kTile);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh)
       for (int64_t qstart = 0; qstart < T; qstart += kTile) {
@@ -201,13 +201,13 @@ void attention_fwd(const AttentionShape& s, const float* q, int64_t ldq, const f
         const int64_t qn = std::min(kTile, T - qstart);
         const float* qb = q + (b * T + qstart) * ldq + h * Dh;
         const float* kb = k + b * T * ldk + g * Dh;
-        const float* vb = v + b * T * ldv + g * Dh;
+        const float* vb = v + b * T * ldv + g * Dv;
         for (int64_t i = 0; i < qn; ++i) {
 #pragma omp simd
           for (int64_t d = 0; d < Dh; ++d) Qs[size_t(i * Dh + d)] = qb[i * ldq + d] * s.scale;
           m[size_t(i)] = -std::numeric_limits<float>::infinity();
           l[size_t(i)] = 0.0f;
-          std::fill_n(acc.data() + i * Dh, Dh, 0.0f);
+          std::fill_n(acc.data() + i * Dv, Dv, 0.0f);
         }
         const int64_t kend = s.causal ? qstart + qn : T;
         for (int64_t kstart = 0; kstart < kend; kstart += kTile) {
@@ -233,25 +233,25 @@ void attention_fwd(const AttentionShape& s, const float* q, int64_t ldq, const f
             }
             l[size_t(i)] = l[size_t(i)] * alpha + sum;
             m[size_t(i)] = mx;
-            float* ai = acc.data() + i * Dh;
+            float* ai = acc.data() + i * Dv;
 #pragma omp simd
-            for (int64_t d = 0; d < Dh; ++d) ai[d] *= alpha;
+            for (int64_t d = 0; d < Dv; ++d) ai[d] *= alpha;
           }
           for_row_pairs(qn, [&](int64_t i0, int64_t i1) {
             const float* x = vb + kstart * ldv;
             if (i1 < 0)
-              row_axpy_sum_any(jmax, Dh, S.data() + i0 * kTile, 1, x, ldv, 1.0f, acc.data() + i0 * Dh);
+              row_axpy_sum_any(jmax, Dv, S.data() + i0 * kTile, 1, x, ldv, 1.0f, acc.data() + i0 * Dv);
             else
-              row2_axpy_sum_any(jmax, Dh, S.data() + i0 * kTile, S.data() + i1 * kTile, 1, x, ldv, 1.0f,
-                                acc.data() + i0 * Dh, acc.data() + i1 * Dh);
+              row2_axpy_sum_any(jmax, Dv, S.data() + i0 * kTile, S.data() + i1 * kTile, 1, x, ldv, 1.0f,
+                                acc.data() + i0 * Dv, acc.data() + i1 * Dv);
           });
         }
         for (int64_t i = 0; i < qn; ++i) {
           const float inv = 1.0f / l[size_t(i)];
-          To* oi = out + (b * T + qstart + i) * ldo + h * Dh;
-          const float* ai = acc.data() + i * Dh;
+          To* oi = out + (b * T + qstart + i) * ldo + h * Dv;
+          const float* ai = acc.data() + i * Dv;
 #pragma omp simd
-          for (int64_t d = 0; d < Dh; ++d) store_as(oi + d, ai[d] * inv);
+          for (int64_t d = 0; d < Dv; ++d) store_as(oi + d, ai[d] * inv);
           lse[(b * s.H + h) * T + qstart + i] = m[size_t(i)] + std::log(l[size_t(i)]);
         }
       }
@@ -263,11 +263,11 @@ void attention_bwd(const AttentionShape& s, const float* q, int64_t ldq, const f
                    int64_t ldv, const To* out, int64_t ldo, const float* dout, int64_t lddo, const float* lse,
                    float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv) {
   TESSEL_CHECK(s.H % s.G == 0, "attention: {} query heads not divisible into {} groups", s.H, s.G);
-  const int64_t Dh = s.Dh, T = s.T, rep = s.H / s.G;
+  const int64_t Dh = s.Dh, Dv = s.dv(), T = s.T, rep = s.H / s.G;
 #pragma omp parallel
   {
-    std::vector<float> Qs(size_t(kTile * Dh)), Kt(size_t(Dh * kTile)), Vt(size_t(Dh * kTile)),
-        P(size_t(kTile * kTile)), dP(size_t(kTile * kTile)), dKacc(size_t(kTile * Dh)), dVacc(size_t(kTile * Dh)),
+    std::vector<float> Qs(size_t(kTile * Dh)), Kt(size_t(Dh * kTile)), Vt(size_t(Dv * kTile)),
+        P(size_t(kTile * kTile)), dP(size_t(kTile * kTile)), dKacc(size_t(kTile * Dh)), dVacc(size_t(kTile * Dv)),
         Drow(size_t(rep * T));
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < s.B; ++b)
@@ -276,21 +276,21 @@ void attention_bwd(const AttentionShape& s, const float* q, int64_t ldq, const f
         for (int64_t r = 0; r < rep; ++r) {
           const int64_t h = g * rep + r;
           for (int64_t t = 0; t < T; ++t) {
-            const To* o = out + (b * T + t) * ldo + h * Dh;
-            const float* d_o = dout + (b * T + t) * lddo + h * Dh;
+            const To* o = out + (b * T + t) * ldo + h * Dv;
+            const float* d_o = dout + (b * T + t) * lddo + h * Dv;
             float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-            for (int64_t d = 0; d < Dh; ++d) acc += to_f32(o[d]) * d_o[d];
+            for (int64_t d = 0; d < Dv; ++d) acc += to_f32(o[d]) * d_o[d];
             Drow[size_t(r * T + t)] = acc;
             std::fill_n(dq + (b * T + t) * lddq + h * Dh, Dh, 0.0f);
           }
         }
         const float* kb = k + b * T * ldk + g * Dh;
-        const float* vb = v + b * T * ldv + g * Dh;
+        const float* vb = v + b * T * ldv + g * Dv;
         for (int64_t kstart = 0; kstart < T; kstart += kTile) {
           const int64_t kn = std::min(kTile, T - kstart);
           load_transposed(kn, Dh, kb + kstart * ldk, ldk, Kt.data());
-          load_transposed(kn, Dh, vb + kstart * ldv, ldv, Vt.data());
+          load_transposed(kn, Dv, vb + kstart * ldv, ldv, Vt.data());
           std::fill(dKacc.begin(), dKacc.end(), 0.0f);
           std::fill(dVacc.begin(), dVacc.end(), 0.0f);
           for (int64_t r = 0; r < rep; ++r) {
@@ -299,13 +299,13 @@ void attention_bwd(const AttentionShape& s, const float* q, int64_t ldq, const f
             for (int64_t qstart = qfirst; qstart < T; qstart += kTile) {
               const int64_t qn = std::min(kTile, T - qstart);
               const float* qb = q + (b * T + qstart) * ldq + h * Dh;
-              const float* dob = dout + (b * T + qstart) * lddo + h * Dh;
+              const float* dob = dout + (b * T + qstart) * lddo + h * Dv;
               const float* lrow = lse + (b * s.H + h) * T + qstart;
               for (int64_t i = 0; i < qn; ++i)
 #pragma omp simd
                 for (int64_t d = 0; d < Dh; ++d) Qs[size_t(i * Dh + d)] = qb[i * ldq + d] * s.scale;
               tile_abt(qn, kn, Dh, Qs.data(), Dh, Kt.data(), P.data());  // scores
-              tile_abt(qn, kn, Dh, dob, lddo, Vt.data(), dP.data());    // dP = dO V^T
+              tile_abt(qn, kn, Dv, dob, lddo, Vt.data(), dP.data());    // dP = dO V^T
               for (int64_t i = 0; i < qn; ++i) {
                 const int64_t jn = visible_keys(s.causal, qstart + i, kstart, kn);
                 float* pi = P.data() + i * kTile;
@@ -333,11 +333,11 @@ void attention_bwd(const AttentionShape& s, const float* q, int64_t ldq, const f
               // dV[j] += sum_i P[i][j] dO[i];  dK[j] += scale * sum_i dS[i][j] Q[i]
               for_row_pairs(kn, [&](int64_t j0, int64_t j1) {
                 if (j1 < 0) {
-                  row_axpy_sum_any(qn, Dh, P.data() + j0, kTile, dob, lddo, 1.0f, dVacc.data() + j0 * Dh);
+                  row_axpy_sum_any(qn, Dv, P.data() + j0, kTile, dob, lddo, 1.0f, dVacc.data() + j0 * Dv);
                   row_axpy_sum_any(qn, Dh, dP.data() + j0, kTile, qb, ldq, s.scale, dKacc.data() + j0 * Dh);
                 } else {
-                  row2_axpy_sum_any(qn, Dh, P.data() + j0, P.data() + j1, kTile, dob, lddo, 1.0f,
-                                    dVacc.data() + j0 * Dh, dVacc.data() + j1 * Dh);
+                  row2_axpy_sum_any(qn, Dv, P.data() + j0, P.data() + j1, kTile, dob, lddo, 1.0f,
+                                    dVacc.data() + j0 * Dv, dVacc.data() + j1 * Dv);
                   row2_axpy_sum_any(qn, Dh, dP.data() + j0, dP.data() + j1, kTile, qb, ldq, s.scale,
                                     dKacc.data() + j0 * Dh, dKacc.data() + j1 * Dh);
                 }
@@ -346,7 +346,7 @@ void attention_bwd(const AttentionShape& s, const float* q, int64_t ldq, const f
           }
           for (int64_t j = 0; j < kn; ++j) {
             std::copy_n(dKacc.data() + j * Dh, Dh, dk + (b * T + kstart + j) * lddk + g * Dh);
-            std::copy_n(dVacc.data() + j * Dh, Dh, dv + (b * T + kstart + j) * lddv + g * Dh);
+            std::copy_n(dVacc.data() + j * Dv, Dv, dv + (b * T + kstart + j) * lddv + g * Dv);
           }
         }
       }
