@@ -20,6 +20,7 @@ void check_heads(const char* op, const Tensor& t, int64_t rows, int64_t cols, bo
 void check_operands(const char* op, const AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
                     const Tensor& out, const Tensor& lse) {
   TESSEL_CHECK(s.G > 0 && s.H % s.G == 0, "{}: {} query heads do not split into {} key/value groups", op, s.H, s.G);
+  TESSEL_CHECK(s.Dv >= 0, "{}: value heads of {} columns (0 for the query/key width)", op, s.Dv);
   const int64_t N = s.B * s.T;
   check_heads(op, q, N, s.H * s.Dh, false, "q");
   check_heads(op, k, N, s.G * s.Dh, false, "k");

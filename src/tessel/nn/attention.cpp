@@ -81,8 +81,7 @@ Tensor SelfAttention::forward(const LinearInput& y, int64_t batch, Activations& 
   Tensor lse = Tensor::empty({batch, H_, T_}, DType::f32);
   const kernels::AttentionShape s{batch, T_, H_, G_, Dh_, true, float(1.0 / std::sqrt(double(Dh_)))};
   {
-    ProfileScope prof("attention_fwd", 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(Dh_) / 2 *
-                                           double(cp_ ? cp_->size() : 1));
+    ProfileScope prof("attention_fwd", kernels::attention_forward_flops(s) * double(cp_ ? cp_->size() : 1));
     const Tensor q = qkv.slice(1, 0, H_ * Dh_), k = qkv.slice(1, H_ * Dh_, (H_ + G_) * Dh_),
                  v = qkv.slice(1, (H_ + G_) * Dh_, (H_ + 2 * G_) * Dh_);
     if (cp_)
@@ -105,8 +104,7 @@ Tensor SelfAttention::backward_input(const Tensor& dout, Activations& saved) {
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32);
   const kernels::AttentionShape s{batch, T_, H_, G_, Dh_, true, float(1.0 / std::sqrt(double(Dh_)))};
   {
-    ProfileScope prof("attention_bwd", 2.5 * 4.0 * double(batch) * double(H_) * double(T_) * double(T_) * double(Dh_) /
-                                           2 * double(cp_ ? cp_->size() : 1));
+    ProfileScope prof("attention_bwd", 2.5 * kernels::attention_forward_flops(s) * double(cp_ ? cp_->size() : 1));
     const auto heads = [&](const Tensor& t, int64_t begin, int64_t end) { return t.slice(1, begin * Dh_, end * Dh_); };
     const Tensor q = heads(qkv, 0, H_), k = heads(qkv, H_, H_ + G_), v = heads(qkv, H_ + G_, H_ + 2 * G_);
     const Tensor dq = heads(dqkv, 0, H_), dk = heads(dqkv, H_, H_ + G_), dv = heads(dqkv, H_ + G_, H_ + 2 * G_);

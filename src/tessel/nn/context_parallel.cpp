@@ -48,6 +48,8 @@ struct Ring {
   Ring(const kernels::AttentionShape& local, const comm::Communicator& cp) : chunk(local) {
     TESSEL_CHECK(local.G > 0 && local.H % local.G == 0,
                  "context-parallel attention: {} query heads not divisible into {} kv groups", local.H, local.G);
+    TESSEL_CHECK(local.Dv >= 0, "context-parallel attention: value heads of {} columns (0 for the query/key width)",
+                 local.Dv);
     TESSEL_CHECK(local.T > 0 && local.T % 2 == 0,
                  "context-parallel attention: {} local rows are not two equal chunks (the global length must be "
                  "divisible by 2 x {} ranks)",

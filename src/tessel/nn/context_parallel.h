@@ -31,20 +31,21 @@ Tensor cp_local_slice(const Tensor& batch, int rank, int size);
 Tensor cp_gather_sequences(const Tensor& local, comm::Communicator& cp);
 
 // Ring attention, forward. `local` describes this rank's rows: local.T = Tl = 2L (both chunks),
-// B, H query heads, G kv heads (GQA), Dh, scale; local.causal = true masks by global position
-// (false: every query sees every key). Layout as kernels::attention_fwd:
-//   q   element (b, t, head, d) at q[(b*Tl + t)*ldq + head*Dh + d], head < H   (k, v likewise, head < G)
-//   out [B*Tl rows, H*Dh] with row stride ldo (To = float or bf16, rounded once from fp32)
+// B, H query heads, G kv heads (GQA), Dh, Dv (value head width, 0: Dh), scale; local.causal = true
+// masks by global position (false: every query sees every key). Layout as kernels::attention_fwd:
+//   q   element (b, t, head, d) at q[(b*Tl + t)*ldq + head*Dh + d], head < H   (k likewise, head < G;
+//       v with heads of Dv columns)
+//   out [B*Tl rows, H*Dv] with row stride ldo (To = float or bf16, rounded once from fp32)
 //   lse [B, H, Tl] f32: the log-sum-exp of the scaled scores over every key the query attends to,
 //       across the whole group (what cp_attention_bwd needs).
-// Collective over cp (C - 1 ring steps of this rank's K/V: 4 * B * L * G * Dh floats each).
+// Collective over cp (C - 1 ring steps of this rank's K/V: 2 * B * L * G * (Dh + Dv) floats each).
 template <class To>
 void cp_attention_fwd(const kernels::AttentionShape& local, const float* q, int64_t ldq, const float* k, int64_t ldk,
                       const float* v, int64_t ldv, To* out, int64_t ldo, float* lse, comm::Communicator& cp);
 
 // Ring attention, backward. out and lse are this rank's rows of cp_attention_fwd's results; dout
-// [B*Tl, H*Dh] f32. Gradients of this rank's rows are written (not accumulated) into dq [B*Tl, H*Dh],
-// dk and dv [B*Tl, G*Dh]. K/V travel around the ring as in the forward; the dK/dV partial sums of
+// [B*Tl, H*Dv] f32. Gradients of this rank's rows are written (not accumulated) into dq [B*Tl, H*Dh],
+// dk [B*Tl, G*Dh] and dv [B*Tl, G*Dv]. K/V travel around the ring as in the forward; the dK/dV partial sums of
 // each block travel one step behind them and arrive back at the block's owner after C steps.
 template <class To>
 void cp_attention_bwd(const kernels::AttentionShape& local, const float* q, int64_t ldq, const float* k, int64_t ldk,
@@ -52,8 +53,9 @@ void cp_attention_bwd(const kernels::AttentionShape& local, const float* q, int6
                       const float* lse, float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
                       comm::Communicator& cp);
 
-// The ring attention above as tensors on one device: q [B*Tl, H*Dh], k and v [B*Tl, G*Dh] f32 rows
-// strided (column slices of a fused qkv are fine), out [B*Tl, H*Dh] f32 or bf16, lse [B, H, Tl];
+// The ring attention above as tensors on one device: q [B*Tl, H*Dh], k [B*Tl, G*Dh] and v
+// [B*Tl, G*Dv] f32 rows strided (column slices of a fused qkv are fine), out [B*Tl, H*Dv] f32 or
+// bf16, lse [B, H, Tl];
 // backward: dout f32 like out, dq, dk, dv shaped like q, k, v. One op record per call
 // ("ring_attention_fwd" / "_bwd", the FLOPs of every chunk pair it computes). On meta nothing is
 // computed and the same ring transfers are issued, so the collectives are counted as on the cpu;
