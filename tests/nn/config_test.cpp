@@ -304,6 +304,15 @@ TEST(ConfigInput, TextValuesAreOneLine) {
   EXPECT_EQ(error_of("data: {path: \"synthetic:markov\"}\n"), "");
 }
 
+TEST(ConfigInput, TextValuesAreUtf8) {
+  // Found by fuzzing: C0 80 (an overlong NUL) was accepted, and the resolved config.yaml the emitter
+  // wrote from it read back with a real NUL, which the next load refused.
+  EXPECT_CONTAINS(error_of("checkpoint:\n  dir: \"runs/\xC0\x80\"\n"),
+                  "checkpoint.dir must be UTF-8 text; the byte 0xC0 at position 5 does not begin a well-formed "
+                  "sequence");
+  EXPECT_EQ(error_of("checkpoint:\n  dir: \"runs/\xC3\xA9t\xC3\xA9\"\n"), "");  // "runs/été"
+}
+
 TEST(ConfigInput, SkippedIterationRanges) {
   const Config c = Config::from_yaml_text("", {"train.skip_train_iteration_range=4-5, 9 12-12"});
   using R = std::vector<std::pair<int64_t, int64_t>>;

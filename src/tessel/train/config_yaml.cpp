@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "tessel/core/check.h"
+#include "tessel/core/utf8.h"
 
 namespace tessel::train {
 
@@ -86,6 +87,11 @@ void read_scalar(const YAML::Node& n, const std::string& key, std::string& out) 
   const auto bad = std::find_if(out.begin(), out.end(), [](char c) { return (unsigned char)c < 0x20 || c == 0x7f; });
   TESSEL_CHECK(bad == out.end(), "{} must be one line of text; it holds a control character (code {}) at position {}",
                key, int((unsigned char)*bad), bad - out.begin());
+  // And UTF-8, as YAML is: an ill-formed sequence (C0 80, an overlong NUL) would be written back as
+  // something else (the emitter's escape of what it decodes), which then reads differently.
+  const int64_t at = invalid_utf8_at(out);
+  TESSEL_CHECK(at < 0, "{} must be UTF-8 text; the byte 0x{:02X} at position {} does not begin a well-formed sequence",
+               key, at < 0 ? 0 : int((unsigned char)out[size_t(at)]), at);
 }
 
 void KeyLines::add(const std::string& key, const YAML::Node& key_node) {
