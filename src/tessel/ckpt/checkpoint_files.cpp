@@ -74,13 +74,10 @@ BlockCrcs block_crc32s(const void* data, size_t n, size_t block_bytes) {
   TESSEL_CHECK(block_bytes > 0, "block_crc32s: blocks of 0 bytes");
   if (n <= block_bytes) return {bytes_crc32(data, n), {}};
   BlockCrcs out;
-  out.whole = uint32_t(crc32(0L, Z_NULL, 0));
   const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t at = 0; at < n; at += block_bytes) {
-    const size_t len = std::min(block_bytes, n - at);
-    out.blocks.push_back(bytes_crc32(p + at, len));
-    out.whole = uint32_t(crc32_combine(out.whole, out.blocks.back(), z_off_t(len)));
-  }
+  for (size_t at = 0; at < n; at += block_bytes)
+    out.blocks.push_back(bytes_crc32(p + at, std::min(block_bytes, n - at)));
+  out.whole = combine_block_crc32s(out.blocks, int64_t(n), int64_t(block_bytes));
   return out;
 }
 
