@@ -98,6 +98,12 @@ int run_estimate(const EstimateOptions& o) {
                       {"forward_ms", 1e3 * s.forward_s},
                       {"backward_ms", 1e3 * s.backward_s},
                       {"weight_ms", 1e3 * s.weight_s},
+                      {"layer_ms", [&] {  // per step: each of its layers' passes, then the rest of them
+                         std::vector<double> ms;
+                         for (const double t : s.layer_s) ms.push_back(1e3 * t);
+                         return ms;
+                       }()},
+                      {"non_layer_ms", 1e3 * s.non_layer_s},
                       {"bubble_ms", 1e3 * s.bubble_s},
                       {"optimizer_ms", 1e3 * s.optimizer_s},
                       {"exposed_comm_ms", comm_j},

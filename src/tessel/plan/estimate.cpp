@@ -83,6 +83,13 @@ std::string with_real_micro_batch(std::string at, const MicroBatches& mbs) {
   return at.substr(0, b) + std::to_string(mbs.real_index(std::stoi(at.substr(b, e - b)))) + at.substr(e);
 }
 
+// A pass's time spent inside a transformer layer (the phase names this rank's layer index).
+void add_to_layer(StageEstimate& out, const MemoryPhase& p, double t) {
+  if (p.layer < 0) return;
+  if (out.layer_s.size() <= size_t(p.layer)) out.layer_s.resize(size_t(p.layer) + 1, 0.0);
+  out.layer_s[size_t(p.layer)] += t;
+}
+
 PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s, int dp,
                         const train::StepMeasurement& m, const MicroBatches& mbs) {
   PricedStage st;
@@ -99,6 +106,7 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
       const PassKey k = key_of(part, r.phase);
       st.pass_s[k] += t;
       st.out.compute_s += t;
+      add_to_layer(st.out, r.phase, t);
       if (compute_kind(r).rfind("attention", 0) == 0) attention_s[k] += t;
     } else if (starts_with(r.phase.what, "optimizer step")) {
       st.out.optimizer_s += t;
@@ -119,6 +127,7 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
       if (!c.overlapped) {
         st.pass_s[k] += t;
         st.out.exposed_comm_s[group] += t;
+        add_to_layer(st.out, c.phase, t);
       } else if (group == "cp") {
         ring_s[k] += t;
       } else {  // the gradient reducer's buckets
@@ -141,6 +150,10 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
     st.pass_s[k] += exposed;
     st.out.exposed_comm_s["cp"] += exposed;
   }
+  double passes = 0, layers = 0;
+  for (const auto& [k, t] : st.pass_s) passes += t;
+  for (const double t : st.out.layer_s) layers += t;
+  st.out.non_layer_s = std::max(0.0, passes - layers);
   return st;
 }
 

@@ -46,6 +46,13 @@ struct StageEstimate {
   // and collective seconds by group and kind ("tp all_gather"), exposed or not.
   std::map<std::string, double> kernel_s_by_op;
   std::map<std::string, double> comm_s_by_kind;
+  // The passes' time (per step: kernels and blocking collectives) split by what it was spent on:
+  // each of this rank's transformer layers, in the order the model holds them (its chunks' layers
+  // in turn), and the rest (the embedding, the final norm, output head and loss, multi-token
+  // prediction, a context-parallel ring's exposed transfers). plan search balances the layers of a
+  // pipeline over its stages from these (plan/layer_split.h).
+  std::vector<double> layer_s;
+  double non_layer_s = 0;
 };
 
 struct Estimate {

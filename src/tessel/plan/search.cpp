@@ -20,6 +20,7 @@
 #include "tessel/core/check.h"
 #include "tessel/nn/stage_plan.h"
 #include "tessel/pipeline/schedule.h"
+#include "tessel/plan/layer_split.h"
 
 namespace tessel::plan {
 namespace {
@@ -79,6 +80,28 @@ std::string layers_per_stage(int64_t layers, int64_t stages) {
 // may take one layer fewer than the even share, the stages between taking them (as evenly as they
 // go, the remainder on the earliest). Only splits other than layers_per_stage's even one, with at
 // least one layer on every stage.
+// The splits of a pipelined layout of one chunk per rank that balance its stages by the costs its
+// estimate measured (plan/layer_split.h): each layer's passes, each stage's beyond its layers. One
+// per tie rule, ';'-separated; "" where the estimate does not hold every layer's cost, or no split
+// has a faster slowest stage than its own split `current`.
+std::string balanced_splits(const Estimate& e, int64_t layers, const std::vector<int64_t>& current) {
+  std::vector<double> layer_s, extra_s;
+  for (const StageEstimate& st : e.stages) {
+    layer_s.insert(layer_s.end(), st.layer_s.begin(), st.layer_s.end());
+    extra_s.push_back(st.non_layer_s);
+  }
+  if (extra_s.size() < 2 || int64_t(layer_s.size()) != layers) return "";
+  std::string out;
+  for (const SplitTies ties : {SplitTies::latest, SplitTies::most_even}) {
+    const std::vector<int64_t> split = balanced_layer_split(layer_s, extra_s, ties);
+    // Not faster than the split it was measured on: keep that one (a tie is no reason to move).
+    if (slowest_stage_s(split, layer_s, extra_s) >= slowest_stage_s(current, layer_s, extra_s)) return "";
+    const std::string s = fmt::format("{}", fmt::join(split, ","));
+    if (out != s) out += (out.empty() ? "" : ";") + s;
+  }
+  return out;
+}
+
 std::vector<std::string> uneven_splits(int64_t layers, int64_t stages) {
   std::vector<std::string> out;
   if (stages < 2) return out;
@@ -126,6 +149,9 @@ struct Job {
 struct Outcome {
   std::string pruned;
   Estimate estimate;
+  // A pipelined layout of one chunk per rank: the layers per stage that balance its stages' costs
+  // as this estimate measured them (balanced_splits), "" where that is not defined or is its own split.
+  std::string balanced_splits;
 };
 
 std::string outcome_line(size_t job, const Outcome& r) {
@@ -133,16 +159,18 @@ std::string outcome_line(size_t job, const Outcome& r) {
   std::replace(reason.begin(), reason.end(), '\n', ' ');
   std::replace(reason.begin(), reason.end(), '\t', ' ');
   // %.17g: each double reads back as the same double, so the ranking is the serial one.
-  return fmt::format("{}\t{:.17g}\t{:.17g}\t{:.17g}\t{}\t{}\n", job, r.estimate.step_s, r.estimate.tokens_per_s,
-                     r.estimate.mfu, r.estimate.peak_bytes, reason);
+  return fmt::format("{}\t{:.17g}\t{:.17g}\t{:.17g}\t{}\t{}\t{}\n", job, r.estimate.step_s, r.estimate.tokens_per_s,
+                     r.estimate.mfu, r.estimate.peak_bytes, r.balanced_splits.empty() ? "-" : r.balanced_splits, reason);
 }
 
 void read_outcome_line(const std::string& line, std::vector<Outcome>& out) {
   std::istringstream in(line);
   size_t job = 0;
   Outcome r;
-  in >> job >> r.estimate.step_s >> r.estimate.tokens_per_s >> r.estimate.mfu >> r.estimate.peak_bytes;
+  in >> job >> r.estimate.step_s >> r.estimate.tokens_per_s >> r.estimate.mfu >> r.estimate.peak_bytes >>
+      r.balanced_splits;
   TESSEL_CHECK(in && job < out.size(), "plan search: a worker process reported '{}'", line);
+  if (r.balanced_splits == "-") r.balanced_splits.clear();
   in.get();  // the tab before the reason
   std::getline(in, r.pruned);
   out[job] = std::move(r);
@@ -350,6 +378,16 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
       EstimateOptions shortcuts;
       shortcuts.share_equal_stages = true;  // the step time and the peak over ranks stay exact
       r.estimate = estimate_step(cfg, hw, o.world, shortcuts);
+      // One chunk per rank, one stage per rank (not a V): phase 3 tries the split that balances it.
+      if (st.pp > 1 && st.vpp == 1 &&
+          pipeline::stages_of(cfg.parallel.pipeline_schedule, int(st.pp), 1) == int(st.pp)) {
+        std::vector<int64_t> current;
+        for (int stage = 0; stage < int(st.pp); ++stage) {
+          const nn::StagePlan plan = cfg.stage_plan(stage);
+          current.push_back(plan.chunks.at(0).end - plan.chunks.at(0).begin);
+        }
+        r.balanced_splits = balanced_splits(r.estimate, layers, current);
+      }
     } catch (const Error& e) {
       r.pruned = reason_of(e.what());
       return r;
@@ -362,6 +400,7 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
   const int workers = std::max(1, o.workers);
   std::vector<size_t> ranked_structure;  // of each entry of out.ranked
   std::vector<Knobs> ranked_knobs;
+  std::vector<std::string> ranked_balanced;
   const auto run = [&](const std::vector<Job>& jobs) {
     const std::vector<Outcome> outcomes = evaluate_in_workers(jobs, evaluate, workers, [&](int done) {
       if (o.progress) o.progress(out.enumerated + done, int(structures.size()));
@@ -379,6 +418,7 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
       out.ranked.push_back(std::move(c));
       ranked_structure.push_back(jobs[j].structure);
       ranked_knobs.push_back(jobs[j].knobs);
+      ranked_balanced.push_back(outcomes[j].balanced_splits);
     }
     return pruned;
   };
@@ -416,7 +456,8 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
   }
   run(refined);
   // Phase 3: the kRefinedStructures fastest pipelined layouts of one chunk per rank, each with its
-  // uneven splits (its other settings as they are).
+  // uneven splits (its other settings as they are): the one-layer moves of uneven_splits and the
+  // splits that balance its stages by the costs its estimate measured (balanced_splits).
   std::vector<size_t> order(out.ranked.size());
   for (size_t n = 0; n < order.size(); ++n) order[n] = n;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -430,7 +471,11 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
     const std::string kind = k.schedule.empty() ? base.parallel.pipeline_schedule : k.schedule;
     if (st.pp == 1 || st.vpp > 1 || pipeline::stages_of(kind, int(st.pp), 1) != int(st.pp)) continue;
     ++pipelined;
-    for (const std::string& s : uneven_splits(layers, st.pp)) {
+    std::vector<std::string> splits = uneven_splits(layers, st.pp);
+    std::istringstream by_cost(ranked_balanced[order[n]]);
+    for (std::string s; std::getline(by_cost, s, ';');)
+      if (std::find(splits.begin(), splits.end(), s) == splits.end()) splits.push_back(s);
+    for (const std::string& s : splits) {
       Knobs with = k;
       with.split = s;
       split.push_back({ranked_structure[order[n]], with});
