@@ -125,6 +125,25 @@ TEST(BlockPool, CapFollowsThePeakInUse) {
   EXPECT_EQ(pool.stats().allocated, 3);
 }
 
+TEST(BlockPool, ReleaseIdleGivesBackEverySegmentWithNothingInUse) {
+  BlockPool pool(64 * kMiB);  // would keep all of it
+  void* kept = pool.get(1000);  // a small segment stays: a block of it is in use
+  std::vector<std::pair<void*, size_t>> freed;
+  for (size_t s : {3 * kMiB, 5 * kMiB, size_t(2000)}) freed.emplace_back(pool.get(s), s);
+  for (auto [p, s] : freed) pool.put(p, s);  // the 2000 bytes go back parked, in kept's segment
+  EXPECT_EQ(pool.stats().segments, 3u);
+  pool.release_idle();
+  const BlockPoolStats st = pool.stats();
+  EXPECT_EQ(st.segments, 1u);
+  EXPECT_EQ(st.released, 2);
+  EXPECT_EQ(st.live_bytes, BlockPool::block_size(1000));
+  EXPECT_EQ(st.cached_bytes, st.segment_bytes - st.live_bytes);  // the rest of kept's segment
+  pool.put(kept, 1000);
+  pool.release_idle();
+  EXPECT_EQ(pool.stats().segments, 0u);
+  EXPECT_EQ(pool.stats().cached_bytes, 0u);
+}
+
 TEST(BlockPool, VaryingSizesDoNotGrowThePool) {
   // MoE-like: beside a model state held throughout, each "step" holds a few buffers of random sizes
   // (0.5..3 MB), then frees them. Freed blocks merge and serve other sizes, so new segments are

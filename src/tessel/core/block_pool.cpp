@@ -194,6 +194,12 @@ void BlockPool::trim(size_t keep_free_bytes) {
   }
 }
 
+void BlockPool::release_idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  merge_parked();
+  trim(0);
+}
+
 BlockPoolStats BlockPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   BlockPoolStats st = st_;

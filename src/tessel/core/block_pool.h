@@ -65,6 +65,8 @@ class BlockPool {
   void* get(size_t nbytes);                  // nullptr when the backing fails
   void put(void* p, size_t nbytes);          // nbytes as given to get()
   BlockPoolStats stats() const;
+  // Gives every segment without a block in use back to the backing (the pool otherwise keeps them).
+  void release_idle();
 
  private:
   struct Segment;
@@ -113,5 +115,8 @@ class BlockPool {
 
 // Statistics of the process-wide pool that cpu tensor storage comes from (memory.cpp).
 BlockPoolStats tensor_pool_stats();
+// Gives that pool's idle segments back to the heap (tessel bench, after measuring the GEMM peak,
+// so that the model's tensors do not start from free blocks of the measurement's sizes).
+void release_idle_tensor_blocks();
 
 }  // namespace tessel

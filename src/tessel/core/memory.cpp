@@ -223,6 +223,7 @@ Allocator& allocator(Device d) {
 }
 
 BlockPoolStats tensor_pool_stats() { return cpu_allocator().pool().stats(); }
+void release_idle_tensor_blocks() { cpu_allocator().pool().release_idle(); }
 
 MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : previous_(t_category) { t_category = c; }
 MemoryCategoryScope::~MemoryCategoryScope() { t_category = previous_; }
