@@ -107,6 +107,21 @@ TEST(HardwareProfile, TesselFormatRoundTripsAndBadFieldsAreNamed) {
   level.replace(level.find("\"intra_node\""), 12, "\"intranode\"");
   EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(level, "bad.json"); }),
              "network level 'intranode' is not known; allowed: intra_node, inter_node");
+  // A point no record could match (too few dims) or of no GEMM variant was read and never used.
+  HardwareProfile bad = hw;
+  bad.compute["gemm.bf16"].efficiency.points = {{{128, 256, 512}, "NT", 0.5}, {{128, 256}, "NT", 0.5}};
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(hardware_profile_to_json_text(bad), "bad.json"); }),
+             "compute.gemm.bf16.points[1]: 'dims' must be an array of 3 sizes (M, N, K)");
+  bad = hw;
+  bad.compute["attention_fwd"].efficiency.points = {{{2, 192}, "", 0.5}};
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(hardware_profile_to_json_text(bad), "bad.json"); }),
+             "compute.attention_fwd.points[0]: 'dims' must be an array of 6 sizes (batch, sequence, heads, key/value "
+             "heads, head size, value head size)");
+  bad = hw;
+  bad.compute["gemm.bf16"].efficiency.points = {{{128, 256, 512}, "QQ", 0.5}};
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(hardware_profile_to_json_text(bad), "bad.json"); }),
+             "compute.gemm.bf16.points[0]: variant 'QQ' is not a GEMM variant (NN, NT, TN or TT, with +acc when "
+             "accumulating)");
 }
 
 TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
@@ -139,6 +154,21 @@ TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
   EXPECT_DOUBLE_EQ(ag.latency_s, 35e-6);  // the level's values where the op leaves them out
   EXPECT_DOUBLE_EQ(hw.networks.at("intra_node").ops.at("all_reduce").efficiency, 0.7);
   EXPECT_EQ(hw.networks.count("inter_node"), 0u);
+  // A PCIe system (SimuMax's a100_pcie.json) names its intra-node levels by the devices a group
+  // spans; the whole node's (here 4x) is tessel's intra_node.
+  std::string pcie = text;
+  const std::string level = R"("high_intra_node": {"bandwidth": {"gbps": 900,)";
+  pcie.replace(pcie.find(level), level.size(),
+               R"("intra_with_pcie": true, "intra_node_pcie_2x": {"bandwidth": {"gbps": 64, "efficient_factor": 1},
+      "op": {"all_reduce": {}, "all_gather": {}, "reduce_scatter": {}, "p2p": {}, "all2all": {}}},
+    "intra_node_pcie_4x": {"bandwidth": {"gbps": 32,)");
+  const HardwareProfile on_pcie = hardware_profile_from_json_text(pcie, "pcie.json");
+  EXPECT_DOUBLE_EQ(on_pcie.networks.at("intra_node").ops.at("all_gather").bandwidth, 32e9);
+  EXPECT_DOUBLE_EQ(on_pcie.networks.at("intra_node").ops.at("all_reduce").efficiency, 0.7);
+  std::string no_node_level = pcie;
+  no_node_level.replace(no_node_level.find("\"intra_node_pcie_4x\""), 20, "\"intra_node_pcie_3x\"");
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(no_node_level, "pcie.json"); }),
+             "networks has no 'intra_node_pcie_4x' level (intra_with_pcie: the level of a whole node of 4)");
 }
 
 train::Config tiny(const std::vector<std::string>& sets) {

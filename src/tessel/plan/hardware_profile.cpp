@@ -98,17 +98,30 @@ HardwareProfile from_tessel_json(const json& j, const std::string& source) {
     c.efficiency.fallback = op.number("efficiency", 0, 1, true);
     if (op.has("points")) {
       TESSEL_CHECK(op.raw("points").is_array(), "{}: compute.{}.points must be an array", top.where(), kind);
+      // A point's dims are what cost_model.h's efficiency_dims gives its records: M, N, K for a GEMM;
+      // B, T, H, G, Dh, Dv for attention. A point of another length would never be matched.
+      const bool gemm = kind.find("gemm") != std::string::npos;
+      const size_t dims = gemm ? 3 : 6;
+      size_t index = 0;
       for (const json& pt : op.raw("points")) {
-        const JsonFields f(pt, fmt::format("{}: compute.{}.points[]", top.where(), kind));
+        const JsonFields f(pt, fmt::format("{}: compute.{}.points[{}]", top.where(), kind, index++));
         ShapePoint s;
-        TESSEL_CHECK(f.has("dims") && f.raw("dims").is_array() && !f.raw("dims").empty(),
-                     "{}: 'dims' must be a non-empty array of sizes", f.where());
+        TESSEL_CHECK(f.has("dims") && f.raw("dims").is_array() && f.raw("dims").size() == dims,
+                     "{}: 'dims' must be an array of {} sizes ({})", f.where(), dims,
+                     gemm ? "M, N, K" : "batch, sequence, heads, key/value heads, head size, value head size");
         for (const json& d : f.raw("dims")) {
           TESSEL_CHECK(d.is_number() && d.get<double>() >= 1, "{}: dims must be numbers >= 1, got {}", f.where(),
                        d.dump());
           s.dims.push_back(d.get<double>());
         }
         s.variant = f.string_or("variant", "");
+        // A GEMM's variant: the transposes of a and b, and "+acc" when c accumulates (op_log.h).
+        TESSEL_CHECK(!gemm || s.variant.empty() ||
+                         (s.variant.size() >= 2 && (s.variant[0] == 'N' || s.variant[0] == 'T') &&
+                          (s.variant[1] == 'N' || s.variant[1] == 'T') &&
+                          (s.variant.size() == 2 || s.variant.substr(2) == "+acc")),
+                     "{}: variant '{}' is not a GEMM variant (NN, NT, TN or TT, with +acc when accumulating)",
+                     f.where(), s.variant);
         s.efficiency = f.number("efficiency", 0, 1, true);
         c.efficiency.points.push_back(std::move(s));
       }
@@ -231,7 +244,8 @@ ComputeOpProfile simumax_attention(const JsonFields& op) {
 //   (efficiencies halved: SimuMax counts a causal kernel's FLOPs as if unmasked);
 //   bandwidth.default -> the memory bandwidth and default efficiency, permute_fwd / permute_bwd ->
 //   the MoE row gathers and scatters, ce / ce_fusion -> the vocabulary-parallel and fused
-//   cross-entropy kernels; high_intra_node -> intra_node, inter_node -> inter_node (values an op
+//   cross-entropy kernels; high_intra_node (a PCIe system's intra_node_pcie_<node size>x) ->
+//   intra_node, inter_node -> inter_node (values an op
 //   leaves out come from the level's bandwidth entry). Kernel launch latency: none (a GPU queues
 //   kernels ahead of the device).
 HardwareProfile from_simumax_json(const json& j, const std::string& source) {
@@ -273,8 +287,13 @@ HardwareProfile from_simumax_json(const json& j, const std::string& source) {
       p.memory[op].efficiency = ratio("ce");
   if (bw.has("ce_fusion")) p.memory["cross_entropy"].efficiency = ratio("ce_fusion");
   const JsonFields nets = top.object("networks");
-  const std::vector<std::pair<std::string, std::string>> levels = {{"high_intra_node", "intra_node"},
-                                                                   {"inter_node", "inter_node"}};
+  // A PCIe system (intra_with_pcie) describes its node by how many devices a group spans
+  // (intra_node_pcie_8x, _4x, _2x); tessel has one intra-node level, and takes the whole node's
+  // (groups of fewer devices are priced as if they spanned it).
+  const bool pcie = nets.has("intra_with_pcie") && nets.raw("intra_with_pcie").is_boolean() &&
+                    nets.raw("intra_with_pcie").get<bool>();
+  const std::string intra = pcie ? fmt::format("intra_node_pcie_{}x", p.devices_per_node) : "high_intra_node";
+  const std::vector<std::pair<std::string, std::string>> levels = {{intra, "intra_node"}, {"inter_node", "inter_node"}};
   for (const auto& [theirs, ours] : levels) {
     if (!nets.has(theirs)) continue;
     const JsonFields lv = nets.object(theirs);
@@ -295,7 +314,8 @@ HardwareProfile from_simumax_json(const json& j, const std::string& source) {
     }
     p.networks[ours] = std::move(n);
   }
-  TESSEL_CHECK(p.networks.count("intra_node"), "{}: networks has no 'high_intra_node' level", top.where());
+  TESSEL_CHECK(p.networks.count("intra_node"), "{}: networks has no '{}' level{}", top.where(), intra,
+               pcie ? fmt::format(" (intra_with_pcie: the level of a whole node of {})", p.devices_per_node) : "");
   return p;
 }
 
