@@ -2,6 +2,7 @@
 // pieces) written as whole tensors (tessel-checkpoint-1) in a new checkpoint.dir, for tools that
 // want one file per kind. Training, eval, generate and export-hf read either format directly.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "commands.h"
@@ -18,6 +19,10 @@ struct ConsolidateOptions {
 };
 
 int run_consolidate(const ConsolidateOptions& o) {
+  std::error_code ec;
+  TESSEL_CHECK(!o.out.empty(), "ckpt consolidate: --out is empty; give the checkpoint directory to create");
+  TESSEL_CHECK(!std::filesystem::exists(o.out, ec) || std::filesystem::is_directory(o.out, ec),
+               "ckpt consolidate: --out '{}' exists and is not a directory", o.out);
   TESSEL_CHECK(ckpt::list_checkpoints(o.out).empty(),
                "ckpt consolidate: '{}' already holds checkpoints; choose an empty --out so nothing is overwritten", o.out);
   load_first_valid_checkpoint(o.ckpt, [&](const std::string& d) {

@@ -146,14 +146,15 @@ Action add_dry_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "dry-run", "Set the run up for N ranks on the meta device (nothing allocated) and report each role's memory");
   cmd->add_option("config", o->config, "training config (YAML)")->required();
-  cmd->add_option("--world", o->world, "number of ranks")->required()->check(integer_at_least(1));
+  cmd->add_option("--world", o->world, "number of ranks")->required()->check(integer_in(1, kMaxWorld));
   cmd->add_option("--set", o->sets, "config override key=value (repeatable)");
-  cmd->add_option("--steps", o->steps, "training steps to run per role on meta (0: model state only)")
-      ->check(integer_at_least(0));
+  cmd->add_option("--steps", o->steps, "training steps to run per role on meta (0: model state only; the peak comes "
+                                       "in the first steps)")
+      ->check(integer_in(0, 100));
   cmd->add_option("--memory-gib", o->memory_gib,
                   "memory per rank: a role whose step peak (or model state, when the step is not run) exceeds it fails "
                   "(exit 1)")
-      ->check(finite_non_negative());
+      ->check(finite_positive());
   cmd->add_option("--expert-skew", o->expert_skew,
                   "MoE routing on meta: expert 0 of every block takes F times its share of the token copies (1: "
                   "balanced; at most num_experts / topk); under expert parallelism its rank is reported as a role "

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "option_checks.h"
 #include "tessel/comm/watchdog.h"
 #include "tessel/resilience/rewind.h"
 #include "tessel/train/trainer.h"
@@ -143,8 +144,8 @@ Action add_launch_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "launch", "Run a training command and restart it after a failure (a dead rank, a hang, a preemption)");
   cmd->add_option("--max-restarts", o->max_restarts, "restarts before giving up")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--restart-delay", o->restart_delay_s, "seconds between a failure and the restart")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--restart-delay", o->restart_delay_s, "seconds between a failure and the restart (at most a day)")
+      ->check(finite_in(0, 86400));
   cmd->add_option("command", o->command, "the command, after --: e.g. -- mpirun -np 4 tessel train CONFIG")
       ->required();
   cmd->footer("Restarted: any failure but exit 65 (rewinding did not help), 2 (usage), 126 and 127 (no such command). Not restarted: exit 0, "

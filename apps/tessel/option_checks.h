@@ -7,10 +7,15 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 namespace tessel::app {
+
+// The most ranks a layout command (plan, dry-run) takes: setting a layout up is linear in the
+// ranks, and 2^31 of them would run for hours before the layout could be refused.
+inline constexpr int64_t kMaxWorld = int64_t(1) << 20;
 
 // Integers >= min (text that is not an integer is left to CLI11's conversion error).
 inline CLI::Validator integer_at_least(int64_t min) {
@@ -34,6 +39,45 @@ inline CLI::Validator finite_non_negative() {
         return "must be a finite number >= 0, got " + text;
       },
       "NUMBER>=0");
+}
+
+// Integers in [min, max]: a bound where a larger value would only make the command run for hours
+// or exhaust memory (ranks, steps) before any other check could refuse it.
+inline CLI::Validator integer_in(int64_t min, int64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc() && end == text.data() + text.size() && v >= min && v <= max) return "";
+        return "must be an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", got " + text;
+      },
+      "INT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+}
+
+// Finite numbers in [min, max] (costs whose sums must stay finite, durations a clock can hold).
+inline CLI::Validator finite_in(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || (std::isfinite(v) && v >= min && v <= max)) return "";
+        char range[96];
+        std::snprintf(range, sizeof range, "%g to %g", min, max);
+        return "must be a finite number from " + std::string(range) + ", got " + text;
+      },
+      "NUMBER");
+}
+
+// Finite numbers > 0 (a memory size: 0 would read as "no limit" or "nothing fits").
+inline CLI::Validator finite_positive() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || (std::isfinite(v) && v > 0)) return "";
+        return "must be a finite number > 0, got " + text;
+      },
+      "NUMBER>0");
 }
 
 }  // namespace tessel::app

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -131,8 +132,23 @@ int run_estimate(const EstimateOptions& o) {
 struct SearchCliOptions {
   std::string config, hardware;
   std::vector<std::string> sets;
+  std::string fp8_recipes, pipeline_schedules;  // comma-separated, as given
   plan::SearchOptions search;
 };
+
+// A comma-separated option's items. One argument, split here: a list option of CLI11's took
+// "--fp8-recipes ," as no item and the next argument ("--workers") as its value.
+std::vector<std::string> comma_list(const std::string& text, const char* option) {
+  std::vector<std::string> items;
+  if (text.empty()) return items;
+  size_t from = 0;
+  for (size_t comma; (comma = text.find(',', from)) != std::string::npos; from = comma + 1)
+    items.push_back(text.substr(from, comma - from));
+  items.push_back(text.substr(from));
+  for (const std::string& item : items)
+    TESSEL_CHECK(!item.empty(), "{} '{}': an empty item in the comma-separated list", option, text);
+  return items;
+}
 
 nlohmann::json candidate_json(const plan::Candidate& c) {
   return {{"layout", c.layout},
@@ -143,7 +159,9 @@ nlohmann::json candidate_json(const plan::Candidate& c) {
           {"peak_memory_gib", gib(c.estimate.peak_bytes)}};
 }
 
-int run_search(const SearchCliOptions& o) {
+int run_search(SearchCliOptions o) {
+  o.search.fp8_recipes = comma_list(o.fp8_recipes, "--fp8-recipes");
+  o.search.pipeline_schedules = comma_list(o.pipeline_schedules, "--pipeline-schedules");
   const plan::HardwareProfile hw = plan::load_hardware_profile(o.hardware);
   const auto load = [&](const std::vector<std::string>& layout) {
     std::vector<std::string> sets = o.sets;
@@ -188,6 +206,15 @@ int run_search(const SearchCliOptions& o) {
 }
 
 int run_calibration(const plan::CalibrateOptions& o) {
+  // Checked before minutes of measuring, not when the profile is written.
+  std::error_code ec;
+  const std::filesystem::path out(o.out);
+  const std::filesystem::path dir = out.has_parent_path() ? out.parent_path() : std::filesystem::path(".");
+  TESSEL_CHECK(!o.out.empty() && !std::filesystem::is_directory(out, ec),
+               "plan calibrate: --out '{}' must name a file to write, not {}", o.out,
+               o.out.empty() ? "nothing" : "a directory");
+  TESSEL_CHECK(std::filesystem::is_directory(dir, ec), "plan calibrate: --out '{}': its directory '{}' does not exist",
+               o.out, dir.string());
   auto world = comm::mpi_launched() ? comm::make_mpi_world() : comm::make_local_communicator();
   const plan::HardwareProfile p = plan::calibrate_machine(*world, o);
   if (world->rank() == 0) {
@@ -213,11 +240,11 @@ Action add_plan_command(CLI::App& app) {
   est->add_option("config", e->config, "tessel YAML config, or a SimuMax model JSON")->required();
   est->add_option("--hardware", e->hardware, "hardware profile: configs/hardware/*.json or a SimuMax system JSON")
       ->required();
-  est->add_option("--world", e->world, "number of ranks")->required()->check(integer_at_least(1));
+  est->add_option("--world", e->world, "number of ranks")->required()->check(integer_in(1, kMaxWorld));
   est->add_option("--set", e->sets, "config override key=value (repeatable)");
   est->add_flag("--ops", e->ops, "also print each stage's time by op family and by collective");
   est->add_option("--memory-gib", e->memory_gib, "memory per device (default: the profile's); exit 1 when a stage exceeds it")
-      ->check(finite_non_negative());
+      ->check(finite_positive());
   auto c = std::make_shared<plan::CalibrateOptions>();
   auto* cal = cmd->add_subcommand("calibrate", "Measure this machine into a hardware profile (under mpirun -np 2 "
                                                 "it also measures the collectives)");
@@ -229,21 +256,19 @@ Action add_plan_command(CLI::App& app) {
   sea->add_option("config", s->config, "tessel YAML config, or a SimuMax model JSON")->required();
   sea->add_option("--hardware", s->hardware, "hardware profile: configs/hardware/*.json or a SimuMax system JSON")
       ->required();
-  sea->add_option("--world", s->search.world, "number of ranks")->required()->check(integer_at_least(1));
+  sea->add_option("--world", s->search.world, "number of ranks")->required()->check(integer_in(1, kMaxWorld));
   sea->add_option("--global-batch", s->search.global_batch, "sequences per step (default: the config's)")
       ->check(integer_at_least(1));
   sea->add_option("--memory-gib", s->search.memory_gib, "memory per device (default: the profile's)")
-      ->check(finite_non_negative());
+      ->check(finite_positive());
   sea->add_option("--top", s->search.top, "layouts to print (default 10)")->check(integer_at_least(1));
   sea->add_option("--set", s->sets, "config override key=value (repeatable), applied before each layout's");
-  sea->add_option("--fp8-recipes", s->search.fp8_recipes,
+  sea->add_option("--fp8-recipes", s->fp8_recipes,
                   "FP8 recipes to try besides the configured one, comma-separated (none, delayed, current, block; "
-                  "default: the configured recipe only)")
-      ->delimiter(',');
-  sea->add_option("--pipeline-schedules", s->search.pipeline_schedules,
+                  "default: the configured recipe only)");
+  sea->add_option("--pipeline-schedules", s->pipeline_schedules,
                   "pipeline schedules to try besides the configured one on pipelined layouts, comma-separated "
-                  "(1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev; default: the configured schedule only)")
-      ->delimiter(',');
+                  "(1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev; default: the configured schedule only)");
   s->search.workers = int(std::max(1u, std::thread::hardware_concurrency()));
   sea->add_option("--workers", s->search.workers, "processes estimating layouts at once (default: the cores)")
       ->check(integer_at_least(1));

@@ -4,6 +4,7 @@
 // activations per rank; the last line is the same as JSON.
 #include <cstdio>
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <optional>
 
@@ -17,6 +18,10 @@
 
 namespace tessel::app {
 namespace {
+
+// The largest cost of one pass or transfer: a step of up to 2^20 passes of it still sums to a finite
+// time (a cost near the largest double made the sums infinite).
+constexpr double kMaxCost = 1e12;
 
 struct ScheduleOptions {
   std::string kind = "1f1b";
@@ -49,14 +54,32 @@ Measured measured_costs(const std::string& path, const pipeline::Schedule& s) {
   m.costs.b = m.costs.w = m.costs.f;
   std::vector<double> n(3 * stages, 0.0);
   std::vector<pipeline::RankTrace> ranks(size_t(s.pp));
-  for (const auto& e : j.value("traceEvents", nlohmann::json::array())) {
-    if (e.value("ph", "") != "X") continue;
-    const std::string name = e.value("name", "");
-    const int rank = e.value("tid", -1), stage = e.at("args").value("stage", -1);
-    TESSEL_CHECK(rank >= 0 && rank < s.pp && stage >= 0 && stage < int(stages),
+  TESSEL_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(),
+               "--costs-from: '{}' is not a Chrome trace (an object with a traceEvents list)", path);
+  // Span i's field, as log.pipeline_trace writes it: a finite number (an integer for ids).
+  const auto field = [&](size_t i, const nlohmann::json& obj, const char* key, bool integer) {
+    const auto it = obj.find(key);
+    TESSEL_CHECK(it != obj.end() && (integer ? it->is_number_integer() : it->is_number()) &&
+                     std::isfinite(it->get<double>()),
+                 "--costs-from: '{}': traceEvents[{}] has no {} '{}' (each span needs name, tid, ts, dur and "
+                 "args.stage, as log.pipeline_trace writes them)",
+                 path, i, integer ? "integer" : "number", key);
+    return it->get<double>();
+  };
+  const nlohmann::json& events = j["traceEvents"];
+  for (size_t i = 0; i < events.size(); ++i) {
+    const nlohmann::json& e = events[i];
+    if (!e.is_object() || !e.contains("ph") || e["ph"] != "X") continue;
+    const std::string name = e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "";
+    TESSEL_CHECK(e.contains("args") && e["args"].is_object(),
+                 "--costs-from: '{}': traceEvents[{}] has no 'args' object (its stage)", path, i);
+    const double tid = field(i, e, "tid", true), stage_id = field(i, e["args"], "stage", true);
+    TESSEL_CHECK(tid >= 0 && tid < s.pp && stage_id >= 0 && stage_id < double(stages),
                  "--costs-from: '{}' has a span of rank {} stage {}; the schedule has {} ranks and {} stages", path,
-                 rank, stage, s.pp, stages);
-    const double start = e.value("ts", 0.0) * 1e-6, dur = e.value("dur", 0.0) * 1e-6;
+                 tid, stage_id, s.pp, stages);
+    const int rank = int(tid), stage = int(stage_id);
+    const double start = field(i, e, "ts", false) * 1e-6, dur = field(i, e, "dur", false) * 1e-6;
+    TESSEL_CHECK(dur >= 0, "--costs-from: '{}': traceEvents[{}] lasts {} us (a span's dur is >= 0)", path, i, dur * 1e6);
     pipeline::OpKind kind = pipeline::OpKind::send_fwd;  // any non-compute kind
     const int which = name == "F" ? 0 : name == "B" ? 1 : name == "W" ? 2 : -1;
     if (which >= 0) {
@@ -162,19 +185,19 @@ Action add_schedule_command(CLI::App& app) {
   cmd->add_option("--micro-batches", o->micro_batches, "micro-batches per step")
       ->capture_default_str()
       ->check(integer_at_least(1));
-  cmd->add_option("--f", o->costs.f, "forward time of one stage (1/pp of the model)")->capture_default_str()->check(finite_non_negative());
+  cmd->add_option("--f", o->costs.f, "forward time of one stage (1/pp of the model)")->capture_default_str()->check(finite_in(0, kMaxCost));
   cmd->add_option("--b", o->costs.b, "input-gradient backward time of one stage")
       ->capture_default_str()
-      ->check(finite_non_negative());
+      ->check(finite_in(0, kMaxCost));
   cmd->add_option("--w", o->costs.w, "weight-gradient backward time of one stage")
       ->capture_default_str()
-      ->check(finite_non_negative());
+      ->check(finite_in(0, kMaxCost));
   cmd->add_option("--fb", o->costs.fb,
                   "time of an overlapped forward + full backward pair (F&B, DualPipe) of one stage; default F+B+W")
-      ->check(finite_non_negative());
+      ->check(finite_in(0, kMaxCost));
   cmd->add_option("--comm", o->costs.comm, "time of one activation transfer between ranks")
       ->capture_default_str()
-      ->check(finite_non_negative());
+      ->check(finite_in(0, kMaxCost));
   cmd->add_flag("--ops", o->ops, "also list every rank's operations");
   cmd->add_option("--costs-from", o->costs_from,
                   "a measured step's trace (log.pipeline_trace): simulate with its mean F, B, W per stage and print "

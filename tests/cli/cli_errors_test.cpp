@@ -56,12 +56,112 @@ TEST(CliErrors, ScheduleSizesAndCostsAreChecked) {
       << r.output;
   r = run_bounded("schedule --f -1", d.path());
   EXPECT_EQ(r.exit_code, kUsage) << r.output;
-  EXPECT_NE(r.output.find("--f: must be a finite number >= 0, got -1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--f: must be a finite number from 0 to 1e+12, got -1"), std::string::npos) << r.output;
+  // A cost near the largest double made the sums infinite, reported as "basic_string::_M_create".
+  r = run_bounded("schedule --f 1e308", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--f: must be a finite number from 0 to 1e+12, got 1e308"), std::string::npos) << r.output;
   r = run_bounded("schedule --pp 0", d.path());
   EXPECT_EQ(r.exit_code, kUsage) << r.output;
   EXPECT_NE(r.output.find("--pp: must be an integer >= 1, got 0"), std::string::npos) << r.output;
   r = run_bounded("schedule --pp 4 --micro-batches 8", d.path());
   EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// Found by probing the planner, dry-run, launch and ckpt commands (2026-12-04): each was a hang,
+// a raw library message, or a value silently taken to mean something else.
+TEST(CliErrors, LayoutCommandsRefuseWhatWouldRunForHoursOrMeansNothing) {
+  TempDir d;
+  const std::string hw = " --hardware " + config("hardware/cpu-2core-1thread-2ranks.json");
+  // 2^31 ranks: setting the layout up is linear in the ranks (hours before any other check).
+  auto r = run_bounded("plan estimate " + config("bench/llama-tiny.yaml") + hw + " --world 2147483647", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--world: must be an integer from 1 to 1048576, got 2147483647"), std::string::npos)
+      << r.output;
+  r = run_bounded("dry-run " + config("bench/llama-tiny.yaml") + " --world 2147483647", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  // Ten million micro-batches: the dry run set up every one's data (2.4 GB after 20 s).
+  r = run_bounded("plan estimate " + config("bench/llama-tiny.yaml") + hw +
+                      " --world 2 --set train.global_batch_size=100000000",
+                  d.path());
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("train.global_batch_size 100000000: 6250000 micro-batches per rank is more than a dry run "
+                          "or the planner takes (at most 1048576 passes per rank)"),
+            std::string::npos)
+      << r.output;
+  // --memory-gib 0 read as "no limit" (plan) or "fits" (dry-run).
+  r = run_bounded("dry-run " + config("bench/llama-tiny.yaml") + " --world 1 --memory-gib 0", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--memory-gib: must be a finite number > 0, got 0"), std::string::npos) << r.output;
+  r = run_bounded("dry-run " + config("mixtral-tiny.yaml") + " --world 1 --steps 2147483647", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--steps: must be an integer from 0 to 100, got 2147483647"), std::string::npos) << r.output;
+  // An empty list item took the next option as its value: "'--workers' is not supported".
+  r = run_bounded("plan search " + config("bench/llama-tiny.yaml") + hw + " --world 2 --fp8-recipes , --workers 1",
+                  d.path());
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("--fp8-recipes ',': an empty item in the comma-separated list"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("'--workers' is not supported"), std::string::npos) << r.output;
+  // More dense layers than layers silently made a MoE model dense.
+  r = run_bounded("dry-run " + config("deepseek-v3-tiny.yaml") + " --world 1 --set model.moe_first_dense_layers=100",
+                  d.path());
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("model.moe_first_dense_layers: 100 is more than model.num_layers (4)"), std::string::npos)
+      << r.output;
+  // A delay no clock holds restarted at once ("in nan s", "in 1e19 s").
+  r = run_bounded("launch --max-restarts 1 --restart-delay nan -- false", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--restart-delay: must be a finite number from 0 to 86400, got nan"), std::string::npos)
+      << r.output;
+  r = run_bounded("launch --max-restarts 1 --restart-delay 1e19 -- false", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  // calibrate measured for minutes, then said "cannot write ''".
+  r = run_bounded("plan calibrate --out '' --repeats 1", d.path(), 20);
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("plan calibrate: --out '' must name a file to write, not nothing"), std::string::npos)
+      << r.output;
+  r = run_bounded("plan calibrate --out nodir/p.json --repeats 1", d.path(), 20);
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("plan calibrate: --out 'nodir/p.json': its directory 'nodir' does not exist"),
+            std::string::npos)
+      << r.output;
+  // "filesystem error: cannot create directories: Invalid argument []"
+  r = run_bounded("ckpt consolidate --ckpt ck --out ''", d.path());
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("ckpt consolidate: --out is empty"), std::string::npos) << r.output;
+  std::ofstream(d.path() + "/afile") << "x";
+  r = run_bounded("ckpt consolidate --ckpt ck --out afile", d.path());
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("ckpt consolidate: --out 'afile' exists and is not a directory"), std::string::npos)
+      << r.output;
+}
+
+// schedule --costs-from reads a measured step's trace: a malformed one is named by file and span,
+// not by nlohmann's "[json.exception.out_of_range.403] key 'args' not found".
+TEST(CliErrors, AMalformedPipelineTraceIsNamedBySpan) {
+  TempDir d;
+  const auto trace = [&](const std::string& text) {
+    std::ofstream(d.path() + "/t.json") << text;
+    return run_bounded("schedule --pp 2 --micro-batches 4 --costs-from t.json", d.path());
+  };
+  auto r = trace(R"({"traceEvents":[{"ph":"X","name":"F","tid":0,"ts":0,"dur":5}]})");
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("--costs-from: 't.json': traceEvents[0] has no 'args' object (its stage)"), std::string::npos)
+      << r.output;
+  r = trace("[1,2]");
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("--costs-from: 't.json' is not a Chrome trace (an object with a traceEvents list)"),
+            std::string::npos)
+      << r.output;
+  r = trace(R"({"traceEvents":[{"ph":"X","name":"F","tid":0,"ts":0,"dur":5,"args":{"stage":"0"}}]})");
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("traceEvents[0] has no integer 'stage'"), std::string::npos) << r.output;
+  // A span without its duration counted as 0.
+  r = trace(R"({"traceEvents":[{"ph":"X","name":"F","tid":0,"ts":0,"args":{"stage":0}}]})");
+  EXPECT_EQ(r.exit_code, kError) << r.output;
+  EXPECT_NE(r.output.find("traceEvents[0] has no number 'dur'"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("json.exception"), std::string::npos) << r.output;
 }
 
 TEST(CliErrors, HugeModelsAreRefusedQuicklyWithNamedErrors) {

@@ -202,7 +202,7 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
   const int dp = layout.dp_size();
   cfg.check_batch_splits(dp);
   const int P = s.pp, V = P > 1 ? cfg.parallel.chunks_per_rank() : 1;
-  const int local_mbs = int(cfg.grad_accumulation_steps() / dp);
+  const int local_mbs = int(train::micro_batches_per_rank(cfg, dp, V));
   const int fewest = P > 1 ? pipeline::fewest_micro_batches(cfg.parallel.pipeline_schedule, P) : 1;
   const bool dual = P > 1 && pipeline::placement_of(cfg.parallel.pipeline_schedule) == pipeline::Placement::dual;
   MicroBatches mbs{local_mbs,

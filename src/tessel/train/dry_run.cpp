@@ -5,6 +5,7 @@
 #include "tessel/core/check.h"
 #include "tessel/data/batch.h"
 #include "tessel/nn/params.h"
+#include "tessel/pipeline/schedule.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::train {
@@ -54,6 +55,16 @@ class LogSession {
 
 }  // namespace
 
+int64_t micro_batches_per_rank(const Config& cfg, int dp, int chunks) {
+  const int64_t local = cfg.grad_accumulation_steps() / dp;
+  TESSEL_CHECK(local * chunks <= pipeline::kMaxSchedulePasses,
+               "train.global_batch_size {}: {} micro-batches per rank{} is more than a dry run or the planner takes (at "
+               "most {} passes per rank)",
+               cfg.train.global_batch_size, local, chunks > 1 ? fmt::format(" x {} chunks", chunks) : std::string(),
+               pipeline::kMaxSchedulePasses);
+  return local;
+}
+
 StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
                                       nn::MoeRoutingTrace* routing, bool keep_records, int64_t held_micro_batches) {
   TESSEL_CHECK(steps >= 1, "measure_training_step: steps must be >= 1, got {}", steps);
@@ -69,7 +80,9 @@ StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& gr
   StepMeasurement m;
   {
     Trainer t(cfg, &groups);
-    const int64_t local = cfg.grad_accumulation_steps() / groups.dp_size();
+    const int64_t local = micro_batches_per_rank(cfg, groups.dp_size());
+    TESSEL_CHECK(held_micro_batches <= pipeline::kMaxSchedulePasses, "a dry run cannot hold {} micro-batches (at most {})",
+                 held_micro_batches, pipeline::kMaxSchedulePasses);
     std::vector<data::Batch> mbs, held;  // run; only held
     for (int64_t k = 0; k < std::max(local, held_micro_batches); ++k) {
       const Shape shape{cfg.train.micro_batch_size, cfg.model.seq_length};

@@ -48,6 +48,12 @@ struct StepMeasurement {
 // held_micro_batches (optional, more than the config's per rank): the step's data holds that many
 // micro-batches while only the config's run, as a planner measures a long step by a few of its
 // micro-batches (plan/estimate.h) with the memory of all of its data.
+// The micro-batches per rank of a step on `dp` data-parallel ranks (chunks: a pipeline's virtual
+// stages per rank), refused, naming train.global_batch_size, where a dry run would hold more than
+// `tessel schedule` simulates (pipeline::kMaxSchedulePasses passes per rank): the data of every
+// micro-batch is set up before the first step.
+int64_t micro_batches_per_rank(const Config& cfg, int dp, int chunks = 1);
+
 StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
                                       nn::MoeRoutingTrace* routing = nullptr, bool keep_records = false,
                                       int64_t held_micro_batches = 0);
