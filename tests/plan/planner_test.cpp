@@ -169,6 +169,11 @@ TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
   no_node_level.replace(no_node_level.find("\"intra_node_pcie_4x\""), 20, "\"intra_node_pcie_3x\"");
   EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(no_node_level, "pcie.json"); }),
              "networks has no 'intra_node_pcie_4x' level (intra_with_pcie: the level of a whole node of 4)");
+  // A layout no GEMM has was read as no variant at all.
+  std::string layout = text;
+  layout.replace(layout.find("layout=TN"), 9, "layout=ZZ");
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(layout, "mini.json"); }),
+             "'layout=ZZ' is not a GEMM layout (NN, NT, TN or TT)");
 }
 
 train::Config tiny(const std::vector<std::string>& sets) {

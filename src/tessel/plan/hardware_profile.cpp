@@ -188,10 +188,15 @@ double size_field(const std::map<std::string, std::string>& kv, const std::strin
 
 // SimuMax names a GEMM by cuBLAS's column-major layout of C = op(A) op(B) with C [m, n]; in tessel's
 // row-major terms the two letters swap (SimuMax "TN", a forward x W^T, is tessel's "NT").
-std::string tessel_variant(const std::map<std::string, std::string>& kv) {
+std::string tessel_variant(const std::map<std::string, std::string>& kv, const std::string& where) {
   const auto lay = kv.find("layout");
-  std::string v = lay != kv.end() && lay->second.size() == 2 ? std::string{lay->second[1], lay->second[0]} : "";
+  const auto transpose = [](char c) { return c == 'N' || c == 'T'; };
+  TESSEL_CHECK(lay == kv.end() || (lay->second.size() == 2 && transpose(lay->second[0]) && transpose(lay->second[1])),
+               "{}: 'layout={}' is not a GEMM layout (NN, NT, TN or TT)", where, lay->second);
+  std::string v = lay != kv.end() ? std::string{lay->second[1], lay->second[0]} : "";
   const auto acc = kv.find("accumulate");
+  TESSEL_CHECK(acc == kv.end() || acc->second == "True" || acc->second == "False",
+               "{}: 'accumulate={}' must be True or False", where, acc->second);
   if (acc != kv.end() && acc->second == "True") v += "+acc";
   return v;
 }
@@ -213,7 +218,7 @@ ComputeOpProfile simumax_compute(const JsonFields& op, const std::string& kind) 
     if (kind == "matmul") {
       const double b = kv.count("b") ? size_field(kv, "b", where) : 1.0;
       s.dims = {b * size_field(kv, "m", where), size_field(kv, "n", where), size_field(kv, "k", where)};
-      s.variant = tessel_variant(kv);
+      s.variant = tessel_variant(kv, where);
     } else {  // sdp_fwd, sdp_bwd
       s.dims = {size_field(kv, "batch", where), size_field(kv, "seq_len", where), size_field(kv, "head_num", where),
                 size_field(kv, "kv_head_num", where), size_field(kv, "qk_head_dim", where),
