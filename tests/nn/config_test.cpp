@@ -80,6 +80,11 @@ TEST(Config, UnknownSectionAndBadValues) {
             "");
   EXPECT_NE(error_of("", {"model.arch=deepseek_v3", "model.qk_pos_emb_head_dim=3"}).find("(even)"), std::string::npos);
   EXPECT_EQ(error_of("", {"model.mtp_num_layers=1", "parallel.context_parallel_size=2"}), "");
+  // An odd sequence length: refused only where context parallelism cuts the sequence in 2 x cp chunks.
+  EXPECT_EQ(error_of("", {"model.seq_length=255"}), "");
+  EXPECT_NE(error_of("", {"model.seq_length=255", "parallel.context_parallel_size=2"})
+                .find("model.seq_length 255 must be divisible by 2 x parallel.context_parallel_size = 4"),
+            std::string::npos);
   EXPECT_EQ(error_of("", {"parallel.tensor_model_parallel_size=2", "parallel.use_distributed_optimizer=true"}), "");
   EXPECT_EQ(error_of("", {"parallel.tensor_model_parallel_size=2"}), "");
   // Pipeline layouts: an even split, or explicit layers per virtual stage that sum to the model's.

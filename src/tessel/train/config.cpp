@@ -360,7 +360,8 @@ void Config::validate() const {
   TESSEL_CHECK(!parallel.sequence_parallel || parallel.tensor_model_parallel_size > 1,
                "parallel.sequence_parallel needs tensor_model_parallel_size > 1 (it splits the tensor-parallel "
                "region's sequence)");
-  TESSEL_CHECK(model.seq_length % (2 * parallel.context_parallel_size) == 0,
+  // Only context parallelism cuts sequences (into 2 x cp load-balanced chunks); without it any length runs.
+  TESSEL_CHECK(parallel.context_parallel_size == 1 || model.seq_length % (2 * parallel.context_parallel_size) == 0,
                "model.seq_length {} must be divisible by 2 x parallel.context_parallel_size = {} (each rank holds two "
                "load-balanced chunks of every sequence)", model.seq_length, 2 * parallel.context_parallel_size);
   TESSEL_CHECK(parallel.ddp_bucket_size > 0, "parallel.ddp_bucket_size must be > 0, got {}", parallel.ddp_bucket_size);
