@@ -80,4 +80,15 @@ inline CLI::Validator finite_positive() {
       "NUMBER>0");
 }
 
+// A comma-separated list given as one argument ("block,current"): no item may be empty.
+inline CLI::Validator comma_separated_items() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const bool empty_item = text.empty() || text.front() == ',' || text.back() == ',' ||
+                                text.find(",,") != std::string::npos;
+        return empty_item ? "an empty item in the comma-separated list '" + text + "'" : "";
+      },
+      "LIST");
+}
+
 }  // namespace tessel::app

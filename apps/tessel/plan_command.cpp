@@ -136,17 +136,16 @@ struct SearchCliOptions {
   plan::SearchOptions search;
 };
 
-// A comma-separated option's items. One argument, split here: a list option of CLI11's took
-// "--fp8-recipes ," as no item and the next argument ("--workers") as its value.
-std::vector<std::string> comma_list(const std::string& text, const char* option) {
+// A comma-separated option's items (checked by comma_separated_items: none is empty). One argument,
+// split here: CLI11's list option took "--fp8-recipes ," as no item and the next argument
+// ("--workers") as its value.
+std::vector<std::string> comma_list(const std::string& text) {
   std::vector<std::string> items;
   if (text.empty()) return items;
   size_t from = 0;
   for (size_t comma; (comma = text.find(',', from)) != std::string::npos; from = comma + 1)
     items.push_back(text.substr(from, comma - from));
   items.push_back(text.substr(from));
-  for (const std::string& item : items)
-    TESSEL_CHECK(!item.empty(), "{} '{}': an empty item in the comma-separated list", option, text);
   return items;
 }
 
@@ -160,8 +159,8 @@ nlohmann::json candidate_json(const plan::Candidate& c) {
 }
 
 int run_search(SearchCliOptions o) {
-  o.search.fp8_recipes = comma_list(o.fp8_recipes, "--fp8-recipes");
-  o.search.pipeline_schedules = comma_list(o.pipeline_schedules, "--pipeline-schedules");
+  o.search.fp8_recipes = comma_list(o.fp8_recipes);
+  o.search.pipeline_schedules = comma_list(o.pipeline_schedules);
   const plan::HardwareProfile hw = plan::load_hardware_profile(o.hardware);
   const auto load = [&](const std::vector<std::string>& layout) {
     std::vector<std::string> sets = o.sets;
@@ -265,10 +264,12 @@ Action add_plan_command(CLI::App& app) {
   sea->add_option("--set", s->sets, "config override key=value (repeatable), applied before each layout's");
   sea->add_option("--fp8-recipes", s->fp8_recipes,
                   "FP8 recipes to try besides the configured one, comma-separated (none, delayed, current, block; "
-                  "default: the configured recipe only)");
+                  "default: the configured recipe only)")
+      ->check(comma_separated_items());
   sea->add_option("--pipeline-schedules", s->pipeline_schedules,
                   "pipeline schedules to try besides the configured one on pipelined layouts, comma-separated "
-                  "(1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev; default: the configured schedule only)");
+                  "(1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev; default: the configured schedule only)")
+      ->check(comma_separated_items());
   s->search.workers = int(std::max(1u, std::thread::hardware_concurrency()));
   sea->add_option("--workers", s->search.workers, "processes estimating layouts at once (default: the cores)")
       ->check(integer_at_least(1));

@@ -79,7 +79,10 @@ Measured measured_costs(const std::string& path, const pipeline::Schedule& s) {
                  tid, stage_id, s.pp, stages);
     const int rank = int(tid), stage = int(stage_id);
     const double start = field(i, e, "ts", false) * 1e-6, dur = field(i, e, "dur", false) * 1e-6;
-    TESSEL_CHECK(dur >= 0, "--costs-from: '{}': traceEvents[{}] lasts {} us (a span's dur is >= 0)", path, i, dur * 1e6);
+    // As the command line's costs: sums over a step must stay finite.
+    TESSEL_CHECK(dur >= 0 && dur <= kMaxCost && std::abs(start) <= kMaxCost,
+                 "--costs-from: '{}': traceEvents[{}] has ts {} us and dur {} us (dur from 0, both within {:g} s)", path,
+                 i, start * 1e6, dur * 1e6, kMaxCost);
     pipeline::OpKind kind = pipeline::OpKind::send_fwd;  // any non-compute kind
     const int which = name == "F" ? 0 : name == "B" ? 1 : name == "W" ? 2 : -1;
     if (which >= 0) {

@@ -82,6 +82,14 @@ TEST(Config, UnknownSectionAndBadValues) {
   EXPECT_EQ(error_of("", {"model.mtp_num_layers=1", "parallel.context_parallel_size=2"}), "");
   // An odd sequence length: refused only where context parallelism cuts the sequence in 2 x cp chunks.
   EXPECT_EQ(error_of("", {"model.seq_length=255"}), "");
+  // ... and where sequence parallelism splits a micro-batch's tokens over the tensor-parallel ranks.
+  EXPECT_NE(error_of("", {"model.seq_length=255", "train.micro_batch_size=1", "train.global_batch_size=1",
+                          "parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"})
+                .find("parallel.sequence_parallel: 255 tokens per micro-batch and rank"),
+            std::string::npos);
+  EXPECT_EQ(error_of("", {"model.seq_length=255", "train.micro_batch_size=2", "train.global_batch_size=2",
+                          "parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"}),
+            "");
   EXPECT_NE(error_of("", {"model.seq_length=255", "parallel.context_parallel_size=2"})
                 .find("model.seq_length 255 must be divisible by 2 x parallel.context_parallel_size = 4"),
             std::string::npos);

@@ -169,6 +169,10 @@ TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
   no_node_level.replace(no_node_level.find("\"intra_node_pcie_4x\""), 20, "\"intra_node_pcie_3x\"");
   EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(no_node_level, "pcie.json"); }),
              "networks has no 'intra_node_pcie_4x' level (intra_with_pcie: the level of a whole node of 4)");
+  std::string not_boolean = pcie;
+  not_boolean.replace(not_boolean.find("\"intra_with_pcie\": true"), 23, "\"intra_with_pcie\": 1");
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(not_boolean, "pcie.json"); }),
+             "networks.intra_with_pcie must be true or false, got 1");
   // A layout no GEMM has was read as no variant at all.
   std::string layout = text;
   layout.replace(layout.find("layout=TN"), 9, "layout=ZZ");

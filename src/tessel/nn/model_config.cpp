@@ -46,10 +46,11 @@ void ModelConfig::validate() const {
     TESSEL_CHECK(moe_token_drop_policy == "probs" || moe_token_drop_policy == "position",
                  "model.moe_token_drop_policy: '{}' is not supported (allowed: probs, position)", moe_token_drop_policy);
     TESSEL_CHECK_MIN("model.moe_first_dense_layers", moe_first_dense_layers, 0);
-    TESSEL_CHECK(moe_first_dense_layers <= num_layers,
-                 "model.moe_first_dense_layers: {} is more than model.num_layers ({}); the first layers are dense, "
-                 "the rest MoE (equal: no MoE layer)",
-                 moe_first_dense_layers, num_layers);
+    // The multi-token-prediction modules' layers count on after the model's (is_moe_layer).
+    TESSEL_CHECK(moe_first_dense_layers <= num_layers + mtp_num_layers,
+                 "model.moe_first_dense_layers: {} is more than the model's {} layers (num_layers {} + mtp_num_layers "
+                 "{}); the first layers are dense, the rest MoE (all of them: no MoE layer)",
+                 moe_first_dense_layers, num_layers + mtp_num_layers, num_layers, mtp_num_layers);
     TESSEL_CHECK_RANGE("model.moe_ffn_hidden_size", moe_ffn_hidden_size, 0, ModelLimits::ffn_hidden_size);
     TESSEL_CHECK_RANGE("model.moe_shared_expert_intermediate_size", moe_shared_expert_intermediate_size, 0,
                        ModelLimits::ffn_hidden_size);

@@ -83,17 +83,18 @@ std::string with_real_micro_batch(std::string at, const MicroBatches& mbs) {
   return at.substr(0, b) + std::to_string(mbs.real_index(std::stoi(at.substr(b, e - b)))) + at.substr(e);
 }
 
-// A pass's time spent inside a transformer layer (the phase names this rank's layer index).
-void add_to_layer(StageEstimate& out, const MemoryPhase& p, double t) {
-  if (p.layer < 0) return;
-  if (out.layer_s.size() <= size_t(p.layer)) out.layer_s.resize(size_t(p.layer) + 1, 0.0);
-  out.layer_s[size_t(p.layer)] += t;
+// A pass's time spent inside a transformer layer (this rank's layer index, from the phase).
+void add_to_layer(StageEstimate& out, int layer, double t) {
+  if (layer < 0) return;
+  if (out.layer_s.size() <= size_t(layer)) out.layer_s.resize(size_t(layer) + 1, 0.0);
+  out.layer_s[size_t(layer)] += t;
 }
 
 PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s, int dp,
                         const train::StepMeasurement& m, const MicroBatches& mbs) {
   PricedStage st;
   std::map<PassKey, double> attention_s, ring_s;
+  std::map<PassKey, std::map<int, double>> ring_by_layer;  // the ring's transfers of each pass, by layer
   for (const kernels::OpRecord& r : m.op_records) {
     const Part part = part_of(r.phase);
     if (part == Part::setup) continue;
@@ -106,7 +107,7 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
       const PassKey k = key_of(part, r.phase);
       st.pass_s[k] += t;
       st.out.compute_s += t;
-      add_to_layer(st.out, r.phase, t);
+      add_to_layer(st.out, r.phase.layer, t);
       if (compute_kind(r).rfind("attention", 0) == 0) attention_s[k] += t;
     } else if (starts_with(r.phase.what, "optimizer step")) {
       st.out.optimizer_s += t;
@@ -127,9 +128,10 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
       if (!c.overlapped) {
         st.pass_s[k] += t;
         st.out.exposed_comm_s[group] += t;
-        add_to_layer(st.out, c.phase, t);
+        add_to_layer(st.out, c.phase.layer, t);
       } else if (group == "cp") {
         ring_s[k] += t;
+        ring_by_layer[k][c.phase.layer] += t;
       } else {  // the gradient reducer's buckets
         st.dp_overlapped_s += t;
         st.dp_last_bucket_s = one;
@@ -149,6 +151,9 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
     const double exposed = hw.async_progress ? std::max(0.0, t - attention_s[k]) : t;
     st.pass_s[k] += exposed;
     st.out.exposed_comm_s["cp"] += exposed;
+    // Each layer's share of what is exposed: as much as its transfers are of the pass's.
+    if (t > 0)
+      for (const auto& [layer, by_layer] : ring_by_layer[k]) add_to_layer(st.out, layer, exposed * by_layer / t);
   }
   double passes = 0, layers = 0;
   for (const auto& [k, t] : st.pass_s) passes += t;

@@ -48,8 +48,9 @@ struct StageEstimate {
   std::map<std::string, double> comm_s_by_kind;
   // The passes' time (per step: kernels and blocking collectives) split by what it was spent on:
   // each of this rank's transformer layers, in the order the model holds them (its chunks' layers
-  // in turn), and the rest (the embedding, the final norm, output head and loss, multi-token
-  // prediction, a context-parallel ring's exposed transfers). plan search balances the layers of a
+  // in turn; a context-parallel ring's exposed transfers go to the layers whose attention they
+  // feed), and the rest (the embedding, the final norm, output head and loss, multi-token
+  // prediction). plan search balances the layers of a
   // pipeline over its stages from these (plan/layer_split.h).
   std::vector<double> layer_s;
   double non_layer_s = 0;

@@ -197,6 +197,8 @@ std::string tessel_variant(const std::map<std::string, std::string>& kv, const s
   const auto acc = kv.find("accumulate");
   TESSEL_CHECK(acc == kv.end() || acc->second == "True" || acc->second == "False",
                "{}: 'accumulate={}' must be True or False", where, acc->second);
+  TESSEL_CHECK(acc == kv.end() || acc->second == "False" || lay != kv.end(),
+               "{}: 'accumulate=True' needs the GEMM's 'layout' (no record is looked up without it)", where);
   if (acc != kv.end() && acc->second == "True") v += "+acc";
   return v;
 }
@@ -295,8 +297,10 @@ HardwareProfile from_simumax_json(const json& j, const std::string& source) {
   // A PCIe system (intra_with_pcie) describes its node by how many devices a group spans
   // (intra_node_pcie_8x, _4x, _2x); tessel has one intra-node level, and takes the whole node's
   // (groups of fewer devices are priced as if they spanned it).
-  const bool pcie = nets.has("intra_with_pcie") && nets.raw("intra_with_pcie").is_boolean() &&
-                    nets.raw("intra_with_pcie").get<bool>();
+  TESSEL_CHECK(!nets.has("intra_with_pcie") || nets.raw("intra_with_pcie").is_boolean(),
+               "{}: networks.intra_with_pcie must be true or false, got {}", top.where(),
+               nets.has("intra_with_pcie") ? nets.raw("intra_with_pcie").dump() : "");
+  const bool pcie = nets.has("intra_with_pcie") && nets.raw("intra_with_pcie").get<bool>();
   const std::string intra = pcie ? fmt::format("intra_node_pcie_{}x", p.devices_per_node) : "high_intra_node";
   const std::vector<std::pair<std::string, std::string>> levels = {{intra, "intra_node"}, {"inter_node", "inter_node"}};
   for (const auto& [theirs, ours] : levels) {

@@ -65,7 +65,10 @@ std::vector<int64_t> balanced_layer_split(const std::vector<double>& layer_s, co
   for (size_t s = P; s >= 1; --s) {
     const double within = spread[s][l] * (1 + 1e-12);
     size_t j = s - 1;  // the earliest start leaves the most layers to this stage
-    while (load(s - 1, j, l) > target || spread[s - 1][j] + penalty(load(s - 1, j, l)) > within) ++j;
+    while (load(s - 1, j, l) > target || spread[s - 1][j] + penalty(load(s - 1, j, l)) > within) {
+      ++j;
+      TESSEL_CHECK(j < l, "balanced_layer_split: no start for stage {} found again (layers {})", s - 1, l);
+    }
     split[s - 1] = int64_t(l - j);
     l = j;
   }

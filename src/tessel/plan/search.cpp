@@ -74,12 +74,6 @@ std::string layers_per_stage(int64_t layers, int64_t stages) {
   return out;
 }
 
-// Uneven splits for a pipeline of `stages` stages of one chunk each, as Megatron-LM's
-// --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: the last stage also runs
-// the output head and loss (and any multi-token-prediction modules), the first the embedding, so each
-// may take one layer fewer than the even share, the stages between taking them (as evenly as they
-// go, the remainder on the earliest). Only splits other than layers_per_stage's even one, with at
-// least one layer on every stage.
 // The splits of a pipelined layout of one chunk per rank that balance its stages by the costs its
 // estimate measured (plan/layer_split.h): each layer's passes, each stage's beyond its layers. One
 // per tie rule, ';'-separated; "" where the estimate does not hold every layer's cost, or no split
@@ -92,16 +86,23 @@ std::string balanced_splits(const Estimate& e, int64_t layers, const std::vector
   }
   if (extra_s.size() < 2 || int64_t(layer_s.size()) != layers) return "";
   std::string out;
+  const double now = slowest_stage_s(current, layer_s, extra_s);
   for (const SplitTies ties : {SplitTies::latest, SplitTies::most_even}) {
     const std::vector<int64_t> split = balanced_layer_split(layer_s, extra_s, ties);
-    // Not faster than the split it was measured on: keep that one (a tie is no reason to move).
-    if (slowest_stage_s(split, layer_s, extra_s) >= slowest_stage_s(current, layer_s, extra_s)) return "";
+    // Not faster than the split it was measured on (beyond rounding): keep that one.
+    if (slowest_stage_s(split, layer_s, extra_s) >= now * (1 - 1e-9)) continue;
     const std::string s = fmt::format("{}", fmt::join(split, ","));
     if (out != s) out += (out.empty() ? "" : ";") + s;
   }
   return out;
 }
 
+// Uneven splits for a pipeline of `stages` stages of one chunk each, as Megatron-LM's
+// --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: the last stage also runs
+// the output head and loss (and any multi-token-prediction modules), the first the embedding, so each
+// may take one layer fewer than the even share, the stages between taking them (as evenly as they
+// go, the remainder on the earliest). Only splits other than layers_per_stage's even one, with at
+// least one layer on every stage.
 std::vector<std::string> uneven_splits(int64_t layers, int64_t stages) {
   std::vector<std::string> out;
   if (stages < 2) return out;
@@ -378,9 +379,8 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
       EstimateOptions shortcuts;
       shortcuts.share_equal_stages = true;  // the step time and the peak over ranks stay exact
       r.estimate = estimate_step(cfg, hw, o.world, shortcuts);
-      // One chunk per rank, one stage per rank (not a V): phase 3 tries the split that balances it.
-      if (st.pp > 1 && st.vpp == 1 &&
-          pipeline::stages_of(cfg.parallel.pipeline_schedule, int(st.pp), 1) == int(st.pp)) {
+      // One chunk per rank (not interleaved, a V or DualPipe): phase 3 tries the splits that balance it.
+      if (st.pp > 1 && st.vpp == 1 && pipeline::chunks_per_rank(cfg.parallel.pipeline_schedule, 1) == 1) {
         std::vector<int64_t> current;
         for (int stage = 0; stage < int(st.pp); ++stage) {
           const nn::StagePlan plan = cfg.stage_plan(stage);
@@ -469,7 +469,8 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
     const Structure& st = structures[ranked_structure[order[n]]];
     const Knobs& k = ranked_knobs[order[n]];
     const std::string kind = k.schedule.empty() ? base.parallel.pipeline_schedule : k.schedule;
-    if (st.pp == 1 || st.vpp > 1 || pipeline::stages_of(kind, int(st.pp), 1) != int(st.pp)) continue;
+    // One chunk per rank (not interleaved, a V or DualPipe's two copies), so stage r is rank r's.
+    if (st.pp == 1 || st.vpp > 1 || pipeline::chunks_per_rank(kind, 1) != 1) continue;
     ++pipelined;
     std::vector<std::string> splits = uneven_splits(layers, st.pp);
     std::istringstream by_cost(ranked_balanced[order[n]]);

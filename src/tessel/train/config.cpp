@@ -364,6 +364,16 @@ void Config::validate() const {
   TESSEL_CHECK(parallel.context_parallel_size == 1 || model.seq_length % (2 * parallel.context_parallel_size) == 0,
                "model.seq_length {} must be divisible by 2 x parallel.context_parallel_size = {} (each rank holds two "
                "load-balanced chunks of every sequence)", model.seq_length, 2 * parallel.context_parallel_size);
+  // Sequence parallelism splits a micro-batch's tokens on this rank over the tensor-parallel ranks:
+  // checked here, not at the first forward (nn/sequence_parallel.cpp).
+  if (parallel.sequence_parallel && parallel.tensor_model_parallel_size > 1 && parallel.context_parallel_size > 0 &&
+      train.micro_batch_size > 0) {
+    const int64_t tokens = train.micro_batch_size * (model.seq_length / parallel.context_parallel_size);
+    TESSEL_CHECK(tokens % parallel.tensor_model_parallel_size == 0,
+                 "parallel.sequence_parallel: {} tokens per micro-batch and rank (train.micro_batch_size x "
+                 "model.seq_length / context_parallel_size) do not split over tensor_model_parallel_size {}",
+                 tokens, parallel.tensor_model_parallel_size);
+  }
   TESSEL_CHECK(parallel.ddp_bucket_size > 0, "parallel.ddp_bucket_size must be > 0, got {}", parallel.ddp_bucket_size);
   TESSEL_CHECK_MIN("train.train_iters", train.train_iters, 0);
   TESSEL_CHECK(train.micro_batch_size > 0, "train.micro_batch_size must be > 0, got {}", train.micro_batch_size);

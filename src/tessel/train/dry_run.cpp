@@ -56,12 +56,13 @@ class LogSession {
 }  // namespace
 
 int64_t micro_batches_per_rank(const Config& cfg, int dp, int chunks) {
-  const int64_t local = cfg.grad_accumulation_steps() / dp;
-  TESSEL_CHECK(local * chunks <= pipeline::kMaxSchedulePasses,
-               "train.global_batch_size {}: {} micro-batches per rank{} is more than a dry run or the planner takes (at "
-               "most {} passes per rank)",
-               cfg.train.global_batch_size, local, chunks > 1 ? fmt::format(" x {} chunks", chunks) : std::string(),
-               pipeline::kMaxSchedulePasses);
+  const int64_t local = cfg.grad_accumulation_steps() / dp, pp = cfg.parallel.pipeline_model_parallel_size;
+  // The schedule's passes, pp x chunks x micro-batches, without overflowing on the way.
+  TESSEL_CHECK(local <= pipeline::kMaxSchedulePasses / (pp * chunks),
+               "train.global_batch_size {}: {} micro-batches per rank{}{} is more than a dry run or the planner takes "
+               "(a schedule of at most {} passes, as tessel schedule)",
+               cfg.train.global_batch_size, local, pp > 1 ? fmt::format(" x {} pipeline stages", pp) : std::string(),
+               chunks > 1 ? fmt::format(" x {} chunks", chunks) : std::string(), pipeline::kMaxSchedulePasses);
   return local;
 }
 

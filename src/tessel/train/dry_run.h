@@ -40,6 +40,12 @@ struct StepMeasurement {
   std::vector<comm::CommRecord> comm_records;
 };
 
+// The micro-batches per rank of a step on `dp` data-parallel ranks (chunks: a pipeline's chunks per
+// rank), refused, naming train.global_batch_size, where the schedule of pp x chunks x micro-batches
+// passes is larger than `tessel schedule` takes (pipeline::kMaxSchedulePasses): the dry run sets up
+// every micro-batch's data before the first step.
+int64_t micro_batches_per_rank(const Config& cfg, int dp, int chunks = 1);
+
 // Sets the Trainer up for this rank of `groups` with its tensors on `device` and runs `steps`
 // training steps on micro-batches of the configured shapes (token 0 everywhere: values do not change
 // what a dense step allocates or calls; MoE routing does, see below). The op log is switched on for
@@ -48,12 +54,6 @@ struct StepMeasurement {
 // held_micro_batches (optional, more than the config's per rank): the step's data holds that many
 // micro-batches while only the config's run, as a planner measures a long step by a few of its
 // micro-batches (plan/estimate.h) with the memory of all of its data.
-// The micro-batches per rank of a step on `dp` data-parallel ranks (chunks: a pipeline's virtual
-// stages per rank), refused, naming train.global_batch_size, where a dry run would hold more than
-// `tessel schedule` simulates (pipeline::kMaxSchedulePasses passes per rank): the data of every
-// micro-batch is set up before the first step.
-int64_t micro_batches_per_rank(const Config& cfg, int dp, int chunks = 1);
-
 StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
                                       nn::MoeRoutingTrace* routing = nullptr, bool keep_records = false,
                                       int64_t held_micro_batches = 0);
