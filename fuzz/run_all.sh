@@ -11,7 +11,8 @@
 # fuzz/dict/<target>.dict, where present, gives libFuzzer the format's tokens.
 # New inputs go to BUILD_DIR/fuzz-corpus/<target>/ (the committed fuzz/corpus/<target>/ is only
 # read), findings to BUILD_DIR/fuzz-findings/<target>-crash-* etc. Prints one line per target:
-# executions, seconds, and the finding if any. Exits 1 if any target found something.
+# executions, seconds, and the finding if any. Exits 1 if any target found something or was
+# interrupted (SIGINT: said as INTERRUPTED, with the executions it got through).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build-asan}" && pwd)"
@@ -53,6 +54,10 @@ for t in $targets; do
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   if [ $rc -eq 0 ]; then
     line="$t: ${execs:-?} executions in ${secs} s, no finding"
+  elif [ $rc -eq 72 ] && ! grep -qE 'FINDING|ERROR: (AddressSanitizer|UndefinedBehaviorSanitizer)|runtime error|deadly signal' "$log"; then
+    # 72 is libFuzzer's exit status when it is interrupted (SIGINT): the run stopped short, it found nothing.
+    status=1
+    line="$t: INTERRUPTED after ${execs:-?} executions in ${secs} s, no finding"
   else
     status=1
     what=$(grep -m1 -E 'FINDING|ERROR: (AddressSanitizer|UndefinedBehaviorSanitizer|libFuzzer)|runtime error|deadly signal' "$log")
@@ -65,5 +70,6 @@ done
 echo "--- fuzz summary ($build)"
 printf '%s\n' "${summary[@]}"
 failed=$(printf '%s\n' "${summary[@]}" | grep -c ': FINDING after ')
-echo "fuzz: $(( ${#summary[@]} - failed )) passed, $failed failed"
+interrupted=$(printf '%s\n' "${summary[@]}" | grep -c ': INTERRUPTED after ')
+echo "fuzz: $(( ${#summary[@]} - failed - interrupted )) passed, $failed failed, $interrupted interrupted"
 exit $status
