@@ -49,6 +49,15 @@ TEST(PlanCli, SimuMaxModelJsonIsAConfigAndTooLittleMemoryExitsOne) {
   EXPECT_FALSE(j["fits"].get<bool>());
   // bf16, sequence parallelism with tp 2, the vocabulary padded to 1024: tp and its collectives ran.
   EXPECT_GT(j["stages"][0]["exposed_comm_ms"]["tp"].get<double>(), 0);
+  // An attention type SimuMax does not have was read as standard attention.
+  {
+    std::ofstream m(d.path() + "/tiny_gqa.json");
+    m << R"({"model_type": "dense", "hidden_size": 256, "head_num": 4, "attention_type": "gqa",
+             "intermediate_size": 512, "layer_num": 2, "vocab_size": 1000})";
+  }
+  const auto bad = run_tessel("plan estimate tiny_gqa.json --hardware " + profile() + " --world 1", d.path(), 60);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("tiny_gqa.json: attention_type 'gqa': allowed mha, mla"), std::string::npos) << bad.output;
 }
 
 TEST(PlanCli, ImpossibleLayoutAndMissingNetworkLevelAreNamed) {

@@ -3,6 +3,8 @@
 // assembly of a one-process step from the meta device's records re-priced independently.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 
 #include "support/error_of.h"
@@ -76,6 +78,14 @@ TEST(CollectiveCost, RingModelByHand) {
   EXPECT_NEAR(collective_seconds(hw, "intra_node", r), 10e-6 + 2e-6 + MiB / bw, 1e-15);
   r.group_size = 1;
   EXPECT_EQ(collective_seconds(hw, "intra_node", r), 0.0);
+  // A group size with a fixed latency of its own (SimuMax's fixed_latency_us_by_comm_num) pays that
+  // instead of the op's: all-to-all over 2 moves half the message in one step.
+  HardwareProfile sized = hw;
+  sized.networks["intra_node"].ops["all2all"].fixed_latency_s_by_group_size = {{2, 40e-6}};
+  r = {"ep", "all_to_all", int64_t(MiB), 2, false, {}};
+  EXPECT_NEAR(collective_seconds(sized, "intra_node", r), 40e-6 + 2e-6 + 0.5 * MiB / bw, 1e-15);
+  r.group_size = 4;  // not listed: the op's own fixed latency, 3 steps, 3/4 of the message
+  EXPECT_NEAR(collective_seconds(sized, "intra_node", r), 10e-6 + 3 * 2e-6 + 0.75 * MiB / bw, 1e-15);
 }
 
 TEST(CollectiveCost, GroupsSpanningNodesNeedTheInterNodeLevel) {
@@ -122,6 +132,31 @@ TEST(HardwareProfile, TesselFormatRoundTripsAndBadFieldsAreNamed) {
   EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(hardware_profile_to_json_text(bad), "bad.json"); }),
              "compute.gemm.bf16.points[0]: variant 'QQ' is not a GEMM variant (NN, NT, TN or TT, with +acc when "
              "accumulating)");
+
+  // Fixed latencies by group size round-trip; a key that is no group size is named.
+  HardwareProfile sized = hw;
+  sized.networks["intra_node"].ops["all2all"].fixed_latency_s_by_group_size = {{2, 51e-6}, {4, 19e-6}};
+  const HardwareProfile sized_back =
+      hardware_profile_from_json_text(hardware_profile_to_json_text(sized), "round trip");
+  const CollectiveProfile& a2a = sized_back.networks.at("intra_node").ops.at("all2all");
+  EXPECT_NEAR(a2a.fixed_latency_for(2), 51e-6, 1e-18);
+  EXPECT_NEAR(a2a.fixed_latency_for(4), 19e-6, 1e-18);
+  EXPECT_NEAR(a2a.fixed_latency_for(8), 10e-6, 1e-18);  // not listed: the op's fixed_latency_us
+  nlohmann::json j = nlohmann::json::parse(text);
+  j["networks"]["intra_node"]["all2all"]["fixed_latency_us_by_group_size"] = {{"one", 5.0}};
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(j.dump(), "bad.json"); }),
+             "networks: intra_node: all2all: fixed_latency_us_by_group_size has the key 'one'; allowed: group sizes 2 "
+             ".. 1048576");
+  // A memory efficiency for an op no kernel records (here a typo of gather_rows) was never read:
+  // that op was priced at the default.
+  j = nlohmann::json::parse(text);
+  j["memory"]["efficiency"]["gather_row"] = 0.5;
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(j.dump(), "bad.json"); }),
+             "memory.efficiency has an entry for 'gather_row', which no kernel records; allowed: default, adamw_update, "
+             "add, add_gathered_rows,");
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(R"({"sys_name": "mine", "num_per_node": 8})", "x.json"); }),
+             "hardware profile x.json is neither a tessel profile (it has no 'format': 'tessel-hardware-1') nor a "
+             "SimuMax system (it has no 'accelerator')");
 }
 
 TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
@@ -137,7 +172,9 @@ TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
     "networks": {"high_intra_node": {"bandwidth": {"gbps": 900, "efficient_factor": 1, "latency_us": 35},
       "op": {"all_reduce": {"scale": 2, "offset": -1, "efficient_factor": 0.7, "latency_us": 5},
              "all_gather": {"scale": 1, "offset": -1}, "reduce_scatter": {"scale": 1, "offset": -1},
-             "p2p": {"scale": 1, "offset": 0}, "all2all": {"scale": 1, "offset": -1}}}}})";
+             "p2p": {"scale": 1, "offset": 0},
+             "all2all": {"scale": 1, "offset": -1, "fixed_latency_us": 0.0,
+                         "fixed_latency_us_by_comm_num": {"2": 51.0, "4": 19.0}}}}}})";
   const HardwareProfile hw = hardware_profile_from_json_text(text, "mini.json");
   EXPECT_EQ(hw.devices_per_node, 4);
   // cuBLAS's column-major "TN" is tessel's row-major "NT"; "NT" with accumulation is "TN+acc".
@@ -154,6 +191,23 @@ TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
   EXPECT_DOUBLE_EQ(ag.latency_s, 35e-6);  // the level's values where the op leaves them out
   EXPECT_DOUBLE_EQ(hw.networks.at("intra_node").ops.at("all_reduce").efficiency, 0.7);
   EXPECT_EQ(hw.networks.count("inter_node"), 0u);
+  // SimuMax's fixed latency: the op's for the group size, else the op's fixed_latency_us.
+  const CollectiveProfile& a2a = hw.networks.at("intra_node").ops.at("all2all");
+  EXPECT_NEAR(a2a.fixed_latency_for(2), 51e-6, 1e-18);
+  EXPECT_NEAR(a2a.fixed_latency_for(4), 19e-6, 1e-18);
+  EXPECT_EQ(a2a.fixed_latency_for(8), 0.0);
+  // An op without a fixed_latency_us of its own takes the level's, by group size where listed.
+  std::string level_latency = text;
+  const std::string level_bw = R"("bandwidth": {"gbps": 900, "efficient_factor": 1, "latency_us": 35})";
+  level_latency.replace(level_latency.find(level_bw), level_bw.size(),
+                        R"("bandwidth": {"gbps": 900, "efficient_factor": 1, "latency_us": 35, "fixed_latency": 7,
+                            "fixed_latency_us_by_comm_num": {"2": 3}})");
+  const HardwareProfile with_level = hardware_profile_from_json_text(level_latency, "mini.json");
+  const CollectiveProfile& ag2 = with_level.networks.at("intra_node").ops.at("all_gather");
+  EXPECT_NEAR(ag2.fixed_latency_for(2), 3e-6, 1e-18);
+  EXPECT_NEAR(ag2.fixed_latency_for(4), 7e-6, 1e-18);
+  EXPECT_NEAR(with_level.networks.at("intra_node").ops.at("all2all").fixed_latency_for(2), 51e-6, 1e-18);
+  EXPECT_EQ(with_level.networks.at("intra_node").ops.at("all2all").fixed_latency_for(8), 0.0);
   // A PCIe system (SimuMax's a100_pcie.json) names its intra-node levels by the devices a group
   // spans; the whole node's (here 4x) is tessel's intra_node.
   std::string pcie = text;

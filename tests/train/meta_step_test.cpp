@@ -80,6 +80,8 @@ TEST_P(MetaStep, EveryRankMatchesTheCpuStepByteForByte) {
       EXPECT_GT(routing.calls(), 0u) << l.name;
     }
     expect_equal(meta, cpu, fmt::format("{} rank {}", l.name, rank));
+    // Hardware profiles price memory-bound ops by these names and refuse any other (op_log.h).
+    for (const auto& [op, t] : cpu.ops) EXPECT_TRUE(kernels::is_op_family(op)) << l.name << ": " << op << " is not in kOpFamilies";
     EXPECT_GT(cpu.peak_bytes_by_category[size_t(MemoryCategory::activations)], 0) << l.name;
     EXPECT_GT(cpu.flops, 0) << l.name;
   }

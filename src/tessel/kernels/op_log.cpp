@@ -95,6 +95,10 @@ OpLog& op_log() {
   return *log;
 }
 
+bool is_op_family(std::string_view op) {
+  return std::binary_search(std::begin(kOpFamilies), std::end(kOpFamilies), op);
+}
+
 void record_op(const char* op, std::initializer_list<const Tensor*> inputs, std::initializer_list<const Tensor*> outputs,
                double flops) {
   if (!op_log().enabled()) return;

@@ -3,7 +3,9 @@
 // written), written by each op family's dispatch point on every device when the log is on. On the
 // meta device this is all a kernel does: a dry run's op list is the log of the real training step.
 // The planner prices these records with a hardware profile.
+#include <algorithm>
 #include <array>
+#include <iterator>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -101,6 +103,27 @@ class OpLog {
 
 // The process-wide log the dispatch points write to.
 OpLog& op_log();
+
+// Every op family a kernel records (OpRecord::op), sorted. A hardware profile's memory
+// efficiencies are keyed by these names, so a profile naming anything else is refused (a typo
+// would otherwise price that op at the default silently). tests/train/meta_step_test.cpp checks
+// that every call of a training step in every layout it runs is listed here; a new kernel's name
+// must be added.
+inline constexpr std::string_view kOpFamilies[] = {
+    "adamw_update", "add", "add_gathered_rows", "add_row_vector", "amax", "attention_bwd", "attention_decode",
+    "attention_fwd", "balance_counts", "balance_loss_rows", "cast", "column_sum_accumulate",
+    "copy_head_columns", "count_nonnegative", "cross_entropy", "embedding_bwd", "embedding_bwd_slice",
+    "embedding_fwd", "embedding_fwd_slice", "fp8_gemm", "fp8_quantize", "fp8_quantize_blocks",
+    "fp8_quantize_col_tiles_transposed", "fp8_quantize_row_tiles", "gather_rows", "gelu_bwd", "gelu_fwd",
+    "gelu_fwd_fp8", "gemm", "kv_cache_append", "layernorm_bwd", "layernorm_fwd", "layernorm_fwd_fp8",
+    "moe_weighted_sum", "moe_weighted_sum_backward", "ring_attention_bwd", "ring_attention_fwd",
+    "rmsnorm_bwd", "rmsnorm_fwd", "rmsnorm_fwd_fp8", "rope", "router_forward", "router_scores_backward",
+    "router_weights_backward", "router_z_loss", "scatter_add_rows", "shift_tokens", "sum_head_columns",
+    "sum_squares", "swiglu_bwd", "swiglu_fwd", "swiglu_fwd_fp8", "xent_local_max_and_target",
+    "xent_local_sum_exp", "xent_vocab_parallel_finish",
+};
+static_assert(std::is_sorted(std::begin(kOpFamilies), std::end(kOpFamilies)), "kOpFamilies is searched by bisection");
+bool is_op_family(std::string_view op);
 
 // Records one call when the log is on: shapes and dtypes of the defined inputs then outputs, bytes
 // read = the inputs' bytes, bytes written = the outputs'.

@@ -111,7 +111,7 @@ double collective_seconds(const HardwareProfile& hw, const std::string& level, c
   const bool p2p = kind == "p2p";
   const double steps = p2p ? 1.0 : c.scale * double(n + int64_t(c.offset));
   const double bus = p2p ? message : message * c.scale * (double(n) + c.offset) / double(n);
-  return c.fixed_latency_s + steps * c.latency_s + bus / (c.bandwidth * c.efficiency);
+  return c.fixed_latency_for(n) + steps * c.latency_s + bus / (c.bandwidth * c.efficiency);
 }
 
 }  // namespace tessel::plan

@@ -9,6 +9,7 @@
 #include "tessel/ckpt/checkpoint_files.h"
 #include "tessel/ckpt/json_fields.h"
 #include "tessel/core/check.h"
+#include "tessel/kernels/op_log.h"
 
 namespace tessel::plan {
 
@@ -60,12 +61,28 @@ constexpr const char* kFormat = "tessel-hardware-1";
 
 double positive(const JsonFields& f, const std::string& key) { return f.number(key, 0, 1e30, true); }
 
+// {"2": 51.06, "4": 19.21}: a fixed latency in microseconds for each group size listed.
+std::map<int64_t, double> fixed_latency_by_group_size(const JsonFields& f, const std::string& key) {
+  std::map<int64_t, double> out;
+  if (!f.has(key)) return out;
+  const JsonFields sizes = f.object(key);
+  for (const auto& [size, value] : sizes.json().items()) {
+    const bool digits = !size.empty() && size.size() <= 7 && size.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t n = digits ? std::stoll(size) : 0;
+    TESSEL_CHECK(n >= 2 && n <= (int64_t(1) << 20), "{}: {} has the key '{}'; allowed: group sizes 2 .. {}",
+                 f.where(), key, size, int64_t(1) << 20);
+    out[n] = sizes.number(size, 0, 1e9) * 1e-6;
+  }
+  return out;
+}
+
 CollectiveProfile read_collective(const JsonFields& f) {
   CollectiveProfile c;
   c.bandwidth = f.number("gbps", 0, 1e9, true) * 1e9;
   c.efficiency = f.number("efficiency", 0, 100, true);
   c.latency_s = f.number_or("latency_us", 0, 0, 1e9) * 1e-6;
   c.fixed_latency_s = f.number_or("fixed_latency_us", 0, 0, 1e9) * 1e-6;
+  c.fixed_latency_s_by_group_size = fixed_latency_by_group_size(f, "fixed_latency_us_by_group_size");
   c.scale = f.number_or("scale", 1, 0, 16, true);
   c.offset = f.number_or("offset", -1, -1, 0);
   return c;
@@ -132,7 +149,12 @@ HardwareProfile from_tessel_json(const json& j, const std::string& source) {
   p.memory_bandwidth = memory.number("bandwidth_gbps", 0, 1e9, true) * 1e9;
   p.memory_latency_s = memory.number_or("latency_us", 0, 0, 1e9) * 1e-6;
   const JsonFields eff = memory.object("efficiency");
-  for (const auto& [op, value] : eff.json().items()) p.memory[op].efficiency = eff.number(op, 0, 100, true);
+  for (const auto& [op, value] : eff.json().items()) {
+    TESSEL_CHECK(op == "default" || kernels::is_op_family(op),
+                 "{}: memory.efficiency has an entry for '{}', which no kernel records; allowed: default, {}",
+                 top.where(), op, fmt::format("{}", fmt::join(kernels::kOpFamilies, ", ")));
+    p.memory[op].efficiency = eff.number(op, 0, 100, true);
+  }
   TESSEL_CHECK(p.memory.count("default"), "{}: memory.efficiency needs a 'default' entry (op families not listed)",
                top.where());
   // Networks are optional (a profile measured in one process has none): a plan whose collectives
@@ -316,7 +338,16 @@ HardwareProfile from_simumax_json(const json& j, const std::string& source) {
       c.bandwidth = lbw.number("gbps", 0, 1e9, true) * 1e9;
       c.efficiency = o.number_or("efficient_factor", lbw.number_or("efficient_factor", 1, 0, 100, true), 0, 100, true);
       c.latency_s = o.number_or("latency_us", lbw.number_or("latency_us", 0, 0, 1e9), 0, 1e9) * 1e-6;
-      c.fixed_latency_s = o.number_or("fixed_latency_us", 0, 0, 1e9) * 1e-6;
+      // SimuMax's order (SystemConfig.compute_net_op_time): the op's latency for this group size,
+      // else the op's fixed_latency_us; where the op has none, the level's for this group size,
+      // else the level's fixed_latency.
+      c.fixed_latency_s_by_group_size = fixed_latency_by_group_size(o, "fixed_latency_us_by_comm_num");
+      if (o.has("fixed_latency_us")) {
+        c.fixed_latency_s = o.number("fixed_latency_us", 0, 1e9) * 1e-6;
+      } else {
+        c.fixed_latency_s = lbw.number_or("fixed_latency", 0, 0, 1e9) * 1e-6;
+        c.fixed_latency_s_by_group_size.merge(fixed_latency_by_group_size(lbw, "fixed_latency_us_by_comm_num"));
+      }
       c.scale = o.number_or("scale", 1, 0, 16, true);
       c.offset = o.number_or("offset", -1, -1, 0);
       n.ops[kind] = c;
@@ -333,6 +364,10 @@ HardwareProfile from_simumax_json(const json& j, const std::string& source) {
 HardwareProfile hardware_profile_from_json_text(const std::string& text, const std::string& source) {
   const json j = ckpt::parse_json_text(text, source, "hardware profile");
   TESSEL_CHECK(j.is_object(), "hardware profile {} must hold a JSON object", source);
+  TESSEL_CHECK(j.contains("accelerator") || j.contains("format"),
+               "hardware profile {} is neither a tessel profile (it has no 'format': '{}') nor a SimuMax system (it "
+               "has no 'accelerator')",
+               source, kFormat);
   return j.contains("accelerator") ? from_simumax_json(j, source) : from_tessel_json(j, source);
 }
 
@@ -355,10 +390,14 @@ std::string hardware_profile_to_json_text(const HardwareProfile& p) {
   for (const auto& [op, m] : p.memory) eff[op] = m.efficiency;
   json nets = json::object();
   for (const auto& [level, n] : p.networks)
-    for (const auto& [kind, c] : n.ops)
-      nets[level][kind] = {{"gbps", c.bandwidth / 1e9},          {"efficiency", c.efficiency},
-                           {"latency_us", c.latency_s * 1e6},    {"fixed_latency_us", c.fixed_latency_s * 1e6},
-                           {"scale", c.scale},                   {"offset", c.offset}};
+    for (const auto& [kind, c] : n.ops) {
+      json& o = nets[level][kind];
+      o = {{"gbps", c.bandwidth / 1e9},       {"efficiency", c.efficiency},
+           {"latency_us", c.latency_s * 1e6}, {"fixed_latency_us", c.fixed_latency_s * 1e6},
+           {"scale", c.scale},                {"offset", c.offset}};
+      for (const auto& [size, s] : c.fixed_latency_s_by_group_size)
+        o["fixed_latency_us_by_group_size"][std::to_string(size)] = s * 1e6;
+    }
   const json j = {{"format", kFormat},
                   {"name", p.name},
                   {"device", p.device},

@@ -55,6 +55,13 @@ struct CollectiveProfile {
   double latency_s = 0;   // per ring step
   double fixed_latency_s = 0;
   double scale = 1, offset = -1;
+  // Where a group size has a fixed latency of its own (SimuMax's fixed_latency_us_by_comm_num: an
+  // all-to-all over 2 B200s costs 51 us more per call than one over 8), it replaces fixed_latency_s.
+  std::map<int64_t, double> fixed_latency_s_by_group_size{};
+  double fixed_latency_for(int64_t group_size) const {
+    const auto it = fixed_latency_s_by_group_size.find(group_size);
+    return it == fixed_latency_s_by_group_size.end() ? fixed_latency_s : it->second;
+  }
 };
 
 // Keys of NetworkProfile::ops; tessel's kinds map onto them (broadcast: all_gather, reduce:

@@ -15,7 +15,10 @@ std::string simumax_model_yaml(const std::string& path) {
   TESSEL_CHECK(type == "dense" || type == "moe", "{}: model_type '{}': allowed dense, moe", f.where(), type);
   const int64_t hidden = f.integer("hidden_size", 1, kBig), heads = f.integer("head_num", 1, kBig);
   const int64_t head_size = f.integer_or("head_size", hidden / heads, 1, kBig);
-  const bool mla = f.string_or("attention_type", "mha") == "mla";
+  const std::string attention = f.string_or("attention_type", "mha");
+  TESSEL_CHECK(attention == "mha" || attention == "mla", "{}: attention_type '{}': allowed mha, mla", f.where(),
+               attention);
+  const bool mla = attention == "mla";
   TESSEL_CHECK(mla || head_size * heads == hidden,
                "{}: head_size {} x head_num {} != hidden_size {}: tessel's attention has hidden_size / heads per head",
                f.where(), head_size, heads, hidden);
