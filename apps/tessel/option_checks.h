@@ -17,14 +17,25 @@ namespace tessel::app {
 // ranks, and 2^31 of them would run for hours before the layout could be refused.
 inline constexpr int64_t kMaxWorld = int64_t(1) << 20;
 
-// Integers >= min (text that is not an integer is left to CLI11's conversion error).
+// `text` as a plain decimal integer: an optional '-', then digits without a leading zero. CLI11
+// converts with strtoll in base 0, so "+0", "0x1f" and "010" (octal 8) would reach it as other
+// values than a reader sees (or than a check made with from_chars saw); they are refused here.
+inline bool plain_decimal(const std::string& text, int64_t& v) {
+  const size_t digits = text.size() > 0 && text[0] == '-' ? 1 : 0;
+  if (text.size() <= digits || (text[digits] == '0' && text.size() > digits + 1)) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+inline constexpr const char* kPlainDecimal = " in plain decimal (digits, an optional '-', no leading zero), got ";
+
+// Integers >= min, written in plain decimal.
 inline CLI::Validator integer_at_least(int64_t min) {
   return CLI::Validator(
       [min](std::string& text) -> std::string {
         int64_t v = 0;
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec != std::errc() || end != text.data() + text.size() || v >= min) return "";
-        return "must be an integer >= " + std::to_string(min) + ", got " + text;
+        if (!plain_decimal(text, v)) return "must be an integer >= " + std::to_string(min) + kPlainDecimal + text;
+        return v >= min ? "" : "must be an integer >= " + std::to_string(min) + ", got " + text;
       },
       "INT>=" + std::to_string(min));
 }
@@ -47,9 +58,9 @@ inline CLI::Validator integer_in(int64_t min, int64_t max) {
   return CLI::Validator(
       [min, max](std::string& text) -> std::string {
         int64_t v = 0;
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec == std::errc() && end == text.data() + text.size() && v >= min && v <= max) return "";
-        return "must be an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", got " + text;
+        const std::string range = "must be an integer from " + std::to_string(min) + " to " + std::to_string(max);
+        if (!plain_decimal(text, v)) return range + kPlainDecimal + text;
+        return v >= min && v <= max ? "" : range + ", got " + text;
       },
       "INT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
 }

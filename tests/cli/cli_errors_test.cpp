@@ -66,6 +66,20 @@ TEST(CliErrors, ScheduleSizesAndCostsAreChecked) {
   EXPECT_NE(r.output.find("--pp: must be an integer >= 1, got 0"), std::string::npos) << r.output;
   r = run_bounded("schedule --pp 4 --micro-batches 8", d.path());
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // CLI11 converts integers in base 0: "+0" got past the range check and "010" was checked as 10
+  // but run as 8. Integers are plain decimal (a review, 2026-12-04).
+  r = run_bounded("schedule --pp +0", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--pp: must be an integer >= 1 in plain decimal (digits, an optional '-', no leading "
+                          "zero), got +0"),
+            std::string::npos)
+      << r.output;
+  r = run_bounded("dry-run " + config("bench/llama-tiny.yaml") + " --world 010", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_NE(r.output.find("--world: must be an integer from 1 to 1048576 in plain decimal"), std::string::npos)
+      << r.output;
+  r = run_bounded("schedule --pp 0x4 --micro-batches 8", d.path());
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
 }
 
 // Found by probing the planner, dry-run, launch and ckpt commands (2026-12-04): each was a hang,

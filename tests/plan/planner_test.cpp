@@ -86,6 +86,10 @@ TEST(CollectiveCost, RingModelByHand) {
   EXPECT_NEAR(collective_seconds(sized, "intra_node", r), 40e-6 + 2e-6 + 0.5 * MiB / bw, 1e-15);
   r.group_size = 4;  // not listed: the op's own fixed latency, 3 steps, 3/4 of the message
   EXPECT_NEAR(collective_seconds(sized, "intra_node", r), 10e-6 + 3 * 2e-6 + 0.75 * MiB / bw, 1e-15);
+  // A send is between two ranks whatever its group's size: the fixed latency of a group of 2.
+  sized.networks["intra_node"].ops["p2p"].fixed_latency_s_by_group_size = {{2, 30e-6}};
+  r = {"pp", "send", int64_t(MiB), 8, false, {}};
+  EXPECT_NEAR(collective_seconds(sized, "intra_node", r), 30e-6 + 2e-6 + MiB / bw, 1e-15);
 }
 
 TEST(CollectiveCost, GroupsSpanningNodesNeedTheInterNodeLevel) {
@@ -145,8 +149,16 @@ TEST(HardwareProfile, TesselFormatRoundTripsAndBadFieldsAreNamed) {
   nlohmann::json j = nlohmann::json::parse(text);
   j["networks"]["intra_node"]["all2all"]["fixed_latency_us_by_group_size"] = {{"one", 5.0}};
   EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(j.dump(), "bad.json"); }),
-             "networks: intra_node: all2all: fixed_latency_us_by_group_size has the key 'one'; allowed: group sizes 2 "
+             "networks: intra_node: all2all: fixed_latency_us_by_group_size has the key 'one'; allowed: group sizes 1 "
              ".. 1048576");
+  // Keys as SimuMax matches them: "02" would never be matched there; "1" is allowed and costs nothing.
+  j["networks"]["intra_node"]["all2all"]["fixed_latency_us_by_group_size"] = {{"02", 5.0}};
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(j.dump(), "bad.json"); }),
+             "fixed_latency_us_by_group_size has the key '02'; allowed: group sizes 1 .. 1048576");
+  j["networks"]["intra_node"]["all2all"]["fixed_latency_us_by_group_size"] = {{"1", 5.0}, {"2", 6.0}};
+  const CollectiveProfile one = hardware_profile_from_json_text(j.dump(), "ok.json").networks.at("intra_node").ops.at("all2all");
+  EXPECT_EQ(one.fixed_latency_s_by_group_size.size(), 1u);
+  EXPECT_NEAR(one.fixed_latency_for(2), 6e-6, 1e-18);
   // A memory efficiency for an op no kernel records (here a typo of gather_rows) was never read:
   // that op was priced at the default.
   j = nlohmann::json::parse(text);
@@ -154,6 +166,12 @@ TEST(HardwareProfile, TesselFormatRoundTripsAndBadFieldsAreNamed) {
   EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(j.dump(), "bad.json"); }),
              "memory.efficiency has an entry for 'gather_row', which no kernel records; allowed: default, adamw_update, "
              "add, add_gathered_rows,");
+  // GEMMs and attention are priced by their compute entries: a memory efficiency for them was never read.
+  j = nlohmann::json::parse(text);
+  j["memory"]["efficiency"]["ring_attention_fwd"] = 0.5;
+  EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(j.dump(), "bad.json"); }),
+             "memory.efficiency has an entry for 'ring_attention_fwd', which is priced by its compute entry "
+             "(gemm.bf16, gemm.f32, fp8_gemm, attention_fwd, attention_bwd), not by memory bandwidth");
   EXPECT_HAS(error_of([&] { hardware_profile_from_json_text(R"({"sys_name": "mine", "num_per_node": 8})", "x.json"); }),
              "hardware profile x.json is neither a tessel profile (it has no 'format': 'tessel-hardware-1') nor a "
              "SimuMax system (it has no 'accelerator')");

@@ -17,6 +17,11 @@ bool is_attention(std::string_view op, bool* backward) {
 
 }  // namespace
 
+bool priced_by_compute(std::string_view op) {
+  bool backward = false;
+  return op == "gemm" || op == "fp8_gemm" || is_attention(op, &backward);
+}
+
 std::string compute_kind(const kernels::OpRecord& r) {
   if (r.op == "fp8_gemm") return "fp8_gemm";
   if (r.op == "gemm") {
@@ -111,7 +116,9 @@ double collective_seconds(const HardwareProfile& hw, const std::string& level, c
   const bool p2p = kind == "p2p";
   const double steps = p2p ? 1.0 : c.scale * double(n + int64_t(c.offset));
   const double bus = p2p ? message : message * c.scale * (double(n) + c.offset) / double(n);
-  return c.fixed_latency_for(n) + steps * c.latency_s + bus / (c.bandwidth * c.efficiency);
+  // A send is between two ranks whatever the size of the group it is made in (SimuMax prices p2p
+  // at 2 as well).
+  return c.fixed_latency_for(p2p ? 2 : n) + steps * c.latency_s + bus / (c.bandwidth * c.efficiency);
 }
 
 }  // namespace tessel::plan

@@ -7,6 +7,7 @@
 //   each call adds the profile's kernel latency.
 // Collectives: the ring model of CollectiveProfile on the network level the group spans.
 #include <string>
+#include <string_view>
 
 #include "tessel/comm/comm_log.h"
 #include "tessel/comm/parallel_state.h"
@@ -14,6 +15,10 @@
 #include "tessel/plan/hardware_profile.h"
 
 namespace tessel::plan {
+
+// Whether an op family is priced by a compute entry (GEMMs, attention) rather than by memory
+// bandwidth: a memory efficiency for it would never be read.
+bool priced_by_compute(std::string_view op);
 
 // The compute-bound kind of an op record ("gemm.bf16", "attention_fwd", ...), or "" for a
 // memory-bound op. Throws for a GEMM whose dtype the profile does not price.

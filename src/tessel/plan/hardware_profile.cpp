@@ -10,6 +10,7 @@
 #include "tessel/ckpt/json_fields.h"
 #include "tessel/core/check.h"
 #include "tessel/kernels/op_log.h"
+#include "tessel/plan/cost_model.h"
 
 namespace tessel::plan {
 
@@ -67,11 +68,14 @@ std::map<int64_t, double> fixed_latency_by_group_size(const JsonFields& f, const
   if (!f.has(key)) return out;
   const JsonFields sizes = f.object(key);
   for (const auto& [size, value] : sizes.json().items()) {
-    const bool digits = !size.empty() && size.size() <= 7 && size.find_first_not_of("0123456789") == std::string::npos;
-    const int64_t n = digits ? std::stoll(size) : 0;
-    TESSEL_CHECK(n >= 2 && n <= (int64_t(1) << 20), "{}: {} has the key '{}'; allowed: group sizes 2 .. {}",
+    // Keys as SimuMax matches them (str(group size)): plain decimal, no sign or leading zero.
+    const bool canonical = !size.empty() && size.size() <= 7 && size[0] != '0' &&
+                           size.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t n = canonical ? std::stoll(size) : 0;
+    TESSEL_CHECK(n >= 1 && n <= (int64_t(1) << 20), "{}: {} has the key '{}'; allowed: group sizes 1 .. {}",
                  f.where(), key, size, int64_t(1) << 20);
-    out[n] = sizes.number(size, 0, 1e9) * 1e-6;
+    const double seconds = sizes.number(size, 0, 1e9) * 1e-6;
+    if (n >= 2) out[n] = seconds;  // a group of 1 moves nothing and costs nothing
   }
   return out;
 }
@@ -153,6 +157,10 @@ HardwareProfile from_tessel_json(const json& j, const std::string& source) {
     TESSEL_CHECK(op == "default" || kernels::is_op_family(op),
                  "{}: memory.efficiency has an entry for '{}', which no kernel records; allowed: default, {}",
                  top.where(), op, fmt::format("{}", fmt::join(kernels::kOpFamilies, ", ")));
+    TESSEL_CHECK(!priced_by_compute(op),
+                 "{}: memory.efficiency has an entry for '{}', which is priced by its compute entry ({}), not by "
+                 "memory bandwidth",
+                 top.where(), op, fmt::format("{}", fmt::join(kComputeOpKinds, ", ")));
     p.memory[op].efficiency = eff.number(op, 0, 100, true);
   }
   TESSEL_CHECK(p.memory.count("default"), "{}: memory.efficiency needs a 'default' entry (op families not listed)",

@@ -386,7 +386,13 @@ SearchResult search_layouts(const std::function<train::Config(const std::vector<
           const nn::StagePlan plan = cfg.stage_plan(stage);
           current.push_back(plan.chunks.at(0).end - plan.chunks.at(0).begin);
         }
-        r.balanced_splits = balanced_splits(r.estimate, layers, current);
+        // A split that cannot be balanced (e.g. a time that is not finite) loses only phase 3's
+        // candidates, not this layout's estimate.
+        try {
+          r.balanced_splits = balanced_splits(r.estimate, layers, current);
+        } catch (const Error&) {
+          r.balanced_splits.clear();
+        }
       }
     } catch (const Error& e) {
       r.pruned = reason_of(e.what());
