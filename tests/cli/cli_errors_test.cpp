@@ -18,6 +18,13 @@ RunResult run_bounded(const std::string& args, const std::string& cwd, int secon
 }
 
 constexpr int kUsage = 2, kError = 1;
+
+// Runs `args` and checks that it exits with `code` and prints `message`.
+void expect_refused(const std::string& args, const std::string& cwd, int code, const std::string& message) {
+  const RunResult r = run_bounded(args, cwd);
+  EXPECT_EQ(r.exit_code, code) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+}
 const std::string kTiny = " --set model.num_layers=1 --set train.train_iters=1 --set log.dir=run";
 
 TEST(CliErrors, UsageErrorsExitTwo) {
@@ -68,18 +75,11 @@ TEST(CliErrors, ScheduleSizesAndCostsAreChecked) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // CLI11 converts integers in base 0: "+0" got past the range check and "010" was checked as 10
   // but run as 8. Integers are plain decimal (a review, 2026-12-04).
-  r = run_bounded("schedule --pp +0", d.path());
-  EXPECT_EQ(r.exit_code, kUsage) << r.output;
-  EXPECT_NE(r.output.find("--pp: must be an integer >= 1 in plain decimal (digits, an optional '-', no leading "
-                          "zero), got +0"),
-            std::string::npos)
-      << r.output;
-  r = run_bounded("dry-run " + config("bench/llama-tiny.yaml") + " --world 010", d.path());
-  EXPECT_EQ(r.exit_code, kUsage) << r.output;
-  EXPECT_NE(r.output.find("--world: must be an integer from 1 to 1048576 in plain decimal"), std::string::npos)
-      << r.output;
-  r = run_bounded("schedule --pp 0x4 --micro-batches 8", d.path());
-  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  expect_refused("schedule --pp +0", d.path(), kUsage,
+                 "--pp: must be an integer >= 1 in plain decimal (digits, an optional '-', no leading zero), got +0");
+  expect_refused("dry-run " + config("bench/llama-tiny.yaml") + " --world 010", d.path(), kUsage,
+                 "--world: must be an integer from 1 to 1048576 in plain decimal");
+  expect_refused("schedule --pp 0x4 --micro-batches 8", d.path(), kUsage, "--pp: must be an integer >= 1 in plain decimal");
 }
 
 // Found by probing the planner, dry-run, launch and ckpt commands (2026-12-04): each was a hang,
