@@ -23,6 +23,7 @@
 #include "auto_parallel.h"
 #include "commands.h"
 #include "gemm_peak.h"
+#include "option_checks.h"
 #include "run_context.h"
 #include "tessel/core/block_pool.h"
 #include "tessel/core/memory.h"
@@ -401,7 +402,7 @@ Action add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Benchmark training steps on random tokens (throughput, MFU, memory)");
   cmd->add_option("config", o->config, "YAML config (configs/bench/*.yaml)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--steps", o->steps, "measured steps (median is reported)")->capture_default_str();
-  cmd->add_option("--warmup", o->warmup, "unmeasured warm-up steps")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "unmeasured warm-up steps")->capture_default_str()->check(integer_at_least(0));
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
   cmd->add_flag("--profile", o->profile, "print a per-operator time breakdown");
   cmd->add_flag("--remeasure-peak", o->remeasure_peak, "measure the GEMM peak again instead of using the cache");

@@ -1,6 +1,7 @@
 // tessel eval --ckpt DIR --data PREFIX: the loss of a checkpoint on a dataset, as one JSON line
 // {"loss": ..., "tokens": ..., "samples": ..., "step": ...}. Windows of seq_length + 1 tokens over the
 // documents in index order (the first --max-samples of them), so the figure is reproducible anywhere.
+#include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -40,6 +41,8 @@ int run_eval(const EvalOptions& o) {
     loss += lm.model->loss_sum(b.tokens, b.targets);
     tokens += b.targets.numel();
   }
+  TESSEL_CHECK(std::isfinite(loss), "eval: the loss over {} tokens of '{}' is not finite ({}): checkpoint {} computes "
+               "NaN or infinite logits (non-finite weights?)", tokens, o.data, loss, lm.checkpoint_dir);
   const nlohmann::json j = {{"loss", loss / double(tokens)}, {"tokens", tokens}, {"samples", samples},
                             {"step", lm.step}, {"checkpoint", lm.checkpoint_dir}, {"data", o.data}};
   std::printf("%s\n", j.dump().c_str());

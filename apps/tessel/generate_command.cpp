@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "option_checks.h"
 #include "model_loading.h"
 #include "tessel/core/device.h"
 #include "tessel/data/tokenizer.h"
@@ -75,7 +76,7 @@ Action add_generate_command(CLI::App& app) {
   cmd->add_option("--temperature", o->sampling.temperature, "0: greedy")->capture_default_str();
   cmd->add_option("--top-k", o->sampling.top_k, "sample from the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--top-p", o->sampling.top_p, "nucleus sampling threshold")->capture_default_str();
-  cmd->add_option("--seed", o->sampling.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--seed", o->sampling.seed, "sampling seed")->capture_default_str()->check(unsigned_64());
   cmd->add_option("--set", o->sets, "override a key of the checkpoint's config");
   return [o] { return run_generate(*o); };
 }

@@ -19,8 +19,24 @@ struct ExportOptions {
   std::string ckpt, out;
 };
 
+// An output directory for export-hf / import-hf: a directory or nothing yet, never a file.
+void check_out_dir(const std::string& command, const std::string& out) {
+  TESSEL_CHECK(!out.empty(), "{}: --out is empty; give the directory to write", command);
+  TESSEL_CHECK(!path_exists(out) || is_directory_path(out), "{}: --out '{}' exists and is not a directory", command,
+               out);
+}
+
 int run_export(const ExportOptions& o) {
+  check_out_dir("export-hf", o.out);
   LoadedModel lm = load_model_from_checkpoint(o.ckpt, {});
+  // Writing into the step directory read would replace its model.safetensors (later loads then skip
+  // it as altered); writing into a checkpoint.dir would mix Hugging Face files with its steps.
+  TESSEL_CHECK(!path_is_or_is_under(o.out, lm.checkpoint_dir),
+               "export-hf: --out '{}' is inside the checkpoint '{}' it reads; writing there would replace its files. "
+               "Choose a directory outside it",
+               o.out, lm.checkpoint_dir);
+  TESSEL_CHECK(ckpt::list_checkpoints(o.out).empty(),
+               "export-hf: --out '{}' holds tessel checkpoints; choose a directory without them", o.out);
   const std::string flavour = ckpt::export_hf(lm.config.model, lm.model->params(), o.out, lm.model->state_tensors());
   if (!lm.config.data.tokenizer.empty() && path_exists(lm.config.data.tokenizer))
     fs::copy_file(lm.config.data.tokenizer, fs::path(o.out) / "tokenizer.model", fs::copy_options::overwrite_existing);
@@ -35,6 +51,7 @@ struct ImportOptions {
 };
 
 int run_import(const ImportOptions& o) {
+  check_out_dir("import-hf", o.out);
   TESSEL_CHECK(ckpt::list_checkpoints(o.out).empty(),
                "import-hf: '{}' already holds checkpoints; choose an empty --out so nothing is overwritten", o.out);
   const ckpt::HfImport imp = ckpt::import_hf(o.hf);

@@ -40,6 +40,20 @@ inline CLI::Validator integer_at_least(int64_t min) {
       "INT>=" + std::to_string(min));
 }
 
+// A seed: a plain decimal integer from 0 to 2^64 - 1 (CLI11 would wrap "-1" and anything past
+// 2^64 to 2^64 - 1 silently).
+inline CLI::Validator unsigned_64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        const bool plain = !text.empty() && (text[0] != '0' || text.size() == 1);
+        if (plain && ec == std::errc() && end == text.data() + text.size()) return "";
+        return "must be an integer from 0 to 18446744073709551615 in plain decimal, got " + text;
+      },
+      "UINT64");
+}
+
 // Finite numbers >= 0 (costs, durations).
 inline CLI::Validator finite_non_negative() {
   return CLI::Validator(

@@ -80,6 +80,9 @@ TEST(CliErrors, ScheduleSizesAndCostsAreChecked) {
   expect_refused("dry-run " + config("bench/llama-tiny.yaml") + " --world 010", d.path(), kUsage,
                  "--world: must be an integer from 1 to 1048576 in plain decimal");
   expect_refused("schedule --pp 0x4 --micro-batches 8", d.path(), kUsage, "--pp: must be an integer >= 1 in plain decimal");
+  // A negative warm-up measured no step and took the median of nothing: a segfault (a probe).
+  expect_refused("bench " + config("bench/llama-tiny.yaml") + " --warmup -1 --steps 1", d.path(), kUsage,
+                 "--warmup: must be an integer >= 0, got -1");
 }
 
 // Found by probing the planner, dry-run, launch and ckpt commands (2026-12-04): each was a hang,

@@ -82,4 +82,51 @@ TEST(DataPipelineCli, TokenizerPreprocessTrainEval) {
   EXPECT_NE(r.output.find("but its index describes"), std::string::npos) << r.output;
 }
 
+// Found by a probe (2026-12-04): the commands overwrote their own input when an output path named
+// it, a failed preprocess left its temporary files, and SentencePiece's own checks reached the user
+// as its internals.
+TEST(DataPipelineCli, OutputsNeverOverwriteInputsAndFailuresLeaveNothing) {
+  TempDir d;
+  write_corpus(d / "corpus.txt");
+  std::filesystem::copy_file(d / "corpus.txt", d / "text.model");
+  auto r = run_tessel("train-tokenizer --input text.model --doc-boundary percent --model-prefix text --vocab-size 300",
+                      d.path());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("train-tokenizer: the output 'text.model' is the input 'text.model'; writing it would "
+                          "destroy what is read. Choose another --model-prefix"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(std::filesystem::file_size(d / "text.model"), std::filesystem::file_size(d / "corpus.txt"));
+  r = run_tessel("train-tokenizer --input corpus.txt --model-prefix tok --vocab-size 300 --max-sentences 1", d.path());
+  EXPECT_NE(r.output.find("--max-sentences 1 must be 0 (every line) or more than 100"), std::string::npos) << r.output;
+  r = run_tessel("train-tokenizer --input corpus.txt --model-prefix out/ --vocab-size 300", d.path());
+  EXPECT_NE(r.output.find("--model-prefix 'out/' must name a file prefix"), std::string::npos) << r.output;
+  {
+    std::ofstream(d / "long.txt") << std::string(20000, 'x') << "\n";
+  }
+  r = run_tessel("train-tokenizer --input long.txt --model-prefix tok --vocab-size 300", d.path());
+  EXPECT_NE(r.output.find("every line of the inputs is longer than 16384 bytes"), std::string::npos) << r.output;
+  // Into a directory that does not exist yet: created, as preprocess does.
+  r = run_tessel("train-tokenizer --input corpus.txt --doc-boundary percent --model-prefix new/dir/tok --vocab-size 300",
+                 d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  r = run_tessel("preprocess --input corpus.txt --tokenizer new/dir/tok.model --output-prefix c", d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto size = std::filesystem::file_size(d / "c.bin");
+  r = run_tessel("preprocess --input c.bin --format text --tokenizer new/dir/tok.model --output-prefix c", d.path());
+  EXPECT_NE(r.output.find("preprocess: the output 'c.bin' is the input 'c.bin'"), std::string::npos) << r.output;
+  EXPECT_EQ(std::filesystem::file_size(d / "c.bin"), size);
+  std::filesystem::create_directory(d / "dir.bin");
+  r = run_tessel("preprocess --input corpus.txt --tokenizer new/dir/tok.model --output-prefix dir", d.path());
+  EXPECT_NE(r.output.find("preprocess: the output 'dir.bin' is a directory"), std::string::npos) << r.output;
+  r = run_tessel("preprocess --input corpus.txt --tokenizer new/dir/tok.model --output-prefix x --format xml",
+                 d.path());
+  EXPECT_NE(r.exit_code, 0);
+  r = run_tessel("preprocess --input missing.txt --tokenizer new/dir/tok.model --output-prefix x", d.path());
+  EXPECT_NE(r.exit_code, 0);
+  for (const auto& e : std::filesystem::directory_iterator(d.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
 }  // namespace

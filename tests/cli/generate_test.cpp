@@ -9,6 +9,7 @@
 
 #include "support/host_access.h"
 #include "cli/cli_support.h"
+#include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
 #include "tessel/nn/model.h"
 
@@ -87,6 +88,47 @@ TEST(GenerateCli, NanLogitsStopNamingTheStep) {
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find("logits contain NaN at step 0"), std::string::npos) << r.output;
   }
+  // eval printed {"loss": null} and exited 0 (a probe, 2026-12-04).
+  auto r = run_tessel("preprocess --input corpus.txt --doc-boundary percent --tokenizer tok.model --output-prefix c",
+                      d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_tessel("eval --ckpt nan --data c --max-samples 2", d.path());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("eval: the loss over 128 tokens of 'c' is not finite (nan)"), std::string::npos) << r.output;
+}
+
+// Found by a probe (2026-12-04): values a sampler cannot mean were wrapped or used as they came, and
+// export-hf into the checkpoint it read replaced that checkpoint's model.safetensors.
+TEST(GenerateCli, OptionsAndOutputsThatWouldMeanSomethingElseAreRefused) {
+  TempDir d;
+  train_tokenizer(d);
+  make_checkpoint(d, "ck", 300);
+  for (const std::string seed : {"-1", "18446744073709551616"}) {
+    const auto r = run_tessel("generate --ckpt ck --tokenizer tok.model --prompt alpha --seed " + seed, d.path());
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("--seed: must be an integer from 0 to 18446744073709551615 in plain decimal, got " + seed),
+              std::string::npos)
+        << r.output;
+  }
+  auto r = run_tessel("generate --ckpt ck --tokenizer tok.model --prompt alpha --temperature inf", d.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--temperature must be a finite number >= 0 (0 is greedy), got inf"), std::string::npos)
+      << r.output;
+  const std::string step = ckpt::list_checkpoints(d / "ck").at(0);
+  r = run_tessel("export-hf --ckpt ck --out ck/" + step, d.path());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("export-hf: --out 'ck/" + step + "' is inside the checkpoint"), std::string::npos) << r.output;
+  r = run_tessel("export-hf --ckpt ck --out ck", d.path());
+  EXPECT_NE(r.output.find("export-hf: --out 'ck' holds tessel checkpoints"), std::string::npos) << r.output;
+  { std::ofstream(d / "afile") << "x"; }
+  r = run_tessel("export-hf --ckpt ck --out afile", d.path());
+  EXPECT_NE(r.output.find("export-hf: --out 'afile' exists and is not a directory"), std::string::npos) << r.output;
+  // The checkpoint still loads: nothing was written into it.
+  r = run_tessel("generate --ckpt ck --tokenizer tok.model --prompt alpha --max-new-tokens 2 --seed 3", d.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("warning: skipping checkpoint"), std::string::npos) << r.output;
+  r = run_tessel("export-hf --ckpt ck --out exported", d.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 }  // namespace

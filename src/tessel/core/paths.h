@@ -25,4 +25,21 @@ inline bool is_regular_file_path(const std::string& p) {
   return std::filesystem::is_regular_file(p, ec);
 }
 
+// Whether `inner` names `outer` or something under it, after resolving both (symbolic links, "..",
+// a relative path against the working directory; parts that do not exist yet are taken as written).
+// A command that writes `inner` while it reads `outer` would overwrite its own input.
+inline bool path_is_or_is_under(const std::string& inner, const std::string& outer) {
+  std::error_code ec;
+  const auto resolved = [&ec](const std::string& p) {
+    const std::filesystem::path abs = std::filesystem::absolute(p, ec);
+    return ec ? abs : std::filesystem::weakly_canonical(abs, ec);
+  };
+  const std::filesystem::path a = resolved(inner);
+  if (ec) return false;
+  const std::filesystem::path b = resolved(outer);
+  if (ec) return false;
+  const std::filesystem::path rel = a.lexically_relative(b);  // "." when equal, "../x" when outside
+  return !rel.empty() && *rel.begin() != "..";
+}
+
 }  // namespace tessel

@@ -61,8 +61,12 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
     TESSEL_CHECK(path_exists(f), "train-tokenizer: input '{}' does not exist", f);
     inputs += (inputs.empty() ? "" : ",") + f;
   }
-  TESSEL_CHECK(o.vocab_size >= 300, "train-tokenizer: --vocab-size {} is too small for byte fallback (>= 300)",
-               o.vocab_size);
+  TESSEL_CHECK(o.vocab_size >= 300 && o.vocab_size <= (int64_t(1) << 24),
+               "train-tokenizer: --vocab-size {} must be from 300 (byte fallback's 256 bytes and the special tokens) "
+               "to 16777216", o.vocab_size);
+  // SentencePiece samples no fewer than 101 lines (its trainer_interface refuses 1..100).
+  TESSEL_CHECK(o.max_sentences == 0 || o.max_sentences > 100,
+               "train-tokenizer: --max-sentences {} must be 0 (every line) or more than 100", o.max_sentences);
   const std::unordered_map<std::string, std::string> args{
       {"input", inputs},
       {"model_prefix", o.model_prefix},
@@ -74,7 +78,7 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
       {"input_sentence_size", std::to_string(o.max_sentences)},
       {"shuffle_input_sentence", "true"},
       {"num_threads", std::to_string(o.threads)},
-      {"max_sentence_length", "16384"},
+      {"max_sentence_length", std::to_string(kTokenizerMaxLineBytes)},
       {"minloglevel", "1"},
   };
   const auto st = sentencepiece::SentencePieceTrainer::Train(args);

@@ -34,6 +34,9 @@ class Tokenizer {
 // (train, generate: one rule).
 void check_model_vocab(const Tokenizer& tok, int64_t model_vocab_size);
 
+// SentencePiece trains on lines of at most this many bytes and skips longer ones.
+inline constexpr int64_t kTokenizerMaxLineBytes = 16384;
+
 struct TokenizerTrainOptions {
   std::vector<std::string> input_files;  // plain text, one sentence per line
   std::string model_prefix;              // writes PREFIX.model and PREFIX.vocab

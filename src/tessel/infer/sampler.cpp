@@ -11,7 +11,8 @@
 namespace tessel::infer {
 
 void SamplingOptions::validate() const {
-  TESSEL_CHECK(temperature >= 0, "--temperature must be >= 0 (0 is greedy), got {}", temperature);
+  TESSEL_CHECK(std::isfinite(temperature) && temperature >= 0,
+               "--temperature must be a finite number >= 0 (0 is greedy), got {}", temperature);
   TESSEL_CHECK(top_k >= 0, "--top-k must be >= 0 (0 keeps all tokens), got {}", top_k);
   TESSEL_CHECK(top_p > 0 && top_p <= 1, "--top-p must be in (0, 1], got {}", top_p);
 }

@@ -376,6 +376,7 @@ void Config::validate() const {
   }
   TESSEL_CHECK(parallel.ddp_bucket_size > 0, "parallel.ddp_bucket_size must be > 0, got {}", parallel.ddp_bucket_size);
   TESSEL_CHECK_MIN("train.train_iters", train.train_iters, 0);
+  TESSEL_CHECK_MIN("train.seed", train.seed, 0);  // stored unsigned: -1 would become 2^64 - 1
   TESSEL_CHECK(train.micro_batch_size > 0, "train.micro_batch_size must be > 0, got {}", train.micro_batch_size);
   TESSEL_CHECK(train.global_batch_size > 0 && train.global_batch_size % train.micro_batch_size == 0,
                "train.global_batch_size ({}) must be a positive multiple of train.micro_batch_size ({})",
