@@ -127,7 +127,9 @@ int run_train(const TrainOptions& o) {
         if (lead)
           std::fprintf(stderr, "warning: checkpoint in '%s' has no %s (saved under another precision or MoE "
                        "setting?): it starts afresh\n", cfg.checkpoint.dir.c_str(), name.c_str());
-    if (st)
+    // The seed fixes the data order and the dropout streams of the steps taken: a checkpoint that took
+    // none (imported from Hugging Face, step 0) may start under any seed.
+    if (st && (st->step > 0 || st->consumed_samples > 0))
       TESSEL_CHECK(st->seed == uint64_t(cfg.train.seed),
                    "checkpoint in '{}' was trained with train.seed {}, the config says {}", cfg.checkpoint.dir,
                    st->seed, cfg.train.seed);

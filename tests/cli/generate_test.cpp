@@ -88,8 +88,14 @@ TEST(GenerateCli, NanLogitsStopNamingTheStep) {
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find("logits contain NaN at step 0"), std::string::npos) << r.output;
   }
-  // eval printed {"loss": null} and exited 0 (a probe, 2026-12-04).
-  auto r = run_tessel("preprocess --input corpus.txt --doc-boundary percent --tokenizer tok.model --output-prefix c",
+  // import-hf says so, naming the tensor; eval printed {"loss": null} and exited 0 (a probe, 2026-12-04).
+  auto r = run_tessel("import-hf --hf hf-nan --out nan-again", d.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: import-hf: 'hf-nan': tensor 'model.norm.weight' holds 1 non-finite value (NaN or "
+                          "infinity): the model cannot train, evaluate or generate from it"),
+            std::string::npos)
+      << r.output;
+  r = run_tessel("preprocess --input corpus.txt --doc-boundary percent --tokenizer tok.model --output-prefix c",
                       d.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_tessel("eval --ckpt nan --data c --max-samples 2", d.path());
@@ -129,6 +135,24 @@ TEST(GenerateCli, OptionsAndOutputsThatWouldMeanSomethingElseAreRefused) {
   EXPECT_EQ(r.output.find("warning: skipping checkpoint"), std::string::npos) << r.output;
   r = run_tessel("export-hf --ckpt ck --out exported", d.path());
   EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// An imported checkpoint took no step, so its seed fixed nothing: fine-tuning it under another seed
+// was refused ("was trained with train.seed 1234"). A checkpoint that trained keeps the check.
+TEST(GenerateCli, AnImportedCheckpointFineTunesUnderAnySeed) {
+  TempDir d;
+  make_checkpoint(d, "ck", 300);
+  const std::string train = "train " + config("synthetic.yaml") +
+                            " --set model.num_layers=1 --set model.hidden_size=32 --set model.num_attention_heads=4"
+                            " --set model.num_query_groups=4 --set model.ffn_hidden_size=48 --set model.vocab_size=300"
+                            " --set model.seq_length=64 --set train.micro_batch_size=1 --set train.global_batch_size=1"
+                            " --set train.lr_warmup_iters=0 --set checkpoint.dir=ck --set checkpoint.interval=1"
+                            " --set log.dir=run";
+  auto r = run_tessel(train + " --set train.train_iters=1 --set train.seed=42", d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_tessel(train + " --set train.train_iters=2 --set train.seed=7", d.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("was trained with train.seed 42, the config says 7"), std::string::npos) << r.output;
 }
 
 }  // namespace

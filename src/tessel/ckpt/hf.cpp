@@ -4,6 +4,7 @@
 #include "tessel/ckpt/hf.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -92,6 +93,7 @@ HfImport import_hf(const std::string& dir) {
 std::vector<std::string> copy_into(const HfImport& imp, nn::Model& model) {
   const DeviceAccessScope host_copy;  // an import copies host memory to the device
   nn::ParamStore& ps = model.params();
+  std::vector<std::string> warnings;
   std::map<std::string, const Tensor*> left;  // imported, not yet placed
   for (const auto& [n, t] : imp.tensors) left[n] = &t;
   for (const auto& s : ps.specs()) {
@@ -99,6 +101,16 @@ std::vector<std::string> copy_into(const HfImport& imp, nn::Model& model) {
     const auto it = left.find(s.name);
     if (it == left.end()) hf::fail_missing_tensor(imp.source, hf_name);
     hf::check_shape(imp.source, hf_name, *it->second, s.shape);
+    // A NaN or infinity imports as it is (the file may be what someone wants to inspect), but a
+    // model holding one cannot train or generate: said, naming the tensor.
+    if (it->second->dtype() == DType::f32 && it->second->is_contiguous()) {
+      const float* v = it->second->data<float>();
+      const int64_t n = it->second->numel();
+      const int64_t bad = std::count_if(v, v + n, [](float x) { return !std::isfinite(x); });
+      if (bad > 0)
+        warnings.push_back(fmt::format("tensor '{}' holds {} non-finite value{} (NaN or infinity): the model cannot "
+                                       "train, evaluate or generate from it", hf_name, bad, bad == 1 ? "" : "s"));
+    }
     ps.param(s.name).copy_from(*it->second);
     left.erase(it);
   }
@@ -106,7 +118,6 @@ std::vector<std::string> copy_into(const HfImport& imp, nn::Model& model) {
                imp.source, left.empty() ? "" : hf::llama_hf_name(imp.model_type, left.begin()->first),
                imp.model.arch);
   ps.refresh_compute_copy();
-  std::vector<std::string> warnings;
   const std::string bias = "expert_bias";
   for (const auto& name : model.load_state_tensors(imp.state)) {
     if (!hf::ends_with(name, "." + bias)) {
