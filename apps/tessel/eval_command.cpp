@@ -22,6 +22,9 @@ struct EvalOptions {
 };
 
 int run_eval(const EvalOptions& o) {
+  for (const std::string& set : o.sets)
+    TESSEL_CHECK(set.rfind("data.path=", 0) != 0,
+                 "eval: --set {} is not used: the dataset evaluated is --data ({})", set, o.data);
   LoadedModel lm = load_model_from_checkpoint(o.ckpt, o.sets);
   const auto& m = lm.config.model;
   auto ds = std::make_shared<const data::IndexedDataset>(o.data);

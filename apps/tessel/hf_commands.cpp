@@ -58,7 +58,18 @@ int run_import(const ImportOptions& o) {
   for (const auto& w : imp.warnings) std::fprintf(stderr, "warning: import-hf: %s\n", w.c_str());
   std::vector<std::string> sets = ckpt::model_overrides(imp.model);
   sets.insert(sets.end(), o.sets.begin(), o.sets.end());
-  const train::Config cfg = train::Config::from_yaml_text("", sets, o.hf + "/config.json");
+  train::Config cfg = train::Config::from_yaml_text("", sets, o.hf + "/config.json");
+  // The directory's SentencePiece model (export-hf writes one) is kept beside the checkpoint and
+  // named as its data.tokenizer, so generate and eval find it without --tokenizer.
+  const fs::path hf_tokenizer = fs::path(o.hf) / "tokenizer.model";
+  if (cfg.data.tokenizer.empty() && is_regular_file_path(hf_tokenizer.string())) {
+    std::error_code ec;
+    fs::create_directories(o.out, ec);
+    const fs::path kept = fs::absolute(fs::path(o.out) / "tokenizer.model", ec).lexically_normal();
+    if (!ec) fs::copy_file(hf_tokenizer, kept, fs::copy_options::overwrite_existing, ec);
+    TESSEL_CHECK(!ec, "import-hf: cannot copy '{}' into --out '{}': {}", hf_tokenizer.string(), o.out, ec.message());
+    cfg.data.tokenizer = kept.string();
+  }
   nn::Model model(cfg.model);
   auto& ps = model.params();
   for (const auto& w : ckpt::copy_into(imp, model))

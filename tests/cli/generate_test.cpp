@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "support/host_access.h"
@@ -98,6 +99,10 @@ TEST(GenerateCli, NanLogitsStopNamingTheStep) {
   r = run_tessel("preprocess --input corpus.txt --doc-boundary percent --tokenizer tok.model --output-prefix c",
                       d.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_tessel("eval --ckpt nan --data c --set data.path=other", d.path());
+  EXPECT_NE(r.output.find("eval: --set data.path=other is not used: the dataset evaluated is --data (c)"),
+            std::string::npos)
+      << r.output;
   r = run_tessel("eval --ckpt nan --data c --max-samples 2", d.path());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("eval: the loss over 128 tokens of 'c' is not finite (nan)"), std::string::npos) << r.output;
@@ -135,6 +140,15 @@ TEST(GenerateCli, OptionsAndOutputsThatWouldMeanSomethingElseAreRefused) {
   EXPECT_EQ(r.output.find("warning: skipping checkpoint"), std::string::npos) << r.output;
   r = run_tessel("export-hf --ckpt ck --out exported", d.path());
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // A Hugging Face directory's tokenizer.model (export-hf writes one) comes along on import: generate
+  // needs no --tokenizer then.
+  std::filesystem::copy_file(d / "tok.model", d / "exported/tokenizer.model",
+                             std::filesystem::copy_options::overwrite_existing);
+  r = run_tessel("import-hf --hf exported --out again", d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_tessel("generate --ckpt again --prompt alpha --max-new-tokens 2 --seed 3", d.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("alpha", 0), 0u) << r.output;
 }
 
 // An imported checkpoint took no step, so its seed fixed nothing: fine-tuning it under another seed
