@@ -16,6 +16,23 @@ CheckpointSaver::CheckpointSaver(const train::Config& cfg, train::Trainer& train
                                  comm::ParallelState& groups, resilience::FaultPlan& faults)
     : cfg_(cfg), trainer_(trainer), world_(world), groups_(groups), faults_(faults), lead_(world.rank() == 0) {}
 
+namespace {
+
+// Runs one part of a save; a filesystem error (the directory refuses new entries, a full disk)
+// reaches the user naming the save and checkpoint.dir, not as the library's bare text.
+template <class F>
+auto naming_the_save(int64_t step, const std::string& dir, F&& f) {
+  try {
+    return f();
+  } catch (const std::filesystem::filesystem_error& e) {
+    TESSEL_FAIL("cannot save the checkpoint of step {} in checkpoint.dir '{}': {}; the checkpoints already saved "
+                "there are intact",
+                step, dir, e.what());
+  }
+}
+
+}  // namespace
+
 void CheckpointSaver::damage_faults(int64_t step) {
   for (auto kind : {resilience::FaultKind::corrupt_checkpoint, resilience::FaultKind::truncate_checkpoint})
     if (faults_.take(kind, step, true)) {
@@ -30,7 +47,7 @@ void CheckpointSaver::damage_faults(int64_t step) {
 void CheckpointSaver::agree_on_write(const std::exception_ptr& error, int64_t step) {
   int ok = error ? 0 : 1;
   world_.all_reduce(&ok, 1, DType::i32, comm::ReduceOp::min);
-  if (error) std::rethrow_exception(error);
+  if (error) naming_the_save(step, cfg_.checkpoint.dir, [&] { std::rethrow_exception(error); });
   TESSEL_CHECK(ok, "the checkpoint save of step {} failed on another rank (its message names the file); the "
                "checkpoints already saved in '{}' are intact", step, cfg_.checkpoint.dir);
 }
@@ -55,7 +72,9 @@ void CheckpointSaver::complete(bool publish) {
       fs::remove_all(tmp);
       std::printf("dropped the checkpoint of step %lld unpublished: the step after it was flagged\n", (long long)p.step);
     } else {
-      const std::string where = ckpt::publish_checkpoint(cfg_.checkpoint.dir, p.step, tmp, cfg_.checkpoint.keep);
+      const std::string where = naming_the_save(p.step, cfg_.checkpoint.dir, [&] {
+        return ckpt::publish_checkpoint(cfg_.checkpoint.dir, p.step, tmp, cfg_.checkpoint.keep);
+      });
       if (p.writer)
         std::printf("saved checkpoint %s, written in the background (%.2f s since the save began)\n", where.c_str(), took);
       else if (p.validated)
@@ -99,27 +118,29 @@ void CheckpointSaver::save(int64_t step, int64_t consumed, bool publish_now) {
   // The distributed optimizer's moments gathered for the whole-tensor format: a synchronous write
   // reads them in place, so they live until it is done.
   std::optional<train::GatheredOptimizerState> gathered;
-  if (cfg_.checkpoint.distributed) {
-    // Every rank writes what it owns; rank 0 adds the metadata.
-    p.staged = ckpt::stage_distributed_checkpoint(
-        cfg_.checkpoint.dir, trainer_.model().params(), trainer_.optimizer(), st, cfg_.to_yaml(), world_,
-        trainer_.checkpoint_state_tensors(),
-        {{"world", world_.size()}, {"tensor", groups_.tp_size()}, {"pipeline", groups_.pp_size()},
-         {"virtual_pipeline", cfg_.parallel.virtual_pipeline_model_parallel_size}, {"data", groups_.dp_size()},
-         {"context", groups_.cp_size()}, {"expert", groups_.ep_size()},
-         {"distributed_optimizer", trainer_.distributed_optimizer() ? 1 : 0}},
-        background);
-  } else {
-    // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
-    // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
-    // are identical, so rank 0 alone writes.
-    gathered.emplace(trainer_.full_optimizer_state());
-    const auto& c = groups_.coords();
-    comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &groups_.pp() : nullptr;
-    p.staged = ckpt::stage_checkpoint(cfg_.checkpoint.dir, trainer_.model().params(), gathered->view, st, cfg_.to_yaml(),
-                                      cfg_.checkpoint.keep, &groups_.tp(), lead_, stages,
-                                      trainer_.checkpoint_state_tensors(), &groups_.ep(), background);
-  }
+  naming_the_save(step, cfg_.checkpoint.dir, [&] {
+    if (cfg_.checkpoint.distributed) {
+      // Every rank writes what it owns; rank 0 adds the metadata.
+      p.staged = ckpt::stage_distributed_checkpoint(
+          cfg_.checkpoint.dir, trainer_.model().params(), trainer_.optimizer(), st, cfg_.to_yaml(), world_,
+          trainer_.checkpoint_state_tensors(),
+          {{"world", world_.size()}, {"tensor", groups_.tp_size()}, {"pipeline", groups_.pp_size()},
+           {"virtual_pipeline", cfg_.parallel.virtual_pipeline_model_parallel_size}, {"data", groups_.dp_size()},
+           {"context", groups_.cp_size()}, {"expert", groups_.ep_size()},
+           {"distributed_optimizer", trainer_.distributed_optimizer() ? 1 : 0}},
+          background);
+    } else {
+      // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
+      // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
+      // are identical, so rank 0 alone writes.
+      gathered.emplace(trainer_.full_optimizer_state());
+      const auto& c = groups_.coords();
+      comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &groups_.pp() : nullptr;
+      p.staged = ckpt::stage_checkpoint(cfg_.checkpoint.dir, trainer_.model().params(), gathered->view, st, cfg_.to_yaml(),
+                                        cfg_.checkpoint.keep, &groups_.tp(), lead_, stages,
+                                        trainer_.checkpoint_state_tensors(), &groups_.ep(), background);
+    }
+  });
   auto write = [w = p.staged.write, disk_full] {
     if (disk_full) ckpt::simulate_disk_full(true);
     try {

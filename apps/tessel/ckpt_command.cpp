@@ -10,6 +10,7 @@
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/distributed_checkpoint.h"
 #include "tessel/core/check.h"
+#include "tessel/core/paths.h"
 
 namespace tessel::app {
 namespace {
@@ -25,6 +26,10 @@ int run_consolidate(const ConsolidateOptions& o) {
                "ckpt consolidate: --out '{}' exists and is not a directory", o.out);
   TESSEL_CHECK(ckpt::list_checkpoints(o.out).empty(),
                "ckpt consolidate: '{}' already holds checkpoints; choose an empty --out so nothing is overwritten", o.out);
+  // Inside the checkpoint read, the new step directory and `latest` would land among its files.
+  TESSEL_CHECK(!path_is_or_is_under(o.out, o.ckpt),
+               "ckpt consolidate: --out '{}' is inside --ckpt '{}'; choose a directory outside the checkpoint read",
+               o.out, o.ckpt);
   load_first_valid_checkpoint(o.ckpt, [&](const std::string& d) {
     const std::string where = ckpt::consolidate_checkpoint(d, o.out);
     std::printf("consolidated %s into %s (whole tensors: model.safetensors, optimizer.safetensors)\n", d.c_str(),

@@ -143,7 +143,8 @@ Action add_launch_command(CLI::App& app) {
   auto o = std::make_shared<LaunchOptions>();
   auto* cmd = app.add_subcommand(
       "launch", "Run a training command and restart it after a failure (a dead rank, a hang, a preemption)");
-  cmd->add_option("--max-restarts", o->max_restarts, "restarts before giving up")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-restarts", o->max_restarts, "restarts before giving up")
+      ->check(integer_in(0, 1000000));  // an int; CLI11's own range message printed 300 digits
   cmd->add_option("--restart-delay", o->restart_delay_s, "seconds between a failure and the restart (at most a day)")
       ->check(finite_in(0, 86400));
   cmd->add_option("command", o->command, "the command, after --: e.g. -- mpirun -np 4 tessel train CONFIG")

@@ -368,7 +368,9 @@ int run_train(const TrainOptions& o) {
       return train::kExitCodeStopped;
     }
     if (cfg.train.exit_interval > 0 && it % cfg.train.exit_interval == 0 && it < cfg.train.train_iters) {
-      if (lead) std::printf("train.exit_interval reached at step %lld: saving and exiting\n", (long long)it);
+      if (lead)
+        std::printf("train.exit_interval reached at step %lld: %s\n", (long long)it,
+                    cfg.checkpoint.dir.empty() ? "exiting (no checkpoint.dir: nothing saved)" : "saving and exiting");
       saver.save(it, consumed, true);
       return 0;
     }

@@ -154,6 +154,12 @@ TEST(CliErrors, LayoutCommandsRefuseWhatWouldRunForHoursOrMeansNothing) {
   EXPECT_EQ(r.exit_code, kError) << r.output;
   EXPECT_NE(r.output.find("ckpt consolidate: --out 'afile' exists and is not a directory"), std::string::npos)
       << r.output;
+  // A probe, 2026-12-04: consolidate wrote its step and `latest` into the checkpoint it read, and
+  // launch's own range message printed the largest double in 300 digits.
+  expect_refused("ckpt consolidate --ckpt ck --out ck/sub", d.path(), kError,
+                 "ckpt consolidate: --out 'ck/sub' is inside --ckpt 'ck'; choose a directory outside the checkpoint read");
+  expect_refused("launch --max-restarts -1 -- true", d.path(), kUsage,
+                 "--max-restarts: must be an integer from 0 to 1000000, got -1");
 }
 
 // schedule --costs-from reads a measured step's trace: a malformed one is named by file and span,

@@ -257,6 +257,37 @@ TEST(ConfigInput, WarmUpLongerThanTheRunIsAcceptedWithAWarning) {
   EXPECT_TRUE(Config::from_yaml_text("train: {lr_warmup_iters: 5, train_iters: 5}\n", {}).warnings().empty());
 }
 
+// Settings that parse but do nothing in the run they are in (a probe, 2026-12-04): each is said.
+TEST(ConfigInput, SettingsThatDoNothingHereAreSaid) {
+  const auto only_warning = [](const std::vector<std::string>& sets) {
+    const std::vector<std::string> w = Config::from_yaml_text("", sets).warnings();
+    EXPECT_EQ(w.size(), 1u) << fmt::format("{}", fmt::join(sets, " "));
+    return w.empty() ? std::string() : w[0];
+  };
+  EXPECT_CONTAINS(only_warning({"checkpoint.interval=1"}),
+                  "checkpoint.interval (1) has no effect without checkpoint.dir: nothing is saved");
+  EXPECT_CONTAINS(only_warning({"checkpoint.async_save=true"}),
+                  "checkpoint.async_save / checkpoint.distributed have no effect without checkpoint.dir");
+  EXPECT_CONTAINS(only_warning({"train.exit_interval=1"}),
+                  "train.exit_interval (1) stops the run without checkpoint.dir: nothing is saved");
+  EXPECT_TRUE(Config::from_yaml_text("", {"train.exit_interval=1", "checkpoint.dir=ck", "checkpoint.interval=1"})
+                  .warnings()
+                  .empty());
+  EXPECT_CONTAINS(only_warning({"model.num_layers=2", "precision.compute=bf16", "precision.fp8.recipe=delayed",
+                                "precision.fp8.first_last_layers_bf16=true"}),
+                  "precision.fp8.recipe=delayed: num_layers_at_start_in_bf16 (1) + num_layers_at_end_in_bf16 (1) "
+                  "cover all 2 layers (precision.fp8.first_last_layers_bf16): no layer computes in FP8");
+  EXPECT_TRUE(Config::from_yaml_text("", {"model.num_layers=3", "precision.compute=bf16", "precision.fp8.recipe=delayed",
+                                          "precision.fp8.first_last_layers_bf16=true"})
+                  .warnings()
+                  .empty());
+  EXPECT_CONTAINS(only_warning({"train.lr_decay_style=wsd", "train.lr_warmup_iters=0"}),
+                  "train.lr_decay_style=wsd with train.lr_wsd_decay_iters 0: the learning rate never decays");
+  EXPECT_CONTAINS(only_warning({"train.lr_decay_style=wsd", "train.train_iters=10", "train.lr_warmup_iters=4",
+                                "train.lr_wsd_decay_iters=7"}),
+                  "train.lr_wsd_decay_iters (7) is longer than the 6 steps after warm-up");
+}
+
 TEST(ConfigInput, TokenizerDirectoryIsNamed) {
   tessel::testing::ScratchDir d;
   EXPECT_CONTAINS(error_of("", {"data.tokenizer=" + d.dir}),

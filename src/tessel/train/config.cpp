@@ -431,6 +431,35 @@ std::vector<std::string> Config::warnings() const {
     out.push_back(fmt::format("train.lr_warmup_iters ({}) is longer than train.train_iters ({}): the learning rate "
                               "stays in warm-up and never reaches train.lr ({})",
                               train.lr_warmup_iters, train.train_iters, train.lr));
+  // Settings that do nothing in this run (found by probing, 2026-12-04): each said once at start.
+  if (checkpoint.dir.empty()) {
+    const CheckpointConfig defaults;
+    if (checkpoint.interval != defaults.interval)
+      out.push_back(fmt::format("checkpoint.interval ({}) has no effect without checkpoint.dir: nothing is saved",
+                                checkpoint.interval));
+    if (checkpoint.async_save != defaults.async_save || checkpoint.distributed != defaults.distributed)
+      out.push_back("checkpoint.async_save / checkpoint.distributed have no effect without checkpoint.dir: nothing "
+                    "is saved");
+    if (train.exit_interval > 0)
+      out.push_back(fmt::format("train.exit_interval ({}) stops the run without checkpoint.dir: nothing is saved, so "
+                                "it cannot resume where it stopped",
+                                train.exit_interval));
+  }
+  const nn::Fp8Recipe fp8 = precision.fp8_recipe_parsed();
+  if (fp8.enabled() && fp8.bf16_layers_at_start + fp8.bf16_layers_at_end >= model.num_layers)
+    out.push_back(fmt::format("precision.fp8.recipe={}: num_layers_at_start_in_bf16 ({}) + num_layers_at_end_in_bf16 "
+                              "({}) cover all {} layers (precision.fp8.first_last_layers_bf16): no layer computes in FP8",
+                              precision.fp8_recipe, fp8.bf16_layers_at_start, fp8.bf16_layers_at_end,
+                              model.num_layers));
+  if (train.lr_decay_style == "wsd") {
+    const int64_t stable = std::max(train.train_iters, train.lr_warmup_iters) - train.lr_warmup_iters;
+    if (train.lr_wsd_decay_iters == 0)
+      out.push_back("train.lr_decay_style=wsd with train.lr_wsd_decay_iters 0: the learning rate never decays");
+    else if (train.lr_wsd_decay_iters > stable)
+      out.push_back(fmt::format("train.lr_wsd_decay_iters ({}) is longer than the {} steps after warm-up: the decay "
+                                "starts before warm-up ends",
+                                train.lr_wsd_decay_iters, stable));
+  }
   return out;
 }
 
