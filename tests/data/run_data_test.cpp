@@ -72,6 +72,17 @@ TEST(RunData, SampleCountsThatOverflowAreRefused) {
       << error_of([&] { train::make_run_data(cfg); });
 }
 
+// A split that holds no data said "this split" without saying which (a probe, 2026-12-04).
+TEST(RunData, AnEmptySplitIsNamed) {
+  Scratch s;
+  const auto prefix = tessel::testing::write_numbered_dataset(s / "d", 0, 0, 0);
+  auto cfg = run_config(prefix, 64);
+  cfg.data.split = "0,100,0";
+  const std::string err = error_of([&] { train::make_run_data(cfg); });
+  EXPECT_NE(err.find("the training split (data.split '0,100,0'; "), std::string::npos) << err;
+  EXPECT_NE(err.find("documents [0, 0) of this split hold 0 tokens"), std::string::npos) << err;
+}
+
 TEST(RunData, SampleIndexLargerThanMemoryIsRefusedBeforeAllocating) {
   // 2^50 samples of 9 tokens from 80 tokens of data: 1.4e14 epochs, exabytes of index.
   Scratch s;
@@ -81,8 +92,8 @@ TEST(RunData, SampleIndexLargerThanMemoryIsRefusedBeforeAllocating) {
   const std::string err = error_of([&] { train::make_run_data(cfg); });
   EXPECT_NE(err.find("dataset '" + prefix + "': "), std::string::npos) << err;
   EXPECT_NE(err.find(" samples of 9 tokens need a sample index of "), std::string::npos) << err;
-  EXPECT_NE(err.find("GB of memory (train.train_iters x train.global_batch_size samples are drawn"), std::string::npos)
-      << err;
+  EXPECT_NE(err.find("GB of memory (fewer samples drawn from this split, or more data)"), std::string::npos) << err;
+  EXPECT_NE(err.find("the training split (data.split '"), std::string::npos) << err;
   // A window count past 64 bits is refused as such.
   cfg.train.train_iters = int64_t(1) << 60;
   EXPECT_NE(error_of([&] { train::make_run_data(cfg); }).find("samples of 9 tokens are more tokens than a 64-bit count"),

@@ -85,8 +85,7 @@ void GptDataset::check_index_fits(int64_t epochs, int64_t sequences, int64_t tok
   const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   TESSEL_CHECK(bytes <= memory,
                "dataset '{}': {} samples of {} tokens need a sample index of {:.1f} GB ({} epochs), more than this "
-               "machine's {:.1f} GB of memory (train.train_iters x train.global_batch_size samples are drawn: fewer "
-               "samples or more data)",
+               "machine's {:.1f} GB of memory (fewer samples drawn from this split, or more data)",
                ds_->prefix(), num_samples, T_ + 1, bytes / 1e9, epochs, memory / 1e9);
 }
 
@@ -285,7 +284,15 @@ std::shared_ptr<SampleSource> build_split(const DataBlend& blend, const std::str
     const auto range = split_ranges(split, ds->num_documents())[size_t(split_index)];
     // Each part is sized for its share plus a margin, as Megatron does (0.5%).
     const int64_t need = int64_t(std::ceil(double(num_samples) * blend.weights[k] / total * 1.005)) + 1;
-    parts.push_back(std::make_shared<GptDataset>(ds, range, seq_length, need, seed + k));
+    try {
+      parts.push_back(std::make_shared<GptDataset>(ds, range, seq_length, need, seed + k));
+    } catch (const Error& e) {
+      // Which split, and what draws its samples: the training split train.train_iters x
+      // train.global_batch_size, the validation split the evaluations' train.eval_iters batches.
+      static const char* const kSplits[] = {"training", "validation", "test"};
+      TESSEL_FAIL("the {} split (data.split '{}'; {} samples drawn from it): {}", kSplits[split_index], split,
+                  num_samples, e.what());
+    }
   }
   if (parts.size() == 1) return parts[0];
   return std::make_shared<BlendedDataset>(parts, blend.weights, num_samples);
