@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -84,8 +85,9 @@ int run_attempt(const std::vector<std::string>& command, int attempt, bool* stop
     for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "tessel launch: cannot run '%s': %s\n", argv[0], std::strerror(errno));
-    std::_Exit(127);
+    const int why = errno;
+    std::fprintf(stderr, "tessel launch: cannot run '%s': %s\n", argv[0], std::strerror(why));
+    std::_Exit(why == ENOENT ? 127 : 126);  // as a shell: not found, or found but not executable
   }
   ::setpgid(child, child);  // also here: no signal may reach the group before it exists
   int status = 0;

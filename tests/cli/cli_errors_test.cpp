@@ -160,6 +160,11 @@ TEST(CliErrors, LayoutCommandsRefuseWhatWouldRunForHoursOrMeansNothing) {
                  "ckpt consolidate: --out 'ck/sub' is inside --ckpt 'ck'; choose a directory outside the checkpoint read");
   expect_refused("launch --max-restarts -1 -- true", d.path(), kUsage,
                  "--max-restarts: must be an integer from 0 to 1000000, got -1");
+  // A command that is there but cannot be run: 126, as a shell says it, and not restarted.
+  expect_refused("launch --max-restarts 2 --restart-delay 0 -- ./afile", d.path(), 126,
+                 "tessel launch: cannot run './afile': Permission denied");
+  EXPECT_EQ(run_bounded("launch --max-restarts 2 --restart-delay 0 -- ./afile", d.path()).output.find("restart"),
+            std::string::npos);
 }
 
 // schedule --costs-from reads a measured step's trace: a malformed one is named by file and span,

@@ -286,6 +286,17 @@ TEST(ConfigInput, SettingsThatDoNothingHereAreSaid) {
   EXPECT_CONTAINS(only_warning({"train.lr_decay_style=wsd", "train.train_iters=10", "train.lr_warmup_iters=4",
                                 "train.lr_wsd_decay_iters=7"}),
                   "train.lr_wsd_decay_iters (7) is longer than the 6 steps after warm-up");
+  EXPECT_CONTAINS(only_warning({"train.lr=0"}), "train.lr is 0: the weights do not change");
+  EXPECT_CONTAINS(only_warning({"train.eval_iters=5"}),
+                  "train.eval_iters (5) has no effect with train.eval_interval 0: nothing is evaluated");
+  EXPECT_CONTAINS(only_warning({"train.train_iters=20", "train.lr_warmup_iters=0", "resilience.loss_spike_zscore=3",
+                                "resilience.spike_window=20"}),
+                  "resilience.spike_window (20) is not shorter than train.train_iters (20): the spike detectors never "
+                  "fill their window and never fire");
+  EXPECT_TRUE(Config::from_yaml_text("", {"train.train_iters=21", "train.lr_warmup_iters=0",
+                                          "resilience.loss_spike_zscore=3", "resilience.spike_window=20"})
+                  .warnings()
+                  .empty());
 }
 
 TEST(ConfigInput, TokenizerDirectoryIsNamed) {

@@ -451,6 +451,16 @@ std::vector<std::string> Config::warnings() const {
                               "({}) cover all {} layers (precision.fp8.first_last_layers_bf16): no layer computes in FP8",
                               precision.fp8_recipe, fp8.bf16_layers_at_start, fp8.bf16_layers_at_end,
                               model.num_layers));
+  if (train.lr == 0 && train.train_iters > 0)
+    out.push_back("train.lr is 0: the weights do not change");
+  if (train.eval_interval == 0 && train.eval_iters > 0)
+    out.push_back(fmt::format("train.eval_iters ({}) has no effect with train.eval_interval 0: nothing is evaluated",
+                              train.eval_iters));
+  if ((resilience.loss_spike_zscore > 0 || resilience.grad_norm_spike_zscore > 0) &&
+      resilience.spike_window >= train.train_iters && train.train_iters > 0)
+    out.push_back(fmt::format("resilience.spike_window ({}) is not shorter than train.train_iters ({}): the spike "
+                              "detectors never fill their window and never fire",
+                              resilience.spike_window, train.train_iters));
   if (train.lr_decay_style == "wsd") {
     const int64_t stable = std::max(train.train_iters, train.lr_warmup_iters) - train.lr_warmup_iters;
     if (train.lr_wsd_decay_iters == 0)
