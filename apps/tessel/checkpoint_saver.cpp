@@ -20,14 +20,16 @@ namespace {
 
 // Runs one part of a save; a filesystem error (the directory refuses new entries, a full disk)
 // reaches the user naming the save and checkpoint.dir, not as the library's bare text.
+// `publishing`: the step is being renamed into place and older ones pruned, so what is on disk may
+// be part way (latest says which step is whole); before that, nothing saved earlier was touched.
 template <class F>
-auto naming_the_save(int64_t step, const std::string& dir, F&& f) {
+auto naming_the_save(int64_t step, const std::string& dir, F&& f, bool publishing = false) {
   try {
     return f();
   } catch (const std::filesystem::filesystem_error& e) {
-    TESSEL_FAIL("cannot save the checkpoint of step {} in checkpoint.dir '{}': {}; the checkpoints already saved "
-                "there are intact",
-                step, dir, e.what());
+    TESSEL_FAIL("cannot {} the checkpoint of step {} in checkpoint.dir '{}': {}; {}", publishing ? "publish" : "save",
+                step, dir, e.what(),
+                publishing ? "'latest' names the newest whole checkpoint" : "the checkpoints already saved there are intact");
   }
 }
 
@@ -74,7 +76,7 @@ void CheckpointSaver::complete(bool publish) {
     } else {
       const std::string where = naming_the_save(p.step, cfg_.checkpoint.dir, [&] {
         return ckpt::publish_checkpoint(cfg_.checkpoint.dir, p.step, tmp, cfg_.checkpoint.keep);
-      });
+      }, true);
       if (p.writer)
         std::printf("saved checkpoint %s, written in the background (%.2f s since the save began)\n", where.c_str(), took);
       else if (p.validated)

@@ -62,7 +62,7 @@ int run_train_tokenizer(TokenizerOptions& o) {
       out << d << "\n";
       for (size_t at = 0; at <= d.size();) {
         const size_t end = std::min(d.find('\n', at), d.size());
-        usable_lines += end - at <= size_t(data::kTokenizerMaxLineBytes);
+        usable_lines += end > at && end - at <= size_t(data::kTokenizerMaxLineBytes);  // blank lines teach nothing
         at = end + 1;
       }
     });

@@ -9,6 +9,7 @@
 #include "tessel/core/device.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
+#include "tessel/data/tokenizer.h"
 
 namespace tessel::app {
 namespace {
@@ -35,8 +36,10 @@ int run_export(const ExportOptions& o) {
                "export-hf: --out '{}' is inside the checkpoint '{}' it reads; writing there would replace its files. "
                "Choose a directory outside it",
                o.out, lm.checkpoint_dir);
-  TESSEL_CHECK(ckpt::list_checkpoints(o.out).empty(),
-               "export-hf: --out '{}' holds tessel checkpoints; choose a directory without them", o.out);
+  TESSEL_CHECK(!path_is_or_is_under(o.out, o.ckpt),
+               "export-hf: --out '{}' is inside --ckpt '{}'; choose a directory outside the checkpoints", o.out, o.ckpt);
+  TESSEL_CHECK(ckpt::list_checkpoints(o.out).empty() && !path_exists((fs::path(o.out) / "metadata.json").string()),
+               "export-hf: --out '{}' is or holds a tessel checkpoint; choose a directory without one", o.out);
   const std::string flavour = ckpt::export_hf(lm.config.model, lm.model->params(), o.out, lm.model->state_tensors());
   if (!lm.config.data.tokenizer.empty() && path_exists(lm.config.data.tokenizer))
     fs::copy_file(lm.config.data.tokenizer, fs::path(o.out) / "tokenizer.model", fs::copy_options::overwrite_existing);
@@ -63,12 +66,26 @@ int run_import(const ImportOptions& o) {
   // named as its data.tokenizer, so generate and eval find it without --tokenizer.
   const fs::path hf_tokenizer = fs::path(o.hf) / "tokenizer.model";
   if (cfg.data.tokenizer.empty() && is_regular_file_path(hf_tokenizer.string())) {
-    std::error_code ec;
-    fs::create_directories(o.out, ec);
-    const fs::path kept = fs::absolute(fs::path(o.out) / "tokenizer.model", ec).lexically_normal();
-    if (!ec) fs::copy_file(hf_tokenizer, kept, fs::copy_options::overwrite_existing, ec);
-    TESSEL_CHECK(!ec, "import-hf: cannot copy '{}' into --out '{}': {}", hf_tokenizer.string(), o.out, ec.message());
-    cfg.data.tokenizer = kept.string();
+    // Only a SentencePiece model of this vocabulary (a Hugging Face directory may hold another kind).
+    std::string unusable;
+    try {
+      data::check_model_vocab(data::Tokenizer(hf_tokenizer.string()), cfg.model.vocab_size);
+    } catch (const Error& e) {
+      unusable = e.what();
+    }
+    if (!unusable.empty()) {
+      std::fprintf(stderr, "warning: import-hf: '%s' is not kept as the checkpoint's tokenizer: %s\n",
+                   hf_tokenizer.c_str(), unusable.c_str());
+    } else {
+      std::error_code ec;
+      fs::create_directories(o.out, ec);
+      const fs::path kept = fs::absolute(fs::path(o.out) / "tokenizer.model", ec).lexically_normal();
+      if (!ec && !(path_is_or_is_under(kept.string(), hf_tokenizer.string()) &&
+                   path_is_or_is_under(hf_tokenizer.string(), kept.string())))  // --out is --hf: already there
+        fs::copy_file(hf_tokenizer, kept, fs::copy_options::overwrite_existing, ec);
+      TESSEL_CHECK(!ec, "import-hf: cannot copy '{}' into --out '{}': {}", hf_tokenizer.string(), o.out, ec.message());
+      cfg.data.tokenizer = kept.string();  // absolute: generate and eval run from anywhere
+    }
   }
   nn::Model model(cfg.model);
   auto& ps = model.params();

@@ -102,9 +102,10 @@ TEST(DataPipelineCli, OutputsNeverOverwriteInputsAndFailuresLeaveNothing) {
   r = run_tessel("train-tokenizer --input corpus.txt --model-prefix out/ --vocab-size 300", d.path());
   EXPECT_NE(r.output.find("--model-prefix 'out/' must name a file prefix"), std::string::npos) << r.output;
   {
-    std::ofstream(d / "long.txt") << std::string(20000, 'x') << "\n";
+    const std::string line(20000, 'x');
+    std::ofstream(d / "long.txt") << line << "\n\n" << line << "\n";  // a blank line is no usable line
   }
-  r = run_tessel("train-tokenizer --input long.txt --model-prefix tok --vocab-size 300", d.path());
+  r = run_tessel("train-tokenizer --input long.txt --doc-boundary file --model-prefix tok --vocab-size 300", d.path());
   EXPECT_NE(r.output.find("every line of the inputs is longer than 16384 bytes"), std::string::npos) << r.output;
   // Into a directory that does not exist yet: created, as preprocess does.
   r = run_tessel("train-tokenizer --input corpus.txt --doc-boundary percent --model-prefix new/dir/tok --vocab-size 300",

@@ -129,8 +129,11 @@ TEST(GenerateCli, OptionsAndOutputsThatWouldMeanSomethingElseAreRefused) {
   r = run_tessel("export-hf --ckpt ck --out ck/" + step, d.path());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("export-hf: --out 'ck/" + step + "' is inside the checkpoint"), std::string::npos) << r.output;
-  r = run_tessel("export-hf --ckpt ck --out ck", d.path());
-  EXPECT_NE(r.output.find("export-hf: --out 'ck' holds tessel checkpoints"), std::string::npos) << r.output;
+  r = run_tessel("export-hf --ckpt ck --out ck/hf", d.path());  // any step of it, not only the one read
+  EXPECT_NE(r.output.find("export-hf: --out 'ck/hf' is inside --ckpt 'ck'"), std::string::npos) << r.output;
+  make_checkpoint(d, "other", 300);
+  r = run_tessel("export-hf --ckpt ck --out other", d.path());
+  EXPECT_NE(r.output.find("export-hf: --out 'other' is or holds a tessel checkpoint"), std::string::npos) << r.output;
   { std::ofstream(d / "afile") << "x"; }
   r = run_tessel("export-hf --ckpt ck --out afile", d.path());
   EXPECT_NE(r.output.find("export-hf: --out 'afile' exists and is not a directory"), std::string::npos) << r.output;
@@ -149,6 +152,12 @@ TEST(GenerateCli, OptionsAndOutputsThatWouldMeanSomethingElseAreRefused) {
   r = run_tessel("generate --ckpt again --prompt alpha --max-new-tokens 2 --seed 3", d.path());
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("alpha", 0), 0u) << r.output;
+  // Into the Hugging Face directory itself: the tokenizer is already there (copying it onto itself
+  // failed with "File exists").
+  r = run_tessel("import-hf --hf exported --out exported", d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_tessel("generate --ckpt exported --prompt alpha --max-new-tokens 2 --seed 3", d.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 // An imported checkpoint took no step, so its seed fixed nothing: fine-tuning it under another seed

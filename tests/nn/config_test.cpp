@@ -227,8 +227,9 @@ TEST(ConfigInput, ModelSizesAreBoundedAndRefusedAtOnce) {
   EXPECT_CONTAINS(error_of("", {"model.arch=deepseek_v3", "model.kv_lora_rank=200000"}),
                   "model.kv_lora_rank must be in [0, 131072], got 200000");
   EXPECT_CONTAINS(error_of("", {"model.init_method_std=-0.02"}), "model.init_method_std must be >= 0, got -0.02");
-  // Stored unsigned in checkpoints: -1 was written as 18446744073709551615 (a probe, 2026-12-04).
-  EXPECT_CONTAINS(error_of("", {"train.seed=-1"}), "train.seed must be >= 0, got -1");
+  // A negative seed stays valid: checkpoints store it as its 64-bit pattern (-1 as 2^64 - 1) and
+  // compare it the same way, and configs of runs that used one must still load.
+  EXPECT_EQ(Config::from_yaml_text("", {"train.seed=-1"}).train.seed, -1);
   EXPECT_CONTAINS(error_of("", {"model.arch=mixtral", "model.num_experts=4", "model.moe_aux_loss_coeff=-1"}),
                   "model.moe_aux_loss_coeff must be >= 0, got -1");
   EXPECT_CONTAINS(error_of("", {"model.arch=mixtral", "model.num_experts=4", "model.moe_router_topk_scaling_factor=0"}),

@@ -376,7 +376,6 @@ void Config::validate() const {
   }
   TESSEL_CHECK(parallel.ddp_bucket_size > 0, "parallel.ddp_bucket_size must be > 0, got {}", parallel.ddp_bucket_size);
   TESSEL_CHECK_MIN("train.train_iters", train.train_iters, 0);
-  TESSEL_CHECK_MIN("train.seed", train.seed, 0);  // stored unsigned: -1 would become 2^64 - 1
   TESSEL_CHECK(train.micro_batch_size > 0, "train.micro_batch_size must be > 0, got {}", train.micro_batch_size);
   TESSEL_CHECK(train.global_batch_size > 0 && train.global_batch_size % train.micro_batch_size == 0,
                "train.global_batch_size ({}) must be a positive multiple of train.micro_batch_size ({})",
@@ -465,7 +464,7 @@ std::vector<std::string> Config::warnings() const {
     const int64_t stable = std::max(train.train_iters, train.lr_warmup_iters) - train.lr_warmup_iters;
     if (train.lr_wsd_decay_iters == 0)
       out.push_back("train.lr_decay_style=wsd with train.lr_wsd_decay_iters 0: the learning rate never decays");
-    else if (train.lr_wsd_decay_iters > stable)
+    else if (stable > 0 && train.lr_wsd_decay_iters > stable)  // else the warm-up warning says it
       out.push_back(fmt::format("train.lr_wsd_decay_iters ({}) is longer than the {} steps after warm-up: the decay "
                                 "starts before warm-up ends",
                                 train.lr_wsd_decay_iters, stable));
