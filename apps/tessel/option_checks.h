@@ -54,13 +54,20 @@ inline CLI::Validator unsigned_64() {
       "UINT64");
 }
 
+// `text` as a whole number in strtod's syntax; text that is not one is left to CLI11's conversion
+// error (these validators only judge the value).
+inline bool parses_as_number(const std::string& text, double& v) {
+  char* end = nullptr;
+  v = std::strtod(text.c_str(), &end);
+  return end != text.c_str() && *end == '\0';
+}
+
 // Finite numbers >= 0 (costs, durations).
 inline CLI::Validator finite_non_negative() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0' || (std::isfinite(v) && v >= 0)) return "";
+        double v = 0;
+        if (!parses_as_number(text, v) || (std::isfinite(v) && v >= 0)) return "";
         return "must be a finite number >= 0, got " + text;
       },
       "NUMBER>=0");
@@ -83,9 +90,8 @@ inline CLI::Validator integer_in(int64_t min, int64_t max) {
 inline CLI::Validator finite_in(double min, double max) {
   return CLI::Validator(
       [min, max](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0' || (std::isfinite(v) && v >= min && v <= max)) return "";
+        double v = 0;
+        if (!parses_as_number(text, v) || (std::isfinite(v) && v >= min && v <= max)) return "";
         char range[96];
         std::snprintf(range, sizeof range, "%g to %g", min, max);
         return "must be a finite number from " + std::string(range) + ", got " + text;
@@ -97,9 +103,8 @@ inline CLI::Validator finite_in(double min, double max) {
 inline CLI::Validator finite_positive() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0' || (std::isfinite(v) && v > 0)) return "";
+        double v = 0;
+        if (!parses_as_number(text, v) || (std::isfinite(v) && v > 0)) return "";
         return "must be a finite number > 0, got " + text;
       },
       "NUMBER>0");
