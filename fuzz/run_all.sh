@@ -6,6 +6,7 @@
 #   FUZZ_RUNS=N      executions per target instead (the bar: FUZZ_RUNS=10000000)
 #   FUZZ_TARGETS="safetensors idx"   a subset (default: every fuzz_* executable)
 #   FUZZ_MALLOC_CONTEXT=N  frames of ASan's allocation stacks (default 8; ASan's own default is 30)
+#   FUZZ_FLAGS="-entropic=0"  more libFuzzer flags, passed as they are (word-split)
 #   FUZZ_SEEDS_ONLY=1  start from the seed-* inputs only, without the regress-* inputs of known bugs
 #                    (the check that a reverted fix is found again from seeds alone)
 # fuzz/dict/<target>.dict, where present, gives libFuzzer the format's tokens.
@@ -47,7 +48,8 @@ for t in $targets; do
   [ -f "$root/fuzz/dict/$t.dict" ] && dict=(-dict="$root/fuzz/dict/$t.dict")
   start=$(date +%s)
   # -timeout: one input may take 10 s at most (a hang is a finding); -rss_limit_mb: so is 2 GiB.
-  "$exe" "${budget[@]}" "${dict[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  # shellcheck disable=SC2086  # FUZZ_FLAGS is a list of flags
+  "$exe" "${budget[@]}" "${dict[@]}" ${FUZZ_FLAGS:-} -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
          -artifact_prefix="$findings/$t-" "$work" "$seeds" >"$log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
