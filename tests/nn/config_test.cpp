@@ -300,6 +300,22 @@ TEST(ConfigInput, SettingsThatDoNothingHereAreSaid) {
                   .empty());
 }
 
+// Megatron-LM accepts a dataset named twice in a blend, and so does tessel; but each part draws its
+// own shuffle of the same documents, which is rarely what was meant, so it is said.
+TEST(ConfigInput, ADatasetNamedTwiceInABlendIsSaid) {
+  const auto warnings_for = [](const std::string& path) {
+    return Config::from_yaml_text("", {"data.path=" + path}).warnings();
+  };
+  const std::vector<std::string> w = warnings_for("0.3 data/web 0.5 data/code 0.2 ./data/web");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_CONTAINS(w[0], "data.path names the dataset 'data/web' 2 times (weights 0.3, 0.2): each part shuffles the "
+                        "same documents on its own");
+  EXPECT_CONTAINS(w[0], "name it once with weight 0.5");
+  EXPECT_TRUE(warnings_for("0.3 data/web 0.7 data/code").empty());
+  EXPECT_TRUE(warnings_for("data/web").empty());
+  EXPECT_TRUE(warnings_for("0.3 data/web 0.7").empty());  // malformed: refused when the data is opened
+}
+
 TEST(ConfigInput, TokenizerDirectoryIsNamed) {
   tessel::testing::ScratchDir d;
   EXPECT_CONTAINS(error_of("", {"data.tokenizer=" + d.dir}),

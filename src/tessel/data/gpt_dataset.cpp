@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <future>
 #include <limits>
 #include <numeric>
@@ -272,6 +273,21 @@ DataBlend parse_data_path(const std::string& path) {
   }
   finite_sum(b.weights, "data.path '" + path + "'");
   return b;
+}
+
+std::vector<RepeatedPrefix> repeated_prefixes(const DataBlend& blend) {
+  std::vector<RepeatedPrefix> out;
+  std::vector<std::string> normal;
+  for (const auto& p : blend.prefixes) normal.push_back(std::filesystem::path(p).lexically_normal().string());
+  for (size_t i = 0; i < normal.size(); ++i) {
+    if (std::find(normal.begin(), normal.begin() + ptrdiff_t(i), normal[i]) != normal.begin() + ptrdiff_t(i))
+      continue;  // said with its first part
+    RepeatedPrefix r{blend.prefixes[i], {i}};
+    for (size_t j = i + 1; j < normal.size(); ++j)
+      if (normal[j] == normal[i]) r.parts.push_back(j);
+    if (r.parts.size() > 1) out.push_back(std::move(r));
+  }
+  return out;
 }
 
 std::shared_ptr<SampleSource> build_split(const DataBlend& blend, const std::string& split, int split_index,

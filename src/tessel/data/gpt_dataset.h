@@ -98,6 +98,15 @@ struct DataBlend {
 };
 DataBlend parse_data_path(const std::string& path);
 
+// The prefixes a blend names more than once (compared as normalised paths), each with the indices of
+// its parts. Allowed, as in Megatron-LM, but each part shuffles the same documents on its own, so a
+// sample can come again before one pass over the dataset is through (Config::warnings says so).
+struct RepeatedPrefix {
+  std::string prefix;
+  std::vector<size_t> parts;
+};
+std::vector<RepeatedPrefix> repeated_prefixes(const DataBlend& blend);
+
 // Builds the sample source of one split (0 train, 1 valid, 2 test) for a blend; every sample read
 // refuses token ids outside vocab.
 std::shared_ptr<SampleSource> build_split(const DataBlend& blend, const std::string& split, int split_index,

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tessel/core/check.h"
+#include "tessel/data/gpt_dataset.h"
 #include "tessel/nn/stage_plan.h"
 #include "tessel/pipeline/schedule.h"
 #include "tessel/optim/lr_schedule.h"
@@ -460,6 +461,26 @@ std::vector<std::string> Config::warnings() const {
     out.push_back(fmt::format("resilience.spike_window ({}) is not shorter than train.train_iters ({}): the spike "
                               "detectors never fill their window and never fire",
                               resilience.spike_window, train.train_iters));
+  if (data.path.rfind("synthetic", 0) != 0) {
+    data::DataBlend blend;
+    try {
+      blend = data::parse_data_path(data.path);
+    } catch (const Error&) {
+      // A malformed data.path is refused, with its reason, when the data is opened.
+    }
+    for (const auto& r : data::repeated_prefixes(blend)) {
+      double weight = 0;
+      std::vector<std::string> weights;
+      for (size_t k : r.parts) {
+        weight += blend.weights[k];
+        weights.push_back(fmt::format("{}", blend.weights[k]));
+      }
+      out.push_back(fmt::format("data.path names the dataset '{}' {} times (weights {}): each part shuffles the same "
+                                "documents on its own, so a sample can come again before one pass over the dataset "
+                                "is through; name it once with weight {}",
+                                r.prefix, r.parts.size(), fmt::join(weights, ", "), weight));
+    }
+  }
   if (train.lr_decay_style == "wsd") {
     const int64_t stable = std::max(train.train_iters, train.lr_warmup_iters) - train.lr_warmup_iters;
     if (train.lr_wsd_decay_iters == 0)
