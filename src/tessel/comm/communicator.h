@@ -31,6 +31,13 @@ class Work {
   virtual void cancel() {}
 };
 
+// An operation that completed before its Work was returned (a backend without a non-blocking form).
+class CompletedWork : public Work {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
 // Payload bytes this rank handed to each kind of operation (for `tessel bench`'s communication
 // figures): all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send. The payload is what
 // this rank contributes: all_reduce and broadcast `count`; all_gather its own block (`count`, or
@@ -100,6 +107,14 @@ class Communicator {
   // parameters bucket by bucket while the next forward runs: parallel.overlap_param_gather.)
   // Counted as "all_gather".
   virtual std::unique_ptr<Work> all_gather_v_async(void* out, const std::vector<int64_t>& counts, DType t) = 0;
+  // all_to_all_v without blocking (the MoE dispatch and combine, overlapped with the other pass of
+  // an F&B pair: parallel.overlap_moe_expert_parallel_comm). The count vectors are copied; in and out
+  // must stay alive until wait(). By default the blocking form, done when this returns.
+  virtual std::unique_ptr<Work> all_to_all_v_async(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                                                   const std::vector<int64_t>& recv_counts, DType t) {
+    all_to_all_v(in, send_counts, out, recv_counts, t);
+    return std::make_unique<CompletedWork>();
+  }
 
   // Ranks with the same color form a new communicator, ordered by key. A negative color returns
   // null (the rank joins no group). Collective over this communicator.

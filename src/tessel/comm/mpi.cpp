@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -125,14 +126,20 @@ class MpiWork : public Work {
 // transfer behind whatever runs meanwhile; one posted when needed waits all of D. It shows whether
 // a pipeline schedule overlaps its transfers (bench/pipeline_overlap.sh); unset, nothing changes.
 constexpr int kStampTag = 1 << 28;
+// A test-only delay from the environment variable `name`: milliseconds >= 0, 0 when unset.
+std::chrono::nanoseconds delay_from_env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::chrono::nanoseconds(0);
+  char* end = nullptr;
+  const double ms = std::strtod(v, &end);
+  TESSEL_CHECK(end && *end == '\0' && std::isfinite(ms) && ms >= 0 && ms <= 1e6,
+               "{} must be a number of milliseconds in [0, 1e6], got '{}'", name, v);
+  return std::chrono::nanoseconds(int64_t(ms * 1e6));
+}
 std::chrono::nanoseconds p2p_delay() {
   static const std::chrono::nanoseconds d = [] {
-    const char* v = std::getenv("TESSEL_TEST_P2P_DELAY_MS");
-    if (!v || !*v) return std::chrono::nanoseconds(0);
-    char* end = nullptr;
-    const double ms = std::strtod(v, &end);
-    TESSEL_CHECK(end && *end == '\0' && std::isfinite(ms) && ms >= 0,
-                 "TESSEL_TEST_P2P_DELAY_MS must be a number of milliseconds >= 0, got '{}'", v);
+    const std::chrono::nanoseconds ns = delay_from_env("TESSEL_TEST_P2P_DELAY_MS");
+    if (ns.count() == 0) return ns;
     // The stamps' tags sit above every tag tessel uses; the MPI library must allow them.
     int* tag_ub = nullptr;
     int found = 0;
@@ -140,8 +147,17 @@ std::chrono::nanoseconds p2p_delay() {
     TESSEL_CHECK(found && tag_ub && *tag_ub >= 2 * kStampTag - 1,
                  "TESSEL_TEST_P2P_DELAY_MS needs MPI tags up to {}; this MPI library allows {}", 2 * kStampTag - 1,
                  found && tag_ub ? *tag_ub : 32767);
-    return std::chrono::nanoseconds(int64_t(ms * 1e6));
+    return ns;
   }();
+  return d;
+}
+// Test-only transfer time of an all-to-all-v (the MoE dispatch and combine): with
+// TESSEL_TEST_A2A_DELAY_MS=D one completes no earlier than D after this rank started it, as a
+// transfer that runs in the background once started would. Started early and waited for late (an
+// F&B pair's other pass ran meanwhile), it costs less than D; started and waited for at once, all of
+// D (bench/moe_overlap.sh). Unset, nothing changes.
+std::chrono::nanoseconds a2a_delay() {
+  static const std::chrono::nanoseconds d = delay_from_env("TESSEL_TEST_A2A_DELAY_MS");
   return d;
 }
 int64_t steady_ns() {
@@ -176,6 +192,23 @@ class DelayedRecvWork : public Work {
   std::unique_ptr<int64_t> sent_ns_;  // declared first: destroyed after the receive into it completes
   std::unique_ptr<Work> data_, stamp_;
   int64_t posted_ns_;
+};
+
+// An operation under the test-only all-to-all time: done once the operation is and D has passed
+// since it started.
+class DelayedWork : public Work {
+ public:
+  DelayedWork(std::unique_ptr<Work> op, std::chrono::nanoseconds delay)
+      : op_(std::move(op)), until_(std::chrono::steady_clock::now() + delay) {}
+  void wait() override {
+    op_->wait();
+    std::this_thread::sleep_until(until_);
+  }
+  bool test() override { return op_->test() && std::chrono::steady_clock::now() >= until_; }
+
+ private:
+  std::unique_ptr<Work> op_;
+  std::chrono::steady_clock::time_point until_;
 };
 
 // An fp32 staging buffer, accounted as communication memory (a tensor: it lives until the
@@ -235,26 +268,38 @@ class MpiCommunicator : public Communicator {
   }
   void all_to_all_v(const void* in, const std::vector<int64_t>& sc, void* out, const std::vector<int64_t>& rc,
                     DType t) override {
+    all_to_all_v_async(in, sc, out, rc, t)->wait();
+  }
+  std::unique_ptr<Work> all_to_all_v_async(const void* in, const std::vector<int64_t>& sc, void* out,
+                                           const std::vector<int64_t>& rc, DType t) override {
+    auto watch = watched("all_to_all_v");  // posted now: its place in the group's sequence
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     TESSEL_CHECK(int(sc.size()) == size_ && int(rc.size()) == size_, "all_to_all_v: {} / {} counts for {} ranks",
                  sc.size(), rc.size(), size_);
     int64_t sent = 0;
     for (int64_t n : sc) sent += n;
     count_op("all_to_all", sent, t);
+    // Counts and displacements (send, then receive) must stay unchanged until the operation
+    // completes: the work's completion hook owns them.
     const size_t n = static_cast<size_t>(size_);
-    std::vector<int> s(n), sd(n), r(n), rd(n);
+    auto arrays = std::make_shared<std::array<std::vector<int>, 4>>();
+    for (auto& a : *arrays) a.resize(n);
+    auto& [s, sd, r, rd] = *arrays;
     int64_t so = 0, ro = 0;
-    for (int j = 0; j < size_; ++j) {
-      s[size_t(j)] = as_int(sc[size_t(j)], "all_to_all_v");
-      r[size_t(j)] = as_int(rc[size_t(j)], "all_to_all_v");
-      sd[size_t(j)] = as_int(so, "all_to_all_v");
-      rd[size_t(j)] = as_int(ro, "all_to_all_v");
-      so += sc[size_t(j)];
-      ro += rc[size_t(j)];
+    for (size_t j = 0; j < n; ++j) {
+      s[j] = as_int(sc[j], "all_to_all_v");
+      r[j] = as_int(rc[j], "all_to_all_v");
+      sd[j] = as_int(so, "all_to_all_v");
+      rd[j] = as_int(ro, "all_to_all_v");
+      so += sc[j];
+      ro += rc[j];
     }
-    const WaitWatch timed(watched("all_to_all_v"));
-    check_mpi(MPI_Alltoallv(in, s.data(), sd.data(), move_type(t), out, r.data(), rd.data(), move_type(t), comm_),
+    MPI_Request req;
+    check_mpi(MPI_Ialltoallv(in, s.data(), sd.data(), move_type(t), out, r.data(), rd.data(), move_type(t), comm_, &req),
               "all_to_all_v");
+    auto work = std::make_unique<MpiWork>(req, [arrays] {}, watch);
+    if (a2a_delay().count() == 0) return work;
+    return std::make_unique<DelayedWork>(std::move(work), a2a_delay());
   }
   void reduce_scatter_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t,
                         ReduceOp op) override {
@@ -535,7 +580,12 @@ std::unique_ptr<Communicator> make_mpi_world() {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
+    // SERIALIZED: an F&B pair's two passes (pipeline/paired_passes.h) call MPI from two threads, one
+    // at a time.
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init");
+    TESSEL_CHECK(provided >= MPI_THREAD_SERIALIZED,
+                 "this MPI library provides thread level {}, tessel needs MPI_THREAD_SERIALIZED ({})", provided,
+                 int(MPI_THREAD_SERIALIZED));
     std::atexit(finalize_mpi);
   }
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
