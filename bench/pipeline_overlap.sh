@@ -8,31 +8,16 @@
 # Usage: bench/pipeline_overlap.sh [TESSEL] [DELAY_MS] [KINDS] [MICRO_BATCHES]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/overlap_table.sh"
 TESSEL=${1:-$HERE/../build/tessel}
 DELAY=${2:-1}
 KINDS=${3:-"1f1b zb-h1 zb-v dualpipev"}
 M=${4:-8}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1
-WORK=$(mktemp -d /tmp/tessel-overlap-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-step_ms() {  # kind overlap delay
-  local dir=$WORK/$1-$2-$3
+run_steps() {  # kind overlap delay dir
   TESSEL_TEST_P2P_DELAY_MS=$3 mpirun -x TESSEL_TEST_P2P_DELAY_MS --oversubscribe --mca mpi_yield_when_idle 1 -np 2 \
     "$TESSEL" train "$HERE/../configs/synthetic.yaml" --set train.train_iters=8 --set model.num_layers=8 \
     --set train.micro_batch_size=1 --set train.global_batch_size="$M" --set parallel.pipeline_model_parallel_size=2 \
-    --set parallel.pipeline_schedule="$1" --set parallel.overlap_p2p_comm="$2" --set log.dir="$dir" \
-    --set checkpoint.interval=0 --set checkpoint.dir="$dir/ckpt" > "$dir.log" 2>&1 || { tail -3 "$dir.log"; exit 1; }
-  /usr/bin/python3 -c "
-import json, statistics
-s = [json.loads(l)['step_s'] for l in open('$dir/metrics.jsonl')]
-print(f'{statistics.median(s[1:]) * 1e3:.1f}')"
+    --set parallel.pipeline_schedule="$1" --set parallel.overlap_p2p_comm="$2" --set log.dir="$4" \
+    --set checkpoint.interval=0 --set checkpoint.dir="$4/ckpt"
 }
-echo "| schedule | overlap_p2p_comm | step ms, no delay | step ms, ${DELAY} ms per transfer | growth ms |"
-echo "|---|---|---|---|---|"
-for kind in $KINDS; do
-  for overlap in false true; do
-    base=$(step_ms "$kind" "$overlap" 0)
-    slow=$(step_ms "$kind" "$overlap" "$DELAY")
-    echo "| $kind | $overlap | $base | $slow | $(/usr/bin/python3 -c "print(f'{$slow - $base:.1f}')") |"
-  done
-done
+overlap_table overlap_p2p_comm "$DELAY" "$KINDS"

@@ -80,6 +80,40 @@ done
 run 4 deepseek-pp2-ep2-dualpipev-overlap "${DS[@]}" --set $PP=2 --set $EP=2 --set $KIND=dualpipev \
   --set parallel.overlap_p2p_comm=true
 compare deepseek deepseek-pp2-ep2-dualpipev-overlap
+# parallel.overlap_moe_expert_parallel_comm: each F&B pair's F and B run interleaved at their MoE
+# all-to-alls (core/paired_tasks.h), the pair's receives first. Each pass makes the same calls in the
+# same order as unfused, so the losses and gradient norms are the unfused run's bit for bit; with every
+# all-to-all and pipeline message held back by the test-only transfer times, still the same.
+run 4 deepseek-pp2-ep2-dualpipe-moe-overlap "${DS[@]}" --set $PP=2 --set $EP=2 --set $KIND=dualpipe \
+  --set parallel.overlap_moe_expert_parallel_comm=true --set log.pipeline_trace=true
+compare deepseek deepseek-pp2-ep2-dualpipe-moe-overlap
+if grep -q "overlap_moe_expert_parallel_comm has no effect" deepseek-pp2-ep2-dualpipe-moe-overlap.log; then
+  echo "deepseek-pp2-ep2-dualpipe-moe-overlap: warned that the overlap has no effect where it has"; exit 1
+fi
+TESSEL_TEST_A2A_DELAY_MS=0.3 TESSEL_TEST_P2P_DELAY_MS=0.3 run 4 deepseek-pp2-ep2-dualpipev-moe-overlap "${DS[@]}" \
+  --set $PP=2 --set $EP=2 --set $KIND=dualpipev --set parallel.overlap_moe_expert_parallel_comm=true \
+  --set parallel.overlap_p2p_comm=true
+compare deepseek deepseek-pp2-ep2-dualpipev-moe-overlap
+/usr/bin/python3 - <<'PY'
+import json
+def col(d, key):
+    return [json.loads(l)[key] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
+for kind in ("dualpipe", "dualpipev"):
+    fused, plain = f"deepseek-pp2-ep2-{kind}-moe-overlap", f"deepseek-pp2-ep2-{kind}"
+    for key in ("loss", "grad_norm"):
+        assert col(fused, key) == col(plain, key), (kind, key, col(fused, key), col(plain, key))
+# The pairs did run fused: a pair's B's gradient is received before its F, which its B follows at once
+# (unfused, the receive comes after the F), on every rank.
+spans = [e for e in json.load(open("deepseek-pp2-ep2-dualpipe-moe-overlap/pipeline_trace.json"))["traceEvents"]
+         if e["ph"] == "X"]
+for rank in sorted({e["tid"] for e in spans}):
+    mine = [(e["name"], e["args"]["mb"], e["args"]["chunk"]) for e in spans if e["tid"] == rank]
+    fused = [i for i in range(len(mine) - 2)
+             if mine[i][0] == "recv_bwd" and mine[i + 1][0] == "F" and mine[i + 2] == ("B",) + mine[i][1:]]
+    assert fused, f"rank {rank}: no F&B pair ran fused: {mine[:12]}..."
+print("overlap_moe_expert_parallel_comm: dualpipe and dualpipev give the unfused runs' losses and grad norms bit for "
+      "bit, and the pairs ran fused")
+PY
 unset CONFIG
 
 # Evaluation walks the stages as the schedule places them: the valid loss of one process.

@@ -287,6 +287,9 @@ TEST(ConfigInput, SettingsThatDoNothingHereAreSaid) {
   EXPECT_CONTAINS(only_warning({"train.lr_decay_style=wsd", "train.train_iters=10", "train.lr_warmup_iters=4",
                                 "train.lr_wsd_decay_iters=7"}),
                   "train.lr_wsd_decay_iters (7) is longer than the 6 steps after warm-up");
+  EXPECT_CONTAINS(only_warning({"parallel.overlap_moe_expert_parallel_comm=true"}),
+                  "parallel.overlap_moe_expert_parallel_comm has no effect here: it overlaps the expert all-to-alls "
+                  "inside the F&B pairs of parallel.pipeline_schedule dualpipe or dualpipev");
   EXPECT_CONTAINS(only_warning({"train.lr=0"}), "train.lr is 0: the weights do not change");
   EXPECT_CONTAINS(only_warning({"train.eval_iters=5"}),
                   "train.eval_iters (5) has no effect with train.eval_interval 0: nothing is evaluated");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "tessel/core/paired_tasks.h"
 #include "tessel/core/profiler.h"
 #include "tessel/kernels/cast.h"
 #include "tessel/kernels/gemm.h"
@@ -454,8 +455,8 @@ Tensor Moe::dispatch(const Tensor& rows, const std::vector<int64_t>& counts, std
   for (int64_t c : recv_counts) total += c;
   Tensor by_source = Tensor::empty({total, d_}, rows.dtype(), rows.device());
   const Tensor src = rows.is_contiguous() ? rows : rows.clone();
-  ep_->all_to_all_v(src.device_ptr(), per_rank_elements(counts, n, local_, d_), by_source.device_ptr(),
-                    per_rank_elements(recv_counts, n, local_, d_), rows.dtype());
+  exchange(src.device_ptr(), per_rank_elements(counts, n, local_, d_), by_source.device_ptr(),
+           per_rank_elements(recv_counts, n, local_, d_), rows.dtype());
   Tensor grouped = Tensor::empty({total, d_}, rows.dtype(), rows.device());
   const BlockStarts starts(recv_counts, n, local_);
   move_blocks(by_source, starts.by_source, grouped, starts.by_expert, recv_counts);
@@ -473,9 +474,18 @@ Tensor Moe::combine(const Tensor& rows, const std::vector<int64_t>& counts, cons
   int64_t total = 0;
   for (int64_t c : counts) total += c;
   Tensor back = Tensor::empty({total, d_}, DType::f32, rows.device());
-  ep_->all_to_all_v(by_source.device_ptr(), per_rank_elements(recv_counts, n, local_, d_), back.device_ptr(),
-                    per_rank_elements(counts, n, local_, d_), DType::f32);
+  exchange(by_source.device_ptr(), per_rank_elements(recv_counts, n, local_, d_), back.device_ptr(),
+           per_rank_elements(counts, n, local_, d_), DType::f32);
   return back;
+}
+
+// The rows' all-to-all of dispatch and combine. Inside an F&B pair (core/paired_tasks.h) the other
+// pass runs while the rows are in flight; elsewhere the yield returns at once.
+void Moe::exchange(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                   const std::vector<int64_t>& recv_counts, DType t) const {
+  const std::unique_ptr<comm::Work> rows = ep_->all_to_all_v_async(in, send_counts, out, recv_counts, t);
+  yield_to_paired_task();
+  rows->wait();
 }
 
 void Moe::drop_over_capacity(int64_t N, const float* weights, std::vector<int32_t>& routed) const {

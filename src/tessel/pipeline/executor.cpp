@@ -1,6 +1,7 @@
 #include "tessel/pipeline/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -8,7 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "tessel/core/device.h"
+#include "tessel/core/paired_tasks.h"
 #include "tessel/core/profiler.h"
+#include "tessel/nn/moe.h"
+#include "tessel/pipeline/simulate.h"
 
 namespace tessel::pipeline {
 
@@ -95,12 +100,15 @@ std::vector<std::vector<size_t>> sends_released_after(const Schedule& s, int me)
   return release;
 }
 
+bool is_compute(const Op& op) { return op.kind == OpKind::F || op.kind == OpKind::B || op.kind == OpKind::W; }
+
 class Runner {
  public:
   Runner(const Schedule& s, nn::Model& model, comm::Communicator& pp, const std::vector<data::Batch>& mbs,
          float grad_scale, const nn::Model::GradsReady& ready, const LocalPart& local, const RunOptions& options)
       : s_(s), model_(model), pp_(pp), mbs_(mbs), scale_(grad_scale), ready_(ready), local_(local),
         trace_(options.trace), prefetch_(options.prefetch),
+        fused_pairs_(options.fused_pairs && default_device() != Device::meta),
         rows_(mbs.empty() ? 0 : model.activation_rows(mbs.front().tokens.numel() / local.parts)),
         width_(model.config().hidden_size) {}
 
@@ -112,27 +120,19 @@ class Runner {
 
   double run() {
     const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
-    const std::vector<std::vector<size_t>> release = sends_released_after(s_, pp_.rank());
+    release_ = sends_released_after(s_, pp_.rank());
     last_w_ = last_weight_pass(s_, pp_.rank());
     check_embedding_final_last();
     if (trace_) trace_->clear();
     int pair_left = 0;  // spans left in the current F&B pair (F, B, W; the sends and receives between)
     for (size_t i = 0; i < ops.size(); ++i) {
-      current_ = i;
-      if (prefetch_ && is_compute(ops[i])) post_receives_after(i);
-      const double start = trace_ ? seconds_now() : 0;
-      execute(ops[i]);
-      if (trace_) {
-        const Op& op = ops[i];
-        if (op.overlapped) pair_left = 3;
-        trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), pair_left > 0, start, seconds_now()});
-        if (is_compute(op)) pair_left = std::max(0, pair_left - 1);
+      if (ops[i].overlapped && fused_pairs_ && fusable(i)) {
+        i = run_fused_pair(i);
+        continue;
       }
-      for (const size_t send : release[i]) {  // complete already: their receiver has moved past them
-        auto it = sends_.find(send);
-        it->second.second->wait();
-        sends_.erase(it);
-      }
+      if (ops[i].overlapped) pair_left = 3;
+      run_op(i, pair_left > 0);
+      if (is_compute(ops[i])) pair_left = std::max(0, pair_left - 1);
     }
     for (auto& [i, w] : sends_) w.second->wait();
     sends_.clear();
@@ -141,6 +141,66 @@ class Runner {
   }
 
  private:
+  // Op i of this rank, traced as part of an F&B pair or not; then the sends it vouches for are freed.
+  void run_op(size_t i, bool in_pair) {
+    const Op& op = s_.ranks[size_t(pp_.rank())][i];
+    current_ = i;
+    if (prefetch_ && is_compute(op)) post_receives_after(i);
+    const double start = trace_ ? seconds_now() : 0;
+    execute(op);
+    if (trace_) trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), in_pair, start, seconds_now()});
+    release_sends_after(i);
+  }
+
+  void release_sends_after(size_t i) {
+    for (const size_t send : release_[i]) {  // complete already: their receiver has moved past them
+      auto it = sends_.find(send);
+      it->second.second->wait();
+      sends_.erase(it);
+    }
+  }
+
+  // An F&B pair runs fused where its F and B are of different chunks (DualPipe's two directions):
+  // two passes of one chunk would share its layers' state. Not while a MoE routing recording is on
+  // (a calibration's step): it lists the forwards in the unfused order.
+  bool fusable(size_t f) const {
+    const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
+    size_t b = f + 1;
+    while (!is_compute(ops[b])) ++b;
+    return ops[b].chunk != ops[f].chunk && nn::current_moe_routing_trace() == nullptr;
+  }
+
+  // The F&B pair whose F is op f, run fused (RunOptions::fused_pairs): the receives between its F and
+  // its B first (the pair starts once both its inputs are here, as simulate() times it), then F and B
+  // interleaved at each MoE all-to-all (core/paired_tasks.h), then the pair's sends, then its W.
+  // Returns the index of the W. The order of the sends and receives differs from the unfused run
+  // only as the simulator's pair rule allows, so a schedule the simulator completes cannot deadlock.
+  size_t run_fused_pair(size_t f) {
+    const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
+    size_t b = f + 1;
+    while (!is_compute(ops[b])) ++b;
+    size_t w = b + 1;
+    while (!is_compute(ops[w])) ++w;
+    if (prefetch_) post_receives_after(f);
+    for (size_t j = f + 1; j < b; ++j)
+      if (ops[j].kind == OpKind::recv_fwd || ops[j].kind == OpKind::recv_bwd) run_op(j, true);
+    if (prefetch_) post_receives_after(b);
+    const double start = trace_ ? seconds_now() : 0;
+    const std::array<double, 2> held = run_paired([&] { execute(ops[f]); }, [&] { execute(ops[b]); });
+    if (trace_) {
+      // The two passes ran in turns; each is drawn as one span as long as it held the turn, F first.
+      trace_->push_back({ops[f].kind, ops[f].mb, ops[f].chunk, stage(ops[f].chunk), true, start, start + held[0]});
+      trace_->push_back({ops[b].kind, ops[b].mb, ops[b].chunk, stage(ops[b].chunk), true, start + held[0],
+                         start + held[0] + held[1]});
+    }
+    release_sends_after(f);
+    release_sends_after(b);
+    for (size_t j = f + 1; j < w; ++j)
+      if (ops[j].kind == OpKind::send_fwd || ops[j].kind == OpKind::send_bwd) run_op(j, true);
+    run_op(w, true);
+    return w;
+  }
+
   using Key = std::pair<int, int>;  // (micro-batch, chunk)
 
   int stage(int chunk) const { return s_.virtual_stage(pp_.rank(), chunk); }
@@ -172,9 +232,6 @@ class Runner {
     sends_.emplace(current_, std::make_pair(std::move(t), std::move(w)));  // the buffer lives until the send completes
   }
 
-  static bool is_compute(const Op& op) {
-    return op.kind == OpKind::F || op.kind == OpKind::B || op.kind == OpKind::W;
-  }
 
   // The sender and tag of receive op `op` of this rank.
   std::pair<int, int> source_of(const Op& op) const {
@@ -274,12 +331,14 @@ class Runner {
   const LocalPart& local_;
   RankTrace* trace_;
   bool prefetch_;
+  bool fused_pairs_;
   int64_t rows_, width_;
   double loss_ = 0;
   std::map<Key, nn::Activations> saved_;
   std::map<Key, Tensor> inputs_, outputs_, grads_, input_grads_;
   size_t current_ = 0;  // index of the op being executed
   std::vector<size_t> last_w_;  // per chunk: index of its last W
+  std::vector<std::vector<size_t>> release_;  // per op: the sends complete once it is done (sends_released_after)
   // In flight, by the index of their op, each buffer before its Work so that the Work (which waits on
   // destruction) goes first and the buffer outlives the transfer.
   std::map<size_t, std::pair<Tensor, std::unique_ptr<comm::Work>>> sends_;
@@ -294,6 +353,9 @@ double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
   TESSEL_CHECK(s.pp == pp.size() && s.vpp == model.num_chunks() && s.micro_batches == int(micro_batches.size()),
                "pipeline schedule for pp {} x vpp {} with {} micro-batches; this run has pp {}, {} chunks, {} "
                "micro-batches", s.pp, s.vpp, s.micro_batches, pp.size(), model.num_chunks(), micro_batches.size());
+  // Fused pairs wait for both their inputs before either pass starts: the simulator's pair rule, so a
+  // schedule it completes runs without deadlock (it names the waiting ranks otherwise).
+  if (options.fused_pairs) simulate(s, Costs{});
   return Runner(s, model, pp, micro_batches, grad_scale, ready, local, options).run();
 }
 

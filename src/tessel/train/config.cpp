@@ -116,6 +116,8 @@ struct Schema {
     p["overlap_grad_reduce"] = bind_field(c.parallel.overlap_grad_reduce, "parallel.overlap_grad_reduce");
     p["overlap_param_gather"] = bind_field(c.parallel.overlap_param_gather, "parallel.overlap_param_gather");
     p["overlap_p2p_comm"] = bind_field(c.parallel.overlap_p2p_comm, "parallel.overlap_p2p_comm");
+    p["overlap_moe_expert_parallel_comm"] =
+        bind_field(c.parallel.overlap_moe_expert_parallel_comm, "parallel.overlap_moe_expert_parallel_comm");
     p["auto"] = bind_field(c.parallel.auto_layout, "parallel.auto");
     p["auto_hardware"] = bind_field(c.parallel.auto_hardware, "parallel.auto_hardware");
 
@@ -481,6 +483,12 @@ std::vector<std::string> Config::warnings() const {
                                 r.prefix, r.parts.size(), fmt::join(weights, ", "), weight));
     }
   }
+  if (parallel.overlap_moe_expert_parallel_comm &&
+      (parallel.expert_model_parallel_size <= 1 || model.num_experts == 0 ||
+       (parallel.pipeline_schedule != "dualpipe" && parallel.pipeline_schedule != "dualpipev")))
+    out.push_back("parallel.overlap_moe_expert_parallel_comm has no effect here: it overlaps the expert all-to-alls "
+                  "inside the F&B pairs of parallel.pipeline_schedule dualpipe or dualpipev, with "
+                  "parallel.expert_model_parallel_size > 1 and model.num_experts > 0");
   if (train.lr_decay_style == "wsd") {
     const int64_t stable = std::max(train.train_iters, train.lr_warmup_iters) - train.lr_warmup_iters;
     if (train.lr_wsd_decay_iters == 0)

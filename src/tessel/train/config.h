@@ -69,6 +69,11 @@ struct ParallelConfig {
   // F&B pair's incoming gradient during its forward (Megatron-LM's overlap_p2p_comm); false: each
   // receive is posted when the schedule reaches it.
   bool overlap_p2p_comm = false;
+  // DualPipe's F&B pairs (pipeline_schedule dualpipe, dualpipev) run their forward and backward
+  // interleaved, each MoE all-to-all (dispatch, combine) of one in flight while the other computes
+  // (pipeline/paired_passes; Megatron-LM's overlap_moe_expert_parallel_comm); false: the pair's F,
+  // then its B. Same losses either way.
+  bool overlap_moe_expert_parallel_comm = false;
   // Choose the layout (every size above, sequence parallelism, the distributed optimizer, the
   // micro-batch size and recompute) with `tessel plan search` for the world the run is launched
   // with, ranked by predicted tokens/s on auto_hardware (a hardware profile; empty: this machine,
