@@ -163,6 +163,11 @@ std::unique_ptr<Communicator> make_meta_communicator(int rank, int size);
 
 // MPI_COMM_WORLD (initialises MPI on first use, finalises at exit).
 std::unique_ptr<Communicator> make_mpi_world();
+// The MPI library's thread level (MPI_THREAD_SINGLE .. MULTIPLE, as MPI numbers them; SINGLE
+// before MPI is initialised), and whether two threads may call it one at a time (SERIALIZED or
+// more; true before MPI is initialised): an F&B pair run fused needs it.
+int mpi_thread_level();
+bool mpi_threads_serialized();
 bool mpi_launched();  // true when started by mpirun / srun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set)
 // The uneven reduce-scatter and all-gather (reduce_scatter_v, all_gather_v) of more elements than
 // one MPI call takes (int counts: 2^31 - 1) run in chunks; tests lower the limit to reach that path.

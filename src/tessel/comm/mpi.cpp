@@ -225,6 +225,11 @@ Tensor widen(const void* bf, int64_t n) {
   return f;
 }
 
+// MPI's int counts and displacements of an all-to-all-v (elements), checked.
+struct AllToAllVArrays {
+  std::vector<int> send, send_at, recv, recv_at;
+};
+
 class MpiCommunicator : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
@@ -266,40 +271,53 @@ class MpiCommunicator : public Communicator {
                            move_type(t), comm_),
               "all_to_all");
   }
+  // Blocking: MPI_Alltoallv (the library's tuned algorithm; its non-blocking form may pick another).
   void all_to_all_v(const void* in, const std::vector<int64_t>& sc, void* out, const std::vector<int64_t>& rc,
                     DType t) override {
-    all_to_all_v_async(in, sc, out, rc, t)->wait();
+    const DeviceAccessScope buffers;  // device memory, after the kernels launched before
+    const auto a = alltoallv_arrays(sc, rc, t);
+    {
+      const WaitWatch timed(watched("all_to_all_v"));
+      check_mpi(MPI_Alltoallv(in, a->send.data(), a->send_at.data(), move_type(t), out, a->recv.data(),
+                              a->recv_at.data(), move_type(t), comm_),
+                "all_to_all_v");
+    }
+    std::this_thread::sleep_for(a2a_delay());
   }
   std::unique_ptr<Work> all_to_all_v_async(const void* in, const std::vector<int64_t>& sc, void* out,
                                            const std::vector<int64_t>& rc, DType t) override {
     auto watch = watched("all_to_all_v");  // posted now: its place in the group's sequence
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
+    // The counts and displacements must stay unchanged until the operation completes: the work's
+    // completion hook owns them.
+    std::shared_ptr<const AllToAllVArrays> a = alltoallv_arrays(sc, rc, t);
+    MPI_Request req;
+    check_mpi(MPI_Ialltoallv(in, a->send.data(), a->send_at.data(), move_type(t), out, a->recv.data(),
+                             a->recv_at.data(), move_type(t), comm_, &req),
+              "all_to_all_v");
+    auto work = std::make_unique<MpiWork>(req, [a] {}, watch);
+    if (a2a_delay().count() == 0) return work;
+    return std::make_unique<DelayedWork>(std::move(work), a2a_delay());
+  }
+  // Checks the counts, counts the operation (elements sent) and lays out MPI's arrays.
+  std::shared_ptr<AllToAllVArrays> alltoallv_arrays(const std::vector<int64_t>& sc, const std::vector<int64_t>& rc,
+                                                    DType t) {
     TESSEL_CHECK(int(sc.size()) == size_ && int(rc.size()) == size_, "all_to_all_v: {} / {} counts for {} ranks",
                  sc.size(), rc.size(), size_);
     int64_t sent = 0;
     for (int64_t n : sc) sent += n;
     count_op("all_to_all", sent, t);
-    // Counts and displacements (send, then receive) must stay unchanged until the operation
-    // completes: the work's completion hook owns them.
-    const size_t n = static_cast<size_t>(size_);
-    auto arrays = std::make_shared<std::array<std::vector<int>, 4>>();
-    for (auto& a : *arrays) a.resize(n);
-    auto& [s, sd, r, rd] = *arrays;
+    auto a = std::make_shared<AllToAllVArrays>();
     int64_t so = 0, ro = 0;
-    for (size_t j = 0; j < n; ++j) {
-      s[j] = as_int(sc[j], "all_to_all_v");
-      r[j] = as_int(rc[j], "all_to_all_v");
-      sd[j] = as_int(so, "all_to_all_v");
-      rd[j] = as_int(ro, "all_to_all_v");
+    for (size_t j = 0; j < size_t(size_); ++j) {
+      a->send.push_back(as_int(sc[j], "all_to_all_v"));
+      a->recv.push_back(as_int(rc[j], "all_to_all_v"));
+      a->send_at.push_back(as_int(so, "all_to_all_v"));
+      a->recv_at.push_back(as_int(ro, "all_to_all_v"));
       so += sc[j];
       ro += rc[j];
     }
-    MPI_Request req;
-    check_mpi(MPI_Ialltoallv(in, s.data(), sd.data(), move_type(t), out, r.data(), rd.data(), move_type(t), comm_, &req),
-              "all_to_all_v");
-    auto work = std::make_unique<MpiWork>(req, [arrays] {}, watch);
-    if (a2a_delay().count() == 0) return work;
-    return std::make_unique<DelayedWork>(std::move(work), a2a_delay());
+    return a;
   }
   void reduce_scatter_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t,
                         ReduceOp op) override {
@@ -575,17 +593,27 @@ void abort_distributed(int code) {
   if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
+int mpi_thread_level() {
+  int initialized = 0, level = MPI_THREAD_SINGLE;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Query_thread(&level);
+  return level;
+}
+
+bool mpi_threads_serialized() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return !initialized || mpi_thread_level() >= MPI_THREAD_SERIALIZED;
+}
+
 std::unique_ptr<Communicator> make_mpi_world() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    // SERIALIZED: an F&B pair's two passes (pipeline/paired_passes.h) call MPI from two threads, one
-    // at a time.
+    // SERIALIZED where the library has it: an F&B pair's two passes (core/paired_tasks.h) call MPI
+    // from two threads, one at a time (parallel.overlap_moe_expert_parallel_comm checks it).
     check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init");
-    TESSEL_CHECK(provided >= MPI_THREAD_SERIALIZED,
-                 "this MPI library provides thread level {}, tessel needs MPI_THREAD_SERIALIZED ({})", provided,
-                 int(MPI_THREAD_SERIALIZED));
     std::atexit(finalize_mpi);
   }
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "tessel/core/paired_tasks.h"
 #include "tessel/core/profiler.h"
@@ -479,12 +480,31 @@ Tensor Moe::combine(const Tensor& rows, const std::vector<int64_t>& counts, cons
   return back;
 }
 
+namespace {
+// The exchanges of the F&B pair running now whose pass has yielded (at most one per pass; the
+// passes take turns, so no lock). MPI moves a non-blocking collective only inside MPI calls: each
+// exchange started tests the other pass's, so both progress at every hand-over.
+std::vector<comm::Work*> g_exchanges_in_flight;
+}  // namespace
+
 // The rows' all-to-all of dispatch and combine. Inside an F&B pair (core/paired_tasks.h) the other
-// pass runs while the rows are in flight; elsewhere the yield returns at once.
+// pass runs while the rows are in flight; elsewhere the yield returns at once. (`bench --profile`
+// then counts the other pass's time inside moe_dispatch / moe_combine_exchange.)
 void Moe::exchange(const void* in, const std::vector<int64_t>& send_counts, void* out,
                    const std::vector<int64_t>& recv_counts, DType t) const {
-  const std::unique_ptr<comm::Work> rows = ep_->all_to_all_v_async(in, send_counts, out, recv_counts, t);
-  yield_to_paired_task();
+  std::unique_ptr<comm::Work> rows = ep_->all_to_all_v_async(in, send_counts, out, recv_counts, t);
+  for (comm::Work* other : g_exchanges_in_flight) other->test();
+  g_exchanges_in_flight.push_back(rows.get());
+  try {
+    yield_to_paired_task();
+  } catch (...) {
+    // The other pass failed: the step is lost. A collective cannot be cancelled and its peers may be
+    // gone, so it is left in flight (leaked) rather than waited for.
+    std::erase(g_exchanges_in_flight, rows.get());
+    (void)rows.release();
+    throw;
+  }
+  std::erase(g_exchanges_in_flight, rows.get());
   rows->wait();
 }
 

@@ -155,6 +155,11 @@ class Runner {
   void release_sends_after(size_t i) {
     for (const size_t send : release_[i]) {  // complete already: their receiver has moved past them
       auto it = sends_.find(send);
+      // A fused pair runs its receives before its sends: a receive that vouched for one of the
+      // pair's own sends would come before it (no DualPipe schedule has one; checked, not assumed).
+      TESSEL_CHECK(it != sends_.end(), "pipeline executor: rank {}: op {} completes a send not made yet (an F&B pair "
+                   "run fused reorders its transfers; run without parallel.overlap_moe_expert_parallel_comm)",
+                   pp_.rank(), i);
       it->second.second->wait();
       sends_.erase(it);
     }
@@ -181,6 +186,10 @@ class Runner {
     while (!is_compute(ops[b])) ++b;
     size_t w = b + 1;
     while (!is_compute(ops[w])) ++w;
+    for (size_t j = b + 1; j < w; ++j)
+      TESSEL_CHECK(ops[j].kind == OpKind::send_fwd || ops[j].kind == OpKind::send_bwd,
+                   "pipeline executor: rank {}: a receive between the B and the W of an F&B pair ({}), which a fused "
+                   "pair cannot place", pp_.rank(), s_.kind);
     if (prefetch_) post_receives_after(f);
     for (size_t j = f + 1; j < b; ++j)
       if (ops[j].kind == OpKind::recv_fwd || ops[j].kind == OpKind::recv_bwd) run_op(j, true);
@@ -355,7 +364,13 @@ double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
                "micro-batches", s.pp, s.vpp, s.micro_batches, pp.size(), model.num_chunks(), micro_batches.size());
   // Fused pairs wait for both their inputs before either pass starts: the simulator's pair rule, so a
   // schedule it completes runs without deadlock (it names the waiting ranks otherwise).
-  if (options.fused_pairs) simulate(s, Costs{});
+  if (options.fused_pairs) {
+    simulate(s, Costs{});
+    TESSEL_CHECK(std::string(pp.backend()) != "mpi" || comm::mpi_threads_serialized(),
+                 "parallel.overlap_moe_expert_parallel_comm runs an F&B pair's two passes on two threads, one at a time, "
+                 "which needs MPI_THREAD_SERIALIZED; this MPI library provides thread level {} (run without it)",
+                 comm::mpi_thread_level());
+  }
   return Runner(s, model, pp, micro_batches, grad_scale, ready, local, options).run();
 }
 

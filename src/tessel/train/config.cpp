@@ -427,6 +427,11 @@ void Config::validate() const {
                "writes PREFIX.model)", data.tokenizer);
 }
 
+bool Config::fuses_moe_pairs() const {
+  return parallel.overlap_moe_expert_parallel_comm && parallel.expert_model_parallel_size > 1 &&
+         model.num_experts > 0 && (parallel.pipeline_schedule == "dualpipe" || parallel.pipeline_schedule == "dualpipev");
+}
+
 std::vector<std::string> Config::warnings() const {
   std::vector<std::string> out;
   if (train.lr_warmup_iters > train.train_iters)
@@ -483,9 +488,7 @@ std::vector<std::string> Config::warnings() const {
                                 r.prefix, r.parts.size(), fmt::join(weights, ", "), weight));
     }
   }
-  if (parallel.overlap_moe_expert_parallel_comm &&
-      (parallel.expert_model_parallel_size <= 1 || model.num_experts == 0 ||
-       (parallel.pipeline_schedule != "dualpipe" && parallel.pipeline_schedule != "dualpipev")))
+  if (parallel.overlap_moe_expert_parallel_comm && !fuses_moe_pairs())
     out.push_back("parallel.overlap_moe_expert_parallel_comm has no effect here: it overlaps the expert all-to-alls "
                   "inside the F&B pairs of parallel.pipeline_schedule dualpipe or dualpipev, with "
                   "parallel.expert_model_parallel_size > 1 and model.num_experts > 0");

@@ -71,7 +71,7 @@ struct ParallelConfig {
   bool overlap_p2p_comm = false;
   // DualPipe's F&B pairs (pipeline_schedule dualpipe, dualpipev) run their forward and backward
   // interleaved, each MoE all-to-all (dispatch, combine) of one in flight while the other computes
-  // (pipeline/paired_passes; Megatron-LM's overlap_moe_expert_parallel_comm); false: the pair's F,
+  // (core/paired_tasks.h; Megatron-LM's overlap_moe_expert_parallel_comm); false: the pair's F,
   // then its B. Same losses either way.
   bool overlap_moe_expert_parallel_comm = false;
   // Choose the layout (every size above, sequence parallelism, the distributed optimizer, the
@@ -165,6 +165,9 @@ struct Config {
   // Settings that are allowed but probably not meant (printed by train and bench), e.g. a warm-up
   // longer than the run.
   std::vector<std::string> warnings() const;
+  // parallel.overlap_moe_expert_parallel_comm where it has an effect: DualPipe's F&B pairs with
+  // expert parallelism over MoE layers (elsewhere a pair has no all-to-all to overlap).
+  bool fuses_moe_pairs() const;
   int64_t grad_accumulation_steps() const { return train.global_batch_size / train.micro_batch_size; }
   // The layout's group sizes (tensor, context, pipeline, expert) for ParallelState.
   comm::ParallelSizes parallel_sizes() const {

@@ -173,7 +173,7 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
     MemoryPhaseScope phase("pipeline schedule");
     loss = pipeline::run_schedule(schedule_ops_, *model_, *pp_, whole_micro_batches, scale, ready, local,
                                   {cfg_.log.pipeline_trace ? &last_trace_ : nullptr, cfg_.parallel.overlap_p2p_comm,
-                                   cfg_.parallel.overlap_moe_expert_parallel_comm});
+                                   cfg_.fuses_moe_pairs()});
     loss = comm::sum_in_rank_order(*pp_, loss);  // the last stage's loss, on every stage
   } else {
     for (size_t k = 0; k < whole_micro_batches.size(); ++k) {  // gradients are final during the last backward
