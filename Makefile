@@ -57,7 +57,7 @@ test-tsan: deps-sanitizers
 	@# with it the preset's -fsanitize.
 	@grep -qs '^CMAKE_CXX_COMPILER:.*clang' build-tsan/CMakeCache.txt || rm -rf build-tsan/CMakeCache.txt build-tsan/CMakeFiles
 	@cmake --preset tsan >/dev/null
-	@nice -n 10 cmake --build build-tsan -j2 --target test_data test_mpi test_comm test_model test_kernels test_nn
+	@nice -n 10 cmake --build build-tsan -j2 --target test_core test_data test_mpi test_comm test_model test_kernels test_nn
 	bash scripts/sanitizers/tsan.sh build-tsan
 
 # Builds the libFuzzer harnesses (clang) and runs each for FUZZ_SECONDS (or FUZZ_RUNS executions).

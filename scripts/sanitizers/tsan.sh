@@ -18,10 +18,13 @@
 #     the OpenMP runtime itself is not instrumented. oneDNN keeps its own (uninstrumented) threads.
 #     The other parts below run with OMP_NUM_THREADS=1, so their reports stay about their own threads.
 #     Exceptions thrown inside OpenMP regions are a code-read matter (docs/testing.md), not a TSan one.
+#   - Paired tasks (core/paired_tasks.h: a fused F&B pair's forward on the caller's thread, its
+#     backward on a helper thread, taking turns): tests/core PairedTasks.*, the hand-overs, the
+#     failure paths and the helper's reuse and replacement.
 #   - Non-blocking MPI (comm/mpi.cpp isend/irecv and the bucketed gradient all-reduce) runs on the
-#     rank's one thread (MPI_THREAD_FUNNELED): there is no second thread for TSan to check; the
-#     collectives suite runs here under mpirun -np 2 so TSan sees OpenMPI's progress threads touching
-#     tessel's buffers, if they ever do.
+#     rank's thread (and, in a fused F&B pair, on the helper while the rank's thread waits: MPI at
+#     MPI_THREAD_SERIALIZED); the collectives suite runs here under mpirun -np 2 so TSan sees
+#     OpenMPI's progress threads touching tessel's buffers, if they ever do.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$(cd "${1:-$root/build-tsan}" && pwd)"
@@ -30,6 +33,8 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 status=0
 echo "== tsan: tests/data (batch loader, datasets)"
 "$build/tests/test_data" --gtest_filter='BatchLoader.*:GptDataset.*:IndexedDataset.*' || status=1
+echo "== tsan: paired tasks (fused F&B pairs)"
+"$build/tests/test_core" --gtest_filter='PairedTasks.*' --gtest_repeat=20 || status=1
 echo "== tsan: the collective watchdog, an asynchronous checkpoint's writer"
 "$build/tests/test_comm" --gtest_filter='Watchdog*:Heartbeat.*:DiagnoseWait.*' || status=1
 "$build/tests/test_model" --gtest_filter='AsyncCheckpoint.*:BackgroundWrite.*' || status=1

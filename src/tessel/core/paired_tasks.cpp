@@ -109,8 +109,9 @@ void run_side(Pair& p, int side, const std::function<void()>& task) {
   t_pair = nullptr;
   std::lock_guard<std::mutex> lock(p.mu);
   p.done[side] = true;
-  p.error[side] = error;
-  if (side == 1 || !error) p.hand_to(1 - side);
+  const bool failed = bool(error);
+  p.error[side] = std::move(error);  // this thread keeps no reference to the exception
+  if (side == 1 || !failed) p.hand_to(1 - side);
 }
 
 }  // namespace
@@ -121,15 +122,24 @@ void run_side(Pair& p, int side, const std::function<void()>& task) {
 // exception in the second task ends it; the first's next yield rethrows it, so both unwind.
 std::array<double, 2> run_paired(const std::function<void()>& first, const std::function<void()>& second) {
   TESSEL_CHECK(t_pair == nullptr, "run_paired: called from inside a paired task (pairs do not nest)");
-  auto p = std::make_shared<Pair>();
-  Helper::instance().post([p, second] { run_side(*p, 1, second); });
+  // This thread owns the pair: the helper touches nothing of it after marking its task done (under
+  // the lock), and holds no reference to it, so it is never the one to free it.
+  auto p = std::make_unique<Pair>();
+  Pair* pair = p.get();
+  Helper::instance().post([pair, second] { run_side(*pair, 1, second); });  // its own copy of the task
   run_side(*p, 0, first);
   std::unique_lock<std::mutex> lock(p->mu);
   if (p->error[0]) {
-    if (!p->done[1]) Helper::abandon();
-    std::rethrow_exception(p->error[0]);
+    const std::exception_ptr error = p->error[0];
+    if (!p->done[1]) {
+      // The second task stays suspended on the pair for good: the pair is left to it, and the next
+      // pair gets a new helper.
+      Helper::abandon();
+      lock.unlock();
+      (void)p.release();
+    }
+    std::rethrow_exception(error);
   }
-  // The helper touches nothing of p after it has marked its task done (under the lock).
   p->cv.wait(lock, [&] { return p->done[1]; });
   if (p->error[1]) std::rethrow_exception(p->error[1]);
   return p->held;
