@@ -170,9 +170,15 @@ class Runner {
   // (a calibration's step): it lists the forwards in the unfused order.
   bool fusable(size_t f) const {
     const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
-    size_t b = f + 1;
-    while (!is_compute(ops[b])) ++b;
-    return ops[b].chunk != ops[f].chunk && nn::current_moe_routing_trace() == nullptr;
+    return ops[next_compute(f)].chunk != ops[f].chunk && nn::current_moe_routing_trace() == nullptr;
+  }
+
+  // The index of this rank's first compute op after op i (validate() guarantees an F&B pair's B and W).
+  size_t next_compute(size_t i) const {
+    const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
+    do ++i;
+    while (!is_compute(ops[i]));
+    return i;
   }
 
   // The F&B pair whose F is op f, run fused (RunOptions::fused_pairs): the receives between its F and
@@ -182,10 +188,7 @@ class Runner {
   // only as the simulator's pair rule allows, so a schedule the simulator completes cannot deadlock.
   size_t run_fused_pair(size_t f) {
     const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
-    size_t b = f + 1;
-    while (!is_compute(ops[b])) ++b;
-    size_t w = b + 1;
-    while (!is_compute(ops[w])) ++w;
+    const size_t b = next_compute(f), w = next_compute(b);
     for (size_t j = b + 1; j < w; ++j)
       TESSEL_CHECK(ops[j].kind == OpKind::send_fwd || ops[j].kind == OpKind::send_bwd,
                    "pipeline executor: rank {}: a receive between the B and the W of an F&B pair ({}), which a fused "
