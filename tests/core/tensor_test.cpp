@@ -109,6 +109,27 @@ TEST(Tensor, ReshapeInfersOneDimension) {
   EXPECT_TRUE(throws_with_location([&] { t.transpose(0, 1).reshape({24}); }, "tensor.cpp"));  // non-contiguous
 }
 
+// A tensor holds the strides of up to 8 dimensions in itself; a shape of more is refused by name,
+// never written past the end. Contiguity is judged from shape and strides alone.
+TEST(Tensor, EightDimensionsAtMostAndContiguityFromTheStrides) {
+  const Shape eight{2, 1, 3, 1, 2, 1, 1, 2};
+  Tensor t = Tensor::empty(eight, DType::f32, Device::meta);
+  EXPECT_EQ(t.strides(), (Shape{12, 12, 4, 4, 2, 2, 2, 1}));
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_FALSE(t.transpose(0, 2).is_contiguous());
+  EXPECT_TRUE(t.reshape({24}).is_contiguous());
+  EXPECT_FALSE(t.slice(2, 0, 2).is_contiguous());  // 2 of 3 along a dim with more outside it
+  EXPECT_FALSE(Tensor::empty({4, 6}, DType::f32, Device::meta).slice(1, 0, 3).is_contiguous());
+  EXPECT_TRUE(Tensor::empty({4, 6}, DType::f32, Device::meta).slice(0, 1, 3).is_contiguous());
+  try {
+    Tensor::empty({1, 1, 1, 1, 1, 1, 1, 1, 2}, DType::f32, Device::meta);
+    ADD_FAILURE() << "a 9-dimensional tensor was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("9 dimensions; at most 8"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(t.reshape({1, 1, 1, 1, 1, 1, 1, 1, 24}), Error);
+}
+
 TEST(Tensor, SliceStridesAndValues) {
   const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Tensor t = iota2d(5, 7);

@@ -27,14 +27,14 @@ Storage::~Storage() {
   if (owned) allocator(device).deallocate(ptr, bytes, category);
 }
 
-static Shape contiguous_strides(const Shape& shape) {
-  Shape st(shape.size());
+void Tensor::set_contiguous_strides() {
+  TESSEL_CHECK(shape_.size() <= kMaxDims, "tensor shape {} has {} dimensions; at most {} are supported",
+               shape_str(shape_), shape_.size(), kMaxDims);
   int64_t s = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    st[i] = s;
-    s *= shape[i];
+  for (size_t i = shape_.size(); i-- > 0;) {
+    strides_[i] = s;
+    s *= shape_[i];
   }
-  return st;
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) { return empty(shape, dtype, default_device()); }
@@ -45,7 +45,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device,
                                          current_memory_category());
   t.shape_ = shape;
-  t.strides_ = contiguous_strides(shape);
+  t.set_contiguous_strides();
   t.dtype_ = dtype;
   return t;
 }
@@ -83,7 +83,7 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype) {
   Tensor t;
   t.storage_ = std::make_shared<Storage>(data, size_t(shape_numel(shape)) * dtype_size(dtype));
   t.shape_ = shape;
-  t.strides_ = contiguous_strides(shape);
+  t.set_contiguous_strides();
   t.dtype_ = dtype;
   return t;
 }
@@ -100,7 +100,16 @@ int64_t Tensor::stride(int64_t d) const {
   return strides_[size_t(d)];
 }
 
-bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+Shape Tensor::strides() const { return Shape(strides_.begin(), strides_.begin() + long(shape_.size())); }
+
+bool Tensor::is_contiguous() const {
+  int64_t s = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    if (strides_[i] != s) return false;
+    s *= shape_[i];
+  }
+  return true;
+}
 
 Tensor Tensor::reshape(const Shape& shape) const {
   TESSEL_CHECK(is_contiguous(), "reshape of a non-contiguous tensor {}", str());
@@ -117,8 +126,8 @@ Tensor Tensor::reshape(const Shape& shape) const {
   if (infer >= 0) s[size_t(infer)] = known ? numel() / known : 0;
   TESSEL_CHECK(shape_numel(s) == numel(), "cannot reshape {} to {}", str(), shape_str(shape));
   Tensor t = *this;
-  t.shape_ = s;
-  t.strides_ = contiguous_strides(s);
+  t.shape_ = std::move(s);
+  t.set_contiguous_strides();
   return t;
 }
 
@@ -177,10 +186,11 @@ void for_each_element(const Tensor& t, F&& f) {
   const int64_t n = t.numel(), nd = t.dim();
   const size_t es = dtype_size(t.dtype());
   std::vector<int64_t> idx(size_t(nd), 0);
+  const Shape strides = t.strides();
   char* base = static_cast<char*>(t.raw());
   for (int64_t i = 0; i < n; ++i) {
     int64_t off = 0;
-    for (int64_t d = 0; d < nd; ++d) off += idx[size_t(d)] * t.strides()[size_t(d)];
+    for (int64_t d = 0; d < nd; ++d) off += idx[size_t(d)] * strides[size_t(d)];
     f(base + off * int64_t(es), i);
     for (int64_t d = nd - 1; d >= 0; --d) {
       if (++idx[size_t(d)] < t.shape()[size_t(d)]) break;

@@ -4,6 +4,7 @@
 // thread's memory category (core/memory.h); views (slice, transpose, reshape) share it; from_blob
 // wraps host memory owned by someone else. Storage on `cpu` is 64-byte aligned host memory; on
 // `meta` there is none, and every access to the data is refused.
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -55,7 +56,7 @@ class Tensor {
   MemoryCategory memory_category() const { return storage_ ? storage_->category : MemoryCategory::activations; }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
-  const Shape& strides() const { return strides_; }
+  Shape strides() const;
   int64_t dim() const { return int64_t(shape_.size()); }
   int64_t size(int64_t d) const;
   int64_t stride(int64_t d) const;
@@ -102,11 +103,15 @@ class Tensor {
   void copy_elements_from(const Tensor& src);  // copy_from's work, on the device
   [[noreturn]] void refuse_meta_access() const;
   [[noreturn]] void refuse_host_access() const;
+  void set_contiguous_strides();  // of shape_ (at most kMaxDims dimensions)
 
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;  // bytes
   Shape shape_;
-  Shape strides_;  // in elements
+  // In elements; the first dim() are the tensor's. Held in the tensor, not on the heap: a tensor is
+  // copied for every view and kernel argument, and a dry run makes millions of them.
+  static constexpr size_t kMaxDims = 8;
+  std::array<int64_t, kMaxDims> strides_{};
   DType dtype_ = DType::f32;
 };
 

@@ -63,14 +63,17 @@ std::vector<OpRecord> OpLog::take_records() {
 
 std::map<std::string, OpTotals> OpLog::totals_by_op() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::map<std::string, OpTotals> out;
+  // Summed under the records' own names (string literals), named by strings once per family.
+  std::map<std::string_view, OpTotals> by_view;
   for (const OpRecord& r : records_) {
-    OpTotals& t = out[std::string(r.op)];
+    OpTotals& t = by_view[r.op];
     t.calls += r.count;
     t.flops += double(r.count) * r.flops;
     t.bytes_read += r.count * r.bytes_read;
     t.bytes_written += r.count * r.bytes_written;
   }
+  std::map<std::string, OpTotals> out;
+  for (const auto& [op, t] : by_view) out.emplace(op, t);
   return out;
 }
 

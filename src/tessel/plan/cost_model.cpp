@@ -1,6 +1,7 @@
 #include "tessel/plan/cost_model.h"
 
 #include <algorithm>
+#include <array>
 
 #include "tessel/core/check.h"
 
@@ -22,7 +23,7 @@ bool priced_by_compute(std::string_view op) {
   return op == "gemm" || op == "fp8_gemm" || is_attention(op, &backward);
 }
 
-std::string compute_kind(const kernels::OpRecord& r) {
+std::string_view compute_kind(const kernels::OpRecord& r) {
   if (r.op == "fp8_gemm") return "fp8_gemm";
   if (r.op == "gemm") {
     const kernels::OperandList& o = r.operands;
@@ -36,7 +37,11 @@ std::string compute_kind(const kernels::OpRecord& r) {
   return "";
 }
 
-std::vector<double> efficiency_dims(const kernels::OpRecord& r) {
+namespace {
+
+// efficiency_dims, written into `dims` (6 at most) without allocating: op_seconds runs once per
+// kernel call of every layout a search estimates. Returns how many there are.
+size_t efficiency_dims_into(const kernels::OpRecord& r, std::array<double, 6>& dims) {
   if (r.op == "gemm" || r.op == "fp8_gemm") {
     // Operands a, b, (bias), c: c is [M, N]; K is a's second dim, or its first when a is transposed.
     const kernels::OperandList& o = r.operands;
@@ -44,7 +49,8 @@ std::vector<double> efficiency_dims(const kernels::OpRecord& r) {
                  "planner: a {} record without 2-D operands", r.op);
     const std::span<const int64_t> a = o.shape(0), c = o.back_shape();
     const bool trans_a = !r.variant.empty() && r.variant[0] == 'T';
-    return {double(c[0]), double(c[1]), double(trans_a ? a[0] : a[1])};
+    dims = {double(c[0]), double(c[1]), double(trans_a ? a[0] : a[1])};
+    return 3;
   }
   // Attention: q [B*T, H*Dh], k [B*T, G*Dh], v, ..., lse [B, H, T] (the first 3-D operand).
   const kernels::OperandList& o = r.operands;
@@ -54,20 +60,31 @@ std::vector<double> efficiency_dims(const kernels::OpRecord& r) {
   const double B = double(o.shape(lse)[0]), H = double(o.shape(lse)[1]), T = double(o.shape(lse)[2]);
   const double Dh = double(o.shape(0)[1]) / H, G = double(o.shape(1)[1]) / Dh;
   const double Dv = double(o.shape(2)[1]) / G;
-  return {B, T, H, G, Dh, Dv};
+  dims = {B, T, H, G, Dh, Dv};
+  return 6;
+}
+
+}  // namespace
+
+std::vector<double> efficiency_dims(const kernels::OpRecord& r) {
+  std::array<double, 6> dims{};
+  const size_t n = efficiency_dims_into(r, dims);
+  return {dims.begin(), dims.begin() + long(n)};
 }
 
 double op_seconds(const HardwareProfile& hw, const kernels::OpRecord& r) {
-  const std::string kind = compute_kind(r);
+  const std::string_view kind = compute_kind(r);
   if (!kind.empty()) {
     const auto it = hw.compute.find(kind);
     TESSEL_CHECK(it != hw.compute.end(), "hardware profile {} has no compute entry '{}' (needed by {} calls)",
                  hw.source, kind, r.op);
-    const double eff = it->second.efficiency.at(efficiency_dims(r), r.variant);
+    std::array<double, 6> dims{};
+    const size_t n = efficiency_dims_into(r, dims);
+    const double eff = it->second.efficiency.at(std::span<const double>(dims.data(), n), r.variant);
     TESSEL_CHECK(eff > 0, "hardware profile {}: compute.{} has efficiency 0 for {}", hw.source, kind, r.op);
     return hw.kernel_latency_s + r.flops / (it->second.peak_flops * eff);
   }
-  auto it = hw.memory.find(std::string(r.op));
+  auto it = hw.memory.find(r.op);
   if (it == hw.memory.end()) it = hw.memory.find("default");
   TESSEL_CHECK(it != hw.memory.end(), "hardware profile {} has no memory efficiency for '{}' nor a default",
                hw.source, r.op);

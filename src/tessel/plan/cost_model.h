@@ -22,7 +22,7 @@ bool priced_by_compute(std::string_view op);
 
 // The compute-bound kind of an op record ("gemm.bf16", "attention_fwd", ...), or "" for a
 // memory-bound op. Throws for a GEMM whose dtype the profile does not price.
-std::string compute_kind(const kernels::OpRecord& r);
+std::string_view compute_kind(const kernels::OpRecord& r);
 
 // The shape an efficiency table is keyed by, for a compute-bound record (see hardware_profile.h).
 std::vector<double> efficiency_dims(const kernels::OpRecord& r);

@@ -95,26 +95,33 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
   PricedStage st;
   std::map<PassKey, double> attention_s, ring_s;
   std::map<PassKey, std::map<int, double>> ring_by_layer;  // the ring's transfers of each pass, by layer
+  // Kernel seconds by (op family or gemm kind, gemm variant): views into the records (their names
+  // are literals, their variants held by m), made strings once per key below.
+  std::map<std::pair<std::string_view, std::string_view>, double> kernel_s;
   for (const kernels::OpRecord& r : m.op_records) {
     const Part part = part_of(r.phase);
     if (part == Part::setup) continue;
     const double w = double(r.count) * (is_pass(part) ? mbs.weight(r.phase.micro_batch) : 1.0);
     const double t = w * op_seconds(hw, r);
     st.out.flops += w * r.flops;
-    const std::string kind = compute_kind(r);
-    st.out.kernel_s_by_op[kind.rfind("gemm", 0) == 0 ? kind + " " + r.variant : std::string(r.op)] += t;
+    const std::string_view kind = compute_kind(r);
+    kernel_s[kind.starts_with("gemm") ? std::pair{kind, std::string_view(r.variant)} : std::pair{r.op, std::string_view()}] += t;
     if (is_pass(part)) {
       const PassKey k = key_of(part, r.phase);
       st.pass_s[k] += t;
       st.out.compute_s += t;
       add_to_layer(st.out, r.phase.layer, t);
-      if (compute_kind(r).rfind("attention", 0) == 0) attention_s[k] += t;
+      if (kind.starts_with("attention")) attention_s[k] += t;
     } else if (starts_with(r.phase.what, "optimizer step")) {
       st.out.optimizer_s += t;
     } else {
       st.after_kernels_s += t;
     }
   }
+  // "gemm.bf16 NT" by its variant; other families by name.
+  for (const auto& [key, t] : kernel_s)
+    st.out.kernel_s_by_op[key.first.starts_with("gemm") ? fmt::format("{} {}", key.first, key.second)
+                                                        : std::string(key.first)] += t;
   for (const comm::CommRecord& c : m.comm_records) {
     const Part part = part_of(c.phase);
     if (part == Part::setup || c.group_size <= 1) continue;  // a group of one moves nothing

@@ -17,15 +17,16 @@ namespace tessel::plan {
 using nlohmann::json;
 using ckpt::JsonFields;
 
-double EfficiencyTable::at(const std::vector<double>& dims, const std::string& variant) const {
+double EfficiencyTable::at(std::span<const double> dims, std::string_view variant) const {
   if (points.empty()) return fallback;
-  auto key = std::make_pair(variant, dims);
-  const auto seen = looked_up.find(key);
+  const auto seen = looked_up.find(LookedUpOrder::Key{variant, dims});
   if (seen != looked_up.end()) return seen->second;
-  return looked_up[std::move(key)] = blend(dims, variant);
+  const double eff = blend(dims, variant);
+  looked_up.emplace(std::make_pair(std::string(variant), std::vector<double>(dims.begin(), dims.end())), eff);
+  return eff;
 }
 
-double EfficiencyTable::blend(const std::vector<double>& dims, const std::string& variant) const {
+double EfficiencyTable::blend(std::span<const double> dims, std::string_view variant) const {
   bool variant_known = false;
   for (const ShapePoint& p : points) variant_known |= p.variant == variant;
   // Distance in log2 space over the dims both have; the 4 nearest points blend by 1 / d^2.

@@ -7,8 +7,12 @@
 // shape in a table of measured points and interpolated between them; memory-bound ops cost
 // bytes / (bandwidth x efficiency of their op class); every kernel call adds a fixed latency.
 // Collectives follow a ring model per network level (collective_seconds in cost_model.h).
+#include <algorithm>
+#include <initializer_list>
 #include <map>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tessel::plan {
@@ -29,13 +33,29 @@ struct ShapePoint {
 struct EfficiencyTable {
   double fallback = 0;
   std::vector<ShapePoint> points;
-  double at(const std::vector<double>& dims, const std::string& variant) const;
+  double at(std::span<const double> dims, std::string_view variant) const;
+  double at(std::initializer_list<double> dims, std::string_view variant) const {
+    return at(std::span<const double>(dims.begin(), dims.size()), variant);
+  }
   // Shapes already looked up (a step calls the same few shapes thousands of times; the blend over
-  // every point is what a planner's search would otherwise spend its time on). Not thread-safe.
-  mutable std::map<std::pair<std::string, std::vector<double>>, double> looked_up = {};
+  // every point is what a planner's search would otherwise spend its time on), found without
+  // copying the key. Not thread-safe.
+  struct LookedUpOrder {
+    using is_transparent = void;
+    using Key = std::pair<std::string_view, std::span<const double>>;
+    static Key view(const std::pair<std::string, std::vector<double>>& k) { return {k.first, k.second}; }
+    static const Key& view(const Key& k) { return k; }
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      const Key x = view(a), y = view(b);
+      if (x.first != y.first) return x.first < y.first;
+      return std::lexicographical_compare(x.second.begin(), x.second.end(), y.second.begin(), y.second.end());
+    }
+  };
+  mutable std::map<std::pair<std::string, std::vector<double>>, double, LookedUpOrder> looked_up = {};
 
  private:
-  double blend(const std::vector<double>& dims, const std::string& variant) const;
+  double blend(std::span<const double> dims, std::string_view variant) const;
 };
 
 struct ComputeOpProfile {
@@ -81,10 +101,10 @@ struct HardwareProfile {
   double memory_gib = 0;     // per device; 0: not known
   int threads = 0;           // cpu: the threads per rank it was measured with (0: not a cpu profile)
   // Compute-bound op kinds: "gemm.bf16", "gemm.f32", "fp8_gemm", "attention_fwd", "attention_bwd".
-  std::map<std::string, ComputeOpProfile> compute;
+  std::map<std::string, ComputeOpProfile, std::less<>> compute;  // found by string_view, as priced
   double memory_bandwidth = 0;  // bytes per second
   // Memory-bound op classes by op family (kernels::OpRecord::op), and "default" for the rest.
-  std::map<std::string, MemoryOpProfile> memory;
+  std::map<std::string, MemoryOpProfile, std::less<>> memory;
   double kernel_latency_s = 0;  // added to every kernel call
   double memory_latency_s = 0;  // added to every memory-bound kernel call (SimuMax: bandwidth latency_us)
   // Collectives progress while the device computes (NCCL on its own stream: yes; MPI on cpu ranks
