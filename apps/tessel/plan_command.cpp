@@ -77,6 +77,9 @@ int run_estimate(const EstimateOptions& o) {
                 s.role.c_str(), s.ranks.size(), 1e3 * s.step_s, 1e3 * (s.pipeline_end_s - s.bubble_s),
                 1e3 * s.forward_s, 1e3 * s.backward_s, 1e3 * s.weight_s, 1e3 * s.bubble_s, 1e3 * s.optimizer_s,
                 1e3 * exposed, comm.empty() ? "none" : (comm + " ms").c_str());
+    if (s.hidden_all_to_all_s > 0)
+      std::printf("  fused F&B pairs hid %.2f ms of expert-parallel all-to-all behind the other pass's compute\n",
+                  1e3 * s.hidden_all_to_all_s);
     std::string cats;
     for (int c = 0; c < kMemoryCategories; ++c)
       if (s.peak_bytes_by_category[size_t(c)] > 0)
@@ -108,6 +111,7 @@ int run_estimate(const EstimateOptions& o) {
                       {"bubble_ms", 1e3 * s.bubble_s},
                       {"optimizer_ms", 1e3 * s.optimizer_s},
                       {"exposed_comm_ms", comm_j},
+                      {"hidden_all_to_all_ms", 1e3 * s.hidden_all_to_all_s},
                       {"peak_memory_gib", gib(s.peak_bytes)},
                       {"peak_memory_gib_by_category", categories_json(s.peak_bytes_by_category)},
                       {"peak_at", s.peak_at}});

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <fstream>
 #include <optional>
+#include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -53,6 +55,7 @@ Measured measured_costs(const std::string& path, const pipeline::Schedule& s) {
   m.costs.f.assign(stages, 0);
   m.costs.b = m.costs.w = m.costs.f;
   std::vector<double> n(3 * stages, 0.0);
+  std::set<std::tuple<int, int, int, double>> counted;  // (F/B/W, stage, rank, micro-batch) spans counted in n
   std::vector<pipeline::RankTrace> ranks(size_t(s.pp));
   TESSEL_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(),
                "--costs-from: '{}' is not a Chrome trace (an object with a traceEvents list)", path);
@@ -70,6 +73,8 @@ Measured measured_costs(const std::string& path, const pipeline::Schedule& s) {
   for (size_t i = 0; i < events.size(); ++i) {
     const nlohmann::json& e = events[i];
     if (!e.is_object() || !e.contains("ph") || e["ph"] != "X") continue;
+    // A transfer (an all-to-all in flight, on a rank's transfer track) is not an op of the schedule.
+    if (e.contains("args") && e["args"].is_object() && e["args"].contains("made_by")) continue;
     const std::string name = e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "";
     TESSEL_CHECK(e.contains("args") && e["args"].is_object(),
                  "--costs-from: '{}': traceEvents[{}] has no 'args' object (its stage)", path, i);
@@ -89,7 +94,9 @@ Measured measured_costs(const std::string& path, const pipeline::Schedule& s) {
       kind = which == 0 ? pipeline::OpKind::F : which == 1 ? pipeline::OpKind::B : pipeline::OpKind::W;
       auto& list = which == 0 ? m.costs.f : which == 1 ? m.costs.b : m.costs.w;
       list[size_t(stage)] += dur;
-      n[size_t(which) * stages + size_t(stage)] += 1;
+      // A pass of an F&B pair run fused is drawn as one span per turn it held: counted once.
+      const double mb = e["args"].contains("mb") ? field(i, e["args"], "mb", true) : -1.0 - double(i);
+      if (counted.insert({which, stage, rank, mb}).second) n[size_t(which) * stages + size_t(stage)] += 1;
     }
     ranks[size_t(rank)].push_back({kind, 0, 0, stage, false, start, start + dur});
   }

@@ -20,7 +20,8 @@
 #     Exceptions thrown inside OpenMP regions are a code-read matter (docs/testing.md), not a TSan one.
 #   - Paired tasks (core/paired_tasks.h: a fused F&B pair's forward on the caller's thread, its
 #     backward on a helper thread, taking turns): tests/core PairedTasks.*, the hand-overs, the
-#     failure paths and the helper's reuse and replacement.
+#     failure paths and the helper's reuse and replacement; TransferSpans.*, the spans a traced pair
+#     notes from both threads.
 #   - Non-blocking MPI (comm/mpi.cpp isend/irecv and the bucketed gradient all-reduce) runs on the
 #     rank's thread (and, in a fused F&B pair, on the helper while the rank's thread waits: MPI at
 #     MPI_THREAD_SERIALIZED); the collectives suite runs here under mpirun -np 2 so TSan sees
@@ -34,7 +35,7 @@ status=0
 echo "== tsan: tests/data (batch loader, datasets)"
 "$build/tests/test_data" --gtest_filter='BatchLoader.*:GptDataset.*:IndexedDataset.*' || status=1
 echo "== tsan: paired tasks (fused F&B pairs)"
-"$build/tests/test_core" --gtest_filter='PairedTasks.*' --gtest_repeat=20 || status=1
+"$build/tests/test_core" --gtest_filter='PairedTasks.*:TransferSpans.*' --gtest_repeat=20 || status=1
 echo "== tsan: the collective watchdog, an asynchronous checkpoint's writer"
 "$build/tests/test_comm" --gtest_filter='Watchdog*:Heartbeat.*:DiagnoseWait.*' || status=1
 "$build/tests/test_model" --gtest_filter='AsyncCheckpoint.*:BackgroundWrite.*' || status=1

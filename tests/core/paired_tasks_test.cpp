@@ -117,6 +117,38 @@ TEST(PairedTasks, HeldTimesAddUpAndYieldOutsideAPairDoesNothing) {
   EXPECT_LE(held[0] + held[1], wall);
 }
 
+// The turns are what a trace draws for a fused pair: in order, alternating, back to back, each as
+// long as its task held it, and adding up to the held times.
+TEST(PairedTasks, TurnsAreReportedInOrderAndAddUpToTheHeldTimes) {
+  std::vector<PairedTurn> turns;
+  const std::array<double, 2> held = run_paired(
+      [] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        yield_to_paired_task();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      },
+      [] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        yield_to_paired_task();
+      },
+      &turns);
+  // First, second (until its yield), first (to its end), second (from its yield to its end).
+  ASSERT_EQ(turns.size(), 4u);
+  const int order[] = {0, 1, 0, 1};
+  std::array<double, 2> sum{0, 0};
+  for (size_t i = 0; i < turns.size(); ++i) {
+    EXPECT_EQ(turns[i].task, order[i]) << i;
+    EXPECT_LE(turns[i].start, turns[i].end) << i;
+    if (i > 0) {
+      EXPECT_EQ(turns[i].start, turns[i - 1].end) << i;
+    }
+    sum[size_t(turns[i].task)] += turns[i].end - turns[i].start;
+  }
+  EXPECT_GE(turns[1].end - turns[1].start, 0.0095);
+  EXPECT_NEAR(sum[0], held[0], 1e-9);
+  EXPECT_NEAR(sum[1], held[1], 1e-9);
+}
+
 TEST(PairedTasks, PairsDoNotNest) {
   try {
     run_paired([] { run_paired([] {}, [] {}); }, [] {});

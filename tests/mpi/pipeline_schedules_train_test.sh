@@ -92,7 +92,7 @@ if grep -q "overlap_moe_expert_parallel_comm has no effect" deepseek-pp2-ep2-dua
 fi
 TESSEL_TEST_A2A_DELAY_MS=0.3 TESSEL_TEST_P2P_DELAY_MS=0.3 run 4 deepseek-pp2-ep2-dualpipev-moe-overlap "${DS[@]}" \
   --set $PP=2 --set $EP=2 --set $KIND=dualpipev --set parallel.overlap_moe_expert_parallel_comm=true \
-  --set parallel.overlap_p2p_comm=true
+  --set parallel.overlap_p2p_comm=true --set log.pipeline_trace=true
 compare deepseek deepseek-pp2-ep2-dualpipev-moe-overlap
 /usr/bin/python3 - <<'PY'
 import json
@@ -105,12 +105,27 @@ for kind in ("dualpipe", "dualpipev"):
 # The pairs did run fused: a pair's B's gradient is received before its F, which its B follows at once
 # (unfused, the receive comes after the F), on every rank.
 spans = [e for e in json.load(open("deepseek-pp2-ep2-dualpipe-moe-overlap/pipeline_trace.json"))["traceEvents"]
-         if e["ph"] == "X"]
+         if e["ph"] == "X" and "made_by" not in e["args"]]  # the ops, not the transfers they made
 for rank in sorted({e["tid"] for e in spans}):
     mine = [(e["name"], e["args"]["mb"], e["args"]["chunk"]) for e in spans if e["tid"] == rank]
     fused = [i for i in range(len(mine) - 2)
              if mine[i][0] == "recv_bwd" and mine[i + 1][0] == "F" and mine[i + 2] == ("B",) + mine[i][1:]]
     assert fused, f"rank {rank}: no F&B pair ran fused: {mine[:12]}..."
+# The trace shows the all-to-alls in flight while the other pass of their pair computes: on each rank's
+# transfer track, an all-to-all made by one pass whose span holds a whole turn of the other pass.
+events = json.load(open("deepseek-pp2-ep2-dualpipev-moe-overlap/pipeline_trace.json"))["traceEvents"]
+tracks = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+spans = [e for e in events if e["ph"] == "X"]
+for rank in (0, 1):
+    mine = [e for e in spans if tracks[e["tid"]] == f"rank {rank}"]
+    moved = [e for e in spans if tracks[e["tid"]] == f"rank {rank} transfers"]
+    assert moved and all(e["name"].endswith("all_to_all") and e["cat"] == "communication" for e in moved), moved[:3]
+    over = [(t["args"]["made_by"], c["name"], c["args"]["mb"]) for t in moved for c in mine
+            if c["name"] in ("F", "B") and c["args"]["pair"] and c["name"] != t["args"]["made_by"]
+            and t["ts"] <= c["ts"] and c["ts"] + c["dur"] <= t["ts"] + t["dur"]]
+    assert over, f"rank {rank}: no all-to-all in flight over the other pass's turn"
+    print(f"rank {rank}: {len(moved)} all-to-alls traced, {len(over)} turns of the other pass computed while one "
+          "was in flight")
 print("overlap_moe_expert_parallel_comm: dualpipe and dualpipev give the unfused runs' losses and grad norms bit for "
       "bit, and the pairs ran fused")
 PY

@@ -4,14 +4,21 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "support/error_of.h"
 #include "tessel/core/check.h"
+#include "tessel/core/transfer_spans.h"
 #include "tessel/pipeline/simulate.h"
+#include "tessel/pipeline/trace.h"
 
 using namespace tessel;
 using namespace tessel::pipeline;
+using tessel::testing::error_of;
 
 namespace {
 
@@ -134,6 +141,39 @@ TEST(DualPipe, OverlapShortensThePairsAndOnlyThem) {
   EXPECT_NEAR(a.busy[0] - b.busy[0], pairs * 1.0, 1e-9);
 }
 
+// Fused pairs hide each pass's transfers behind the other pass's compute: a pair of F 1 (0.3 of it
+// all-to-all) and B 1 (0.6) with W 1 saves min(0.3, 1 - 0.6) + min(0.6, 1 - 0.3) = 0.9, by hand.
+// Hidable times outside [0, the pass] are refused, naming the stage.
+TEST(DualPipe, FusedPairsHideTheirTransfersBehindTheOtherPass) {
+  Schedule s = make_dualpipe(4, 16);
+  add_p2p(s);
+  const size_t stages = size_t(s.stages());
+  StageCosts plain;
+  plain.f = plain.b = plain.w = std::vector<double>(stages, 1.0);
+  StageCosts fused = plain;
+  fused.f_hidable.assign(stages, 0.3);
+  fused.b_hidable.assign(stages, 0.6);
+  const Timeline a = simulate(s, plain), b = simulate(s, fused);
+  for (int r = 0; r < 4; ++r) {
+    int pairs = 0;
+    for (const Op& op : s.ranks[size_t(r)]) pairs += op.overlapped ? 1 : 0;
+    EXPECT_GT(pairs, 0);
+    EXPECT_NEAR(a.busy[size_t(r)] - b.busy[size_t(r)], pairs * 0.9, 1e-9) << "rank " << r;
+    // Each pair's three parts take 3 - 0.9 between them.
+    const std::vector<Event>& ev = b.ranks[size_t(r)];
+    for (size_t i = 0; i + 2 < ev.size(); ++i)
+      if (ev[i].op.overlapped) {
+        EXPECT_NEAR(ev[i + 2].end - ev[i].start, 2.1, 1e-9) << "rank " << r << " event " << i;
+      }
+  }
+  EXPECT_LT(b.makespan, a.makespan);
+  StageCosts bad = fused;
+  bad.b_hidable[3] = 1.5;
+  EXPECT_HAS(error_of([&] { simulate(s, bad); }), "stage 3's B has 1.5 s of hidable transfers, outside [0, its 1 s]");
+  bad.b_hidable.pop_back();
+  EXPECT_HAS(error_of([&] { simulate(s, bad); }), "3 hidable B transfer times for 4 virtual stages");
+}
+
 TEST(Placement, TheVsBendStaysOnItsRankAndCostsNoTransfer) {
   Schedule s = make_zb_v(3, 6);
   EXPECT_EQ(s.stages(), 6);
@@ -227,6 +267,43 @@ TEST(ChromeTrace, OneTrackPerRankWithEveryComputeSpanAndTheBusyTime) {
     for (const Op& op : s.ranks[size_t(r)]) overlapped += op.overlapped ? 1 : 0;
     EXPECT_EQ(pairs[size_t(r)], 3 * overlapped);  // F, B and W of each pair
   }
+}
+
+// A real step's fused pair: each pass drawn once per turn, and an all-to-all made by the F in flight
+// across the B's turn, on the rank's transfer track. Transfers are not compute: the idle time is the
+// window less the turns only.
+TEST(ChromeTrace, TransfersGoOnTheirOwnTrackAndAreNotBusyTime) {
+  const int dispatch = int(TracedTransfer::moe_dispatch);
+  const RankTrace r0{{OpKind::F, 3, 0, 0, true, 10.0, 11.0},
+                     {OpKind::B, 1, 1, 3, true, 11.0, 12.0},
+                     {OpKind::F, 3, 0, 0, true, 12.0, 13.0},
+                     {OpKind::F, 3, 0, 0, true, 10.5, 12.5, dispatch}};
+  const RankTrace r1{{OpKind::W, 0, 0, 1, false, 10.0, 10.5}};
+  const auto j = nlohmann::json::parse(chrome_trace("test", {r0, r1}));
+  std::map<int, std::string> track;
+  std::vector<nlohmann::json> spans;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") track[e.at("tid").get<int>()] = e.at("args").at("name");
+    if (e.at("ph") == "X") spans.push_back(e);
+  }
+  EXPECT_EQ(track, (std::map<int, std::string>{{0, "rank 0"}, {1, "rank 1"}, {2, "rank 0 transfers"}}));
+  ASSERT_EQ(spans.size(), 5u);
+  const auto& t = spans[3];
+  EXPECT_EQ(t.at("tid"), 2);
+  EXPECT_EQ(t.at("name"), "moe dispatch all_to_all");
+  EXPECT_EQ(t.at("cat"), "communication");
+  EXPECT_EQ(t.at("args").at("made_by"), "F");
+  EXPECT_NEAR(t.at("ts").get<double>(), 0.5e6, 1e-3);
+  EXPECT_NEAR(t.at("dur").get<double>(), 2.0e6, 1e-3);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(spans[i].at("cat"), "compute") << i;
+  const std::vector<double> idle = idle_seconds({r0, r1});
+  EXPECT_NEAR(idle[0], 0.0, 1e-12);  // 3 s of turns fill the 3 s window; the transfer adds nothing
+  EXPECT_NEAR(idle[1], 0.0, 1e-12);
+  // A transfer listed last but ending early does not shorten the window.
+  RankTrace late = r0;
+  late.push_back({OpKind::W, 3, 0, 0, true, 13.0, 14.0});
+  late.push_back({OpKind::W, 3, 0, 0, true, 13.2, 13.4, dispatch});
+  EXPECT_NEAR(idle_seconds({late})[0], 0.0, 1e-12);
 }
 
 }  // namespace

@@ -653,6 +653,43 @@ TEST(Estimate, FewMicroBatchesAndSharedStagesEqualTheFullMeasurement) {
 
 namespace {
 
+// parallel.overlap_moe_expert_parallel_comm under DualPipeV with expert parallelism: each fused pair
+// hides its passes' expert all-to-alls behind the other pass's compute where collectives progress on
+// their own (a GPU profile), and nothing where they do not (MPI on cpu ranks). What is hidden leaves
+// the exposed "ep" time and the step, and is at most all of it.
+TEST(Estimate, FusedPairsHideExpertAllToAllsWhereCollectivesProgress) {
+  const auto config = [](bool fused) {
+    return train::Config::load(std::string(TESSEL_CONFIG_DIR) + "/deepseek-v3-tiny.yaml",
+                               {"train.micro_batch_size=1", "train.global_batch_size=16",
+                                "parallel.pipeline_model_parallel_size=2", "parallel.expert_model_parallel_size=2",
+                                "parallel.pipeline_schedule=dualpipev",
+                                std::string("parallel.overlap_moe_expert_parallel_comm=") + (fused ? "true" : "false")});
+  };
+  HardwareProfile hw = simple_profile();
+  const Estimate plain = estimate_step(config(false), hw, 4), fused = estimate_step(config(true), hw, 4);
+  ASSERT_EQ(fused.stages.size(), 2u);
+  EXPECT_LT(fused.step_s, plain.step_s);
+  for (size_t r = 0; r < 2; ++r) {
+    const StageEstimate &a = plain.stages[r], &b = fused.stages[r];
+    EXPECT_EQ(a.hidden_all_to_all_s, 0.0);
+    EXPECT_GT(b.hidden_all_to_all_s, 0.0) << r;
+    EXPECT_LE(b.hidden_all_to_all_s, a.exposed_comm_s.at("ep") * (1 + 1e-12)) << r;
+    EXPECT_NEAR(b.exposed_comm_s.at("ep"), a.exposed_comm_s.at("ep") - b.hidden_all_to_all_s, 1e-12 * a.step_s);
+    // The passes drawn by the estimate are the unfused ones less what was hidden.
+    EXPECT_NEAR(b.pipeline_end_s - b.bubble_s, a.pipeline_end_s - a.bubble_s - b.hidden_all_to_all_s,
+                1e-9 * a.step_s);
+    EXPECT_EQ(b.peak_bytes, a.peak_bytes);
+  }
+  hw.async_progress = false;
+  const Estimate cpu_plain = estimate_step(config(false), hw, 4), cpu_fused = estimate_step(config(true), hw, 4);
+  EXPECT_EQ(cpu_fused.step_s, cpu_plain.step_s);
+  EXPECT_EQ(cpu_fused.stages[0].hidden_all_to_all_s, 0.0);
+}
+
+}  // namespace
+
+namespace {
+
 // The search's memory floor lies under every rank's estimated peak, and is not trivially 0.
 TEST(Search, TheRoutedExpertFloorLiesUnderThePeakOfEveryLayout) {
   HardwareProfile hw = simple_profile();

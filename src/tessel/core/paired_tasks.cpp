@@ -24,12 +24,17 @@ struct Pair {
   bool done[2] = {false, false};
   std::exception_ptr error[2];
   std::array<double, 2> held{0, 0};  // seconds each side held the turn
+  std::vector<PairedTurn> turns;     // each turn held, in order
   std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();  // the last hand-over
 
   // Under mu: the turn goes to `to`, the time since the last hand-over to the side that held it.
   void hand_to(int to) {
     const auto now = std::chrono::steady_clock::now();
     held[size_t(turn)] += std::chrono::duration<double>(now - since).count();
+    const auto seconds = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(t.time_since_epoch()).count();
+    };
+    turns.push_back({turn, seconds(since), seconds(now)});
     since = now;
     turn = to;
     cv.notify_all();
@@ -120,7 +125,8 @@ void run_side(Pair& p, int side, const std::function<void()>& task) {
 // where it last yielded (its peers may have failed too, and resuming it could then wait forever; a
 // failed step ends the process or rewinds it, and the next pair gets a new helper thread). An
 // exception in the second task ends it; the first's next yield rethrows it, so both unwind.
-std::array<double, 2> run_paired(const std::function<void()>& first, const std::function<void()>& second) {
+std::array<double, 2> run_paired(const std::function<void()>& first, const std::function<void()>& second,
+                                 std::vector<PairedTurn>* turns) {
   TESSEL_CHECK(t_pair == nullptr, "run_paired: called from inside a paired task (pairs do not nest)");
   // This thread owns the pair: the helper touches nothing of it after marking its task done (under
   // the lock), and holds no reference to it, so it is never the one to free it.
@@ -142,6 +148,7 @@ std::array<double, 2> run_paired(const std::function<void()>& first, const std::
   }
   p->cv.wait(lock, [&] { return p->done[1]; });
   if (p->error[1]) std::rethrow_exception(p->error[1]);
+  if (turns) *turns = std::move(p->turns);
   return p->held;
 }
 

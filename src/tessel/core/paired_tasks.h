@@ -20,11 +20,21 @@
 // yield (or run_paired, once the first has ended) rethrows it.
 #include <array>
 #include <functional>
+#include <vector>
 
 namespace tessel {
 
-// Returns the seconds each task held the turn (their sum is the call's wall time, less the hand-overs).
-std::array<double, 2> run_paired(const std::function<void()>& first, const std::function<void()>& second);
+// One stretch of time a task held the turn: task 0 (first) or 1 (second), on the steady clock in
+// seconds (core/transfer_spans.h: steady_seconds).
+struct PairedTurn {
+  int task;
+  double start, end;
+};
+
+// Returns the seconds each task held the turn (their sum is the call's wall time, less the hand-overs);
+// `turns`, where given, receives each turn in the order they were held.
+std::array<double, 2> run_paired(const std::function<void()>& first, const std::function<void()>& second,
+                                 std::vector<PairedTurn>* turns = nullptr);
 
 // In a task of run_paired: lets the other task run until it yields or ends, then returns. Elsewhere,
 // or once the other task has ended: returns at once.

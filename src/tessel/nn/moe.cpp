@@ -7,6 +7,7 @@
 
 #include "tessel/core/paired_tasks.h"
 #include "tessel/core/profiler.h"
+#include "tessel/core/transfer_spans.h"
 #include "tessel/kernels/cast.h"
 #include "tessel/kernels/gemm.h"
 
@@ -457,7 +458,7 @@ Tensor Moe::dispatch(const Tensor& rows, const std::vector<int64_t>& counts, std
   Tensor by_source = Tensor::empty({total, d_}, rows.dtype(), rows.device());
   const Tensor src = rows.is_contiguous() ? rows : rows.clone();
   exchange(src.device_ptr(), per_rank_elements(counts, n, local_, d_), by_source.device_ptr(),
-           per_rank_elements(recv_counts, n, local_, d_), rows.dtype());
+           per_rank_elements(recv_counts, n, local_, d_), rows.dtype(), TracedTransfer::moe_dispatch);
   Tensor grouped = Tensor::empty({total, d_}, rows.dtype(), rows.device());
   const BlockStarts starts(recv_counts, n, local_);
   move_blocks(by_source, starts.by_source, grouped, starts.by_expert, recv_counts);
@@ -476,7 +477,7 @@ Tensor Moe::combine(const Tensor& rows, const std::vector<int64_t>& counts, cons
   for (int64_t c : counts) total += c;
   Tensor back = Tensor::empty({total, d_}, DType::f32, rows.device());
   exchange(by_source.device_ptr(), per_rank_elements(recv_counts, n, local_, d_), back.device_ptr(),
-           per_rank_elements(counts, n, local_, d_), DType::f32);
+           per_rank_elements(counts, n, local_, d_), DType::f32, TracedTransfer::moe_combine);
   return back;
 }
 
@@ -491,7 +492,9 @@ std::vector<comm::Work*> g_exchanges_in_flight;
 // pass runs while the rows are in flight; elsewhere the yield returns at once. (`bench --profile`
 // then counts the other pass's time inside moe_dispatch / moe_combine_exchange.)
 void Moe::exchange(const void* in, const std::vector<int64_t>& send_counts, void* out,
-                   const std::vector<int64_t>& recv_counts, DType t) const {
+                   const std::vector<int64_t>& recv_counts, DType t, TracedTransfer what) const {
+  const bool traced = recording_transfer_spans();  // a traced step draws the transfer
+  const double start = traced ? steady_seconds() : 0;
   std::unique_ptr<comm::Work> rows = ep_->all_to_all_v_async(in, send_counts, out, recv_counts, t);
   for (comm::Work* other : g_exchanges_in_flight) other->test();
   g_exchanges_in_flight.push_back(rows.get());
@@ -506,6 +509,7 @@ void Moe::exchange(const void* in, const std::vector<int64_t>& send_counts, void
   }
   std::erase(g_exchanges_in_flight, rows.get());
   rows->wait();
+  if (traced) note_transfer_span(what, start, steady_seconds());
 }
 
 void Moe::drop_over_capacity(int64_t N, const float* weights, std::vector<int32_t>& routed) const {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "tessel/core/deep_const.h"
+#include "tessel/core/transfer_spans.h"
 #include "tessel/kernels/moe.h"
 #include "tessel/nn/alike_calls.h"
 #include "tessel/nn/layer_blocks.h"
@@ -145,7 +146,7 @@ class Moe final : public MlpBlock {
   Tensor dispatch(const Tensor& rows, const std::vector<int64_t>& counts, std::vector<int64_t>& recv_counts) const;
   Tensor combine(const Tensor& rows, const std::vector<int64_t>& counts, const std::vector<int64_t>& recv_counts) const;
   void exchange(const void* in, const std::vector<int64_t>& send_counts, void* out,
-                const std::vector<int64_t>& recv_counts, DType t) const;
+                const std::vector<int64_t>& recv_counts, DType t, TracedTransfer what) const;
   // The balance loss of these N rows (value and gradient into dscores), counts summed over sp_ and cp_.
   double balance_loss(const Tensor& scores, const Tensor& chosen, float grad_scale, const Tensor& dscores) const;
   // The routing copied to the host (chosen [N, k]; on meta: replayed or balanced, see

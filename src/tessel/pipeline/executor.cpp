@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "tessel/core/device.h"
 #include "tessel/core/paired_tasks.h"
 #include "tessel/core/profiler.h"
+#include "tessel/core/transfer_spans.h"
 #include "tessel/nn/moe.h"
 #include "tessel/pipeline/simulate.h"
 
@@ -123,7 +125,10 @@ class Runner {
     release_ = sends_released_after(s_, pp_.rank());
     last_w_ = last_weight_pass(s_, pp_.rank());
     check_embedding_final_last();
-    if (trace_) trace_->clear();
+    if (trace_) {
+      trace_->clear();
+      transfers_.emplace();  // the MoE all-to-alls made by each op, drawn beside it
+    }
     int pair_left = 0;  // spans left in the current F&B pair (F, B, W; the sends and receives between)
     for (size_t i = 0; i < ops.size(); ++i) {
       if (ops[i].overlapped && fused_pairs_ && fusable(i)) {
@@ -148,8 +153,16 @@ class Runner {
     if (prefetch_ && is_compute(op)) post_receives_after(i);
     const double start = trace_ ? seconds_now() : 0;
     execute(op);
-    if (trace_) trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), in_pair, start, seconds_now()});
+    if (trace_) {
+      trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), in_pair, start, seconds_now()});
+      for (const TransferSpan& t : transfers_->take()) trace_transfer(op, in_pair, t);
+    }
     release_sends_after(i);
+  }
+
+  // A transfer op made, on the op's rank (chrome_trace draws it on the rank's transfer track).
+  void trace_transfer(const Op& op, bool in_pair, const TransferSpan& t) {
+    trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), in_pair, t.start, t.end, int(t.what)});
   }
 
   void release_sends_after(size_t i) {
@@ -197,13 +210,23 @@ class Runner {
     for (size_t j = f + 1; j < b; ++j)
       if (ops[j].kind == OpKind::recv_fwd || ops[j].kind == OpKind::recv_bwd) run_op(j, true);
     if (prefetch_) post_receives_after(b);
-    const double start = trace_ ? seconds_now() : 0;
-    const std::array<double, 2> held = run_paired([&] { execute(ops[f]); }, [&] { execute(ops[b]); });
+    std::vector<PairedTurn> turns;
+    run_paired([&] { execute(ops[f]); }, [&] { execute(ops[b]); }, trace_ ? &turns : nullptr);
     if (trace_) {
-      // The two passes ran in turns; each is drawn as one span as long as it held the turn, F first.
-      trace_->push_back({ops[f].kind, ops[f].mb, ops[f].chunk, stage(ops[f].chunk), true, start, start + held[0]});
-      trace_->push_back({ops[b].kind, ops[b].mb, ops[b].chunk, stage(ops[b].chunk), true, start + held[0],
-                         start + held[0] + held[1]});
+      // The two passes ran in turns: each turn is drawn as a span of its pass, and each all-to-all as
+      // made by the pass whose turn it started in, from its start until its wait returned (the other
+      // pass's turns between are computing while it is in flight).
+      const auto pass_of = [&](int task) -> const Op& { return ops[task == 0 ? f : b]; };
+      for (const PairedTurn& turn : turns) {
+        const Op& op = pass_of(turn.task);
+        trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), true, turn.start, turn.end});
+      }
+      for (const TransferSpan& t : transfers_->take()) {
+        int task = 0;
+        for (const PairedTurn& turn : turns)
+          if (turn.start <= t.start) task = turn.task;
+        trace_transfer(pass_of(task), true, t);
+      }
     }
     release_sends_after(f);
     release_sends_after(b);
@@ -342,6 +365,7 @@ class Runner {
   const nn::Model::GradsReady& ready_;
   const LocalPart& local_;
   RankTrace* trace_;
+  std::optional<TransferSpanRecording> transfers_;  // while tracing
   bool prefetch_;
   bool fused_pairs_;
   int64_t rows_, width_;

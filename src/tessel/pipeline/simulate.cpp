@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -21,8 +22,11 @@ Timeline simulate(const Schedule& s, const Costs& c) {
   const double scale = double(s.pp) / s.stages();  // a chunk's share of a stage of 1/P of the model
   const size_t stages = size_t(s.stages());
   const double serial = c.f + c.b + c.w;
-  StageCosts sc{std::vector<double>(stages, c.f * scale), std::vector<double>(stages, c.b * scale),
-                std::vector<double>(stages, c.w * scale), c.comm, 1.0};
+  StageCosts sc;
+  sc.f.assign(stages, c.f * scale);
+  sc.b.assign(stages, c.b * scale);
+  sc.w.assign(stages, c.w * scale);
+  sc.comm = c.comm;
   if (c.fb >= 0) sc.fb_scale = serial > 0 ? c.fb / serial : 0.0;
   return simulate(s, sc);
 }
@@ -41,6 +45,21 @@ Timeline simulate(const Schedule& s, const StageCosts& c) {
   TESSEL_CHECK(std::isfinite(c.comm) && c.comm >= 0, "pipeline comm cost must be finite and >= 0, got {}", c.comm);
   TESSEL_CHECK(std::isfinite(c.fb_scale) && c.fb_scale >= 0, "pipeline F&B scale must be finite and >= 0, got {}",
                c.fb_scale);
+  for (const auto& [hidable, pass, name] : {std::tuple{&c.f_hidable, &c.f, "F"}, std::tuple{&c.b_hidable, &c.b, "B"}}) {
+    TESSEL_CHECK(hidable->empty() || hidable->size() == stages, "pipeline costs: {} hidable {} transfer times for {} "
+                 "virtual stages", hidable->size(), name, stages);
+    for (size_t v = 0; v < hidable->size(); ++v)
+      TESSEL_CHECK(std::isfinite((*hidable)[v]) && (*hidable)[v] >= 0 && (*hidable)[v] <= (*pass)[v],
+                   "pipeline costs: stage {}'s {} has {} s of hidable transfers, outside [0, its {} s]", v, name,
+                   (*hidable)[v], (*pass)[v]);
+  }
+  // What a fused F&B pair hides: F's transfers behind B's compute and B's behind F's.
+  const auto hidden = [&](int vf, int vb) {
+    if (c.f_hidable.empty() && c.b_hidable.empty()) return 0.0;
+    const double fa = c.f_hidable.empty() ? 0 : c.f_hidable[size_t(vf)];
+    const double ba = c.b_hidable.empty() ? 0 : c.b_hidable[size_t(vb)];
+    return std::min(fa, c.b[size_t(vb)] - ba) + std::min(ba, c.f[size_t(vf)] - fa);
+  };
   const int P = s.pp, last = s.stages() - 1;
   // End time of each (F/B/W, micro-batch, virtual stage); NaN: not run yet. Flat, so pricing stays
   // linear in the schedule's size (the generators bound it).
@@ -115,7 +134,13 @@ Timeline simulate(const Schedule& s, const StageCosts& c) {
           serial += cost(r, g);
         }
         if (!ok) break;
-        const double duration = group.size() == 3 ? c.fb_scale * serial : serial;
+        // A pair whose F and B are of one chunk is not fused (the executor's rule: they would share
+        // its layers' state), so it hides nothing.
+        const Op &pf = ops[group[0]], &pb = ops[group.size() == 3 ? group[1] : group[0]];
+        const double saved = group.size() == 3 && pf.chunk != pb.chunk
+                                 ? hidden(s.virtual_stage(r, pf.chunk), s.virtual_stage(r, pb.chunk))
+                                 : 0.0;
+        const double duration = group.size() == 3 ? std::max(0.0, c.fb_scale * serial - saved) : serial;
         const double end = start + duration;
         double at = start;
         for (const size_t j : group) {

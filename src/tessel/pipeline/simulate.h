@@ -41,6 +41,11 @@ struct StageCosts {
   std::vector<double> f, b, w;
   double comm = 0;
   double fb_scale = 1;  // an F&B pair takes fb_scale x (F of its forward's stage + B + W of its backward's)
+  // Per virtual stage (empty: none): the seconds of its F and of its B spent in transfers that an F&B
+  // pair run fused hides behind the other pass's compute (the MoE all-to-alls under
+  // parallel.overlap_moe_expert_parallel_comm). A pair then saves min(F's transfers, B's compute) +
+  // min(B's transfers, F's compute): each pass computes while the other's transfer is in flight.
+  std::vector<double> f_hidable{}, b_hidable{};
 };
 
 // Throws tessel::Error naming the blocked operations if the schedule deadlocks.

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "tessel/core/transfer_spans.h"
+
 namespace tessel::pipeline {
 
 namespace {
@@ -25,33 +27,46 @@ std::string chrome_trace(const std::string& title, const std::vector<RankTrace>&
     first = false;
   };
   add(fmt::format(R"({{"ph": "M", "pid": 0, "name": "process_name", "args": {{"name": "{}"}}}})", title));
+  // Rank r's ops on track r; its transfers, where it made any, on track ranks + r, sorted just below.
+  const auto track = [&](size_t tid, size_t sort_index, const std::string& name) {
+    add(fmt::format(R"({{"ph": "M", "pid": 0, "tid": {}, "name": "thread_name", "args": {{"name": "{}"}}}})", tid, name));
+    add(fmt::format(R"({{"ph": "M", "pid": 0, "tid": {}, "name": "thread_sort_index", "args": {{"sort_index": {}}}}})",
+                    tid, sort_index));
+  };
   for (size_t r = 0; r < ranks.size(); ++r) {
-    add(fmt::format(R"({{"ph": "M", "pid": 0, "tid": {}, "name": "thread_name", "args": {{"name": "rank {}"}}}})", r, r));
-    for (const TraceSpan& s : ranks[r])
+    track(r, 2 * r, fmt::format("rank {}", r));
+    bool transfers = false;
+    for (const TraceSpan& s : ranks[r]) {
+      const bool transfer = s.transfer >= 0;
+      if (transfer && !transfers) track(ranks.size() + r, 2 * r + 1, fmt::format("rank {} transfers", r));
+      transfers |= transfer;
+      const std::string name = transfer ? traced_transfer_name(TracedTransfer(s.transfer)) : op_name(s.kind);
       add(fmt::format(R"({{"ph": "X", "pid": 0, "tid": {}, "name": "{}", "cat": "{}", "ts": {:.3f}, "dur": {:.3f}, )"
-                      R"("args": {{"mb": {}, "chunk": {}, "stage": {}, "pair": {}}}}})",
-                      r, op_name(s.kind), is_compute(s.kind) ? "compute" : "communication", (s.start - origin) * 1e6,
-                      (s.end - s.start) * 1e6, s.mb, s.chunk, s.stage, s.pair ? "true" : "false"));
+                      R"("args": {{"mb": {}, "chunk": {}, "stage": {}, "pair": {}{}}}}})",
+                      transfer ? ranks.size() + r : r, name, is_compute(s.kind) && !transfer ? "compute" : "communication",
+                      (s.start - origin) * 1e6, (s.end - s.start) * 1e6, s.mb, s.chunk, s.stage,
+                      s.pair ? "true" : "false", transfer ? fmt::format(R"(, "made_by": "{}")", op_name(s.kind)) : ""));
+    }
   }
   out += "\n]}\n";
   return out;
 }
 
 std::vector<RankTrace> gather_traces(comm::Communicator& pp, const RankTrace& mine) {
-  // Six i64 per span: kind, mb, chunk, stage and pair packed, start and end in nanoseconds.
-  constexpr int kFields = 6, kTag = 1 << 20;
+  // Seven i64 per span: kind, mb, chunk, stage and pair packed, start and end in nanoseconds, transfer.
+  constexpr int kFields = 7, kTag = 1 << 20;
   const auto pack = [](const RankTrace& t) {
     std::vector<int64_t> v;
     for (const TraceSpan& s : t)
       v.insert(v.end(), {int64_t(s.kind), s.mb, s.chunk, int64_t(s.stage) * 2 + (s.pair ? 1 : 0),
-                         int64_t(s.start * 1e9), int64_t(s.end * 1e9)});
+                         int64_t(s.start * 1e9), int64_t(s.end * 1e9), s.transfer});
     return v;
   };
   const auto unpack = [](const std::vector<int64_t>& v) {
     RankTrace t;
     for (size_t i = 0; i + kFields <= v.size(); i += kFields)
       t.push_back({OpKind(v[i]), int(v[i + 1]), int(v[i + 2]), int(v[i + 3] / 2), v[i + 3] % 2 == 1,
-                   double(v[i + 4]) * 1e-9, double(v[i + 5]) * 1e-9});
+                   double(v[i + 4]) * 1e-9, double(v[i + 5]) * 1e-9, int(v[i + 6])});
     return t;
   };
   if (pp.rank() != 0) {
@@ -80,10 +95,15 @@ std::vector<double> idle_seconds(const std::vector<RankTrace>& ranks) {
       idle.push_back(0);
       continue;
     }
-    double busy = 0;
-    for (const TraceSpan& s : r)
-      if (is_compute(s.kind)) busy += s.end - s.start;
-    idle.push_back(r.back().end - r.front().start - busy);
+    // The window from the earliest start to the latest end: a transfer is listed after the op that
+    // made it and ends inside it, so the last span listed need not end last.
+    double busy = 0, first = r.front().start, last = r.front().end;
+    for (const TraceSpan& s : r) {
+      if (is_compute(s.kind) && s.transfer < 0) busy += s.end - s.start;
+      first = std::min(first, s.start);
+      last = std::max(last, s.end);
+    }
+    idle.push_back(last - first - busy);
   }
   return idle;
 }

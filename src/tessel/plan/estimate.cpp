@@ -48,6 +48,7 @@ struct PricedStage {
   double after_comm_s = 0;                  // blocking collectives after the passes
   double after_kernels_s = 0;               // kernels after the passes other than the optimizer's
   double transfer_s = 0;                    // the largest pipeline send
+  std::map<PassKey, double> a2a_s;          // of pass_s: the expert-parallel all-to-alls (a fused F&B pair hides them)
 };
 
 // How many of the step's micro-batches a measured one stands for (see MicroBatches).
@@ -136,6 +137,7 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
         st.pass_s[k] += t;
         st.out.exposed_comm_s[group] += t;
         add_to_layer(st.out, c.phase.layer, t);
+        if (group == "ep" && c.kind == "all_to_all") st.a2a_s[k] += t;
       } else if (group == "cp") {
         ring_s[k] += t;
         ring_by_layer[k][c.phase.layer] += t;
@@ -279,17 +281,38 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
     pipeline::StageCosts costs;
     costs.f.assign(size_t(schedule.stages()), 0);
     costs.b = costs.w = costs.f;
+    // DualPipe's F&B pairs run fused (parallel.overlap_moe_expert_parallel_comm): each pass's MoE
+    // all-to-alls are in flight while the other pass computes, where the device's collectives progress
+    // on their own (NCCL's stream; not MPI on cpu ranks, which shares the cores).
+    const bool fused = cfg.fuses_moe_pairs() && hw.async_progress;
+    if (fused) costs.f_hidable = costs.b_hidable = costs.f;  // zeros, one per virtual stage
     for (int r = 0; r < P; ++r) {
+      const PricedStage& st = stages[size_t(r)];
       for (int c = 0; c < V; ++c) {
         const size_t v = size_t(schedule.virtual_stage(r, c));
-        costs.f[v] = pass_sum(stages[size_t(r)].pass_s, Part::forward, c) / per_chunk_mbs;
-        costs.b[v] = pass_sum(stages[size_t(r)].pass_s, Part::backward, c) / per_chunk_mbs;
-        costs.w[v] = pass_sum(stages[size_t(r)].pass_s, Part::weights, c) / per_chunk_mbs;
+        costs.f[v] = pass_sum(st.pass_s, Part::forward, c) / per_chunk_mbs;
+        costs.b[v] = pass_sum(st.pass_s, Part::backward, c) / per_chunk_mbs;
+        costs.w[v] = pass_sum(st.pass_s, Part::weights, c) / per_chunk_mbs;
+        if (fused) {
+          // (A part of the pass's sum, summed apart: kept within it whatever the rounding.)
+          costs.f_hidable[v] = std::min(costs.f[v], pass_sum(st.a2a_s, Part::forward, c) / per_chunk_mbs);
+          costs.b_hidable[v] = std::min(costs.b[v], pass_sum(st.a2a_s, Part::backward, c) / per_chunk_mbs);
+        }
       }
-      costs.comm = std::max(costs.comm, stages[size_t(r)].transfer_s);
+      costs.comm = std::max(costs.comm, st.transfer_s);
     }
     const pipeline::Timeline t = pipeline::simulate(schedule, costs);
-    for (int r = 0; r < P; ++r) end[size_t(r)] = t.ranks[size_t(r)].empty() ? 0 : t.ranks[size_t(r)].back().end;
+    for (int r = 0; r < P; ++r) {
+      end[size_t(r)] = t.ranks[size_t(r)].empty() ? 0 : t.ranks[size_t(r)].back().end;
+      // The all-to-alls the fused pairs hid: the rank's passes less what it spent computing in the
+      // timeline. They are no longer exposed, and the rank's own passes are that much shorter.
+      if (fused) {
+        const double hidden = std::clamp(own[size_t(r)] - t.busy[size_t(r)], 0.0, own[size_t(r)]);
+        own[size_t(r)] -= hidden;
+        stages[size_t(r)].out.exposed_comm_s["ep"] -= hidden;
+        stages[size_t(r)].out.hidden_all_to_all_s = hidden;
+      }
+    }
   } else {
     end = own;
   }

@@ -34,6 +34,10 @@ struct StageEstimate {
   // Over the step: kernels of the passes, and the collectives on their critical path by group.
   double compute_s = 0;
   std::map<std::string, double> exposed_comm_s;  // group -> seconds ("tp", "cp", "ep", "dp", "pp", ...)
+  // The expert-parallel all-to-alls that F&B pairs run fused hid behind the other pass's compute
+  // (parallel.overlap_moe_expert_parallel_comm, on a profile whose collectives progress on their own):
+  // taken out of exposed_comm_s["ep"] and of the passes.
+  double hidden_all_to_all_s = 0;
   double pipeline_end_s = 0;    // when this rank's last pass ends
   double bubble_s = 0;          // idle time inside the pipeline (pipeline_end - its own passes)
   double optimizer_s = 0;       // kernels of the optimizer step (the grad norm's all-reduce is in exposed_comm_s)
