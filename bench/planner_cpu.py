@@ -40,6 +40,12 @@ layouts = [
                                                      "train.micro_batch_size=2", "train.global_batch_size=16"], 2, 1, hwr),
     ("tiny bf16 cp2", tiny, bf16 + ["parallel.context_parallel_size=2"], 2, 1, hwr),
     ("mixtral-tiny ep2", moe, ["parallel.expert_model_parallel_size=2", "train.global_batch_size=16"], 2, 1, hwr),
+    # FP8: the emulated FP8 GEMM is on the calibration grid (per-tensor scales); these models' shapes are not.
+    ("tiny bf16 + fp8 delayed, 2 threads", tiny, bf16 + ["precision.fp8.recipe=delayed"], 1, 2, hw2),
+    ("134m bf16 + fp8 block, 2 threads", m134, ["train.global_batch_size=2", "train.micro_batch_size=2",
+                                                "precision.fp8.recipe=block"], 1, 2, hw2),
+    ("tiny bf16 + fp8 current tp2", tiny, bf16 + ["parallel.tensor_model_parallel_size=2",
+                                                  "precision.fp8.recipe=current"], 2, 1, hwr),
 ]
 
 

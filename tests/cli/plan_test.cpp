@@ -93,6 +93,21 @@ TEST(PlanCli, CalibrateWritesAProfileEstimateReads) {
   r = run_tessel("plan estimate " + config("bench/llama-tiny.yaml") + " --hardware cal.json --world 1", d.path(), 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_GT(nlohmann::json::parse(last_line(r.output))["step_ms"].get<double>(), 0);
+  // FP8: the emulated FP8 GEMM over the grid (3 sizes cubed x 3 variants) and the quantisation
+  // kernels of both scalings, so an FP8 layout is estimated with measured entries.
+  std::ifstream in(d.path() + "/cal.json");
+  const nlohmann::json profile = nlohmann::json::parse(in);
+  ASSERT_TRUE(profile["compute"].contains("fp8_gemm")) << profile["compute"].dump();
+  EXPECT_EQ(profile["compute"]["fp8_gemm"]["points"].size(), 81u);
+  for (const char* family : {"fp8_quantize", "fp8_quantize_row_tiles", "fp8_quantize_blocks"})
+    EXPECT_TRUE(profile["memory"]["efficiency"].contains(family)) << family;
+  for (const char* recipe : {"delayed", "block"}) {
+    r = run_tessel("plan estimate " + config("bench/llama-tiny.yaml") +
+                       " --hardware cal.json --world 1 --set precision.compute=bf16 --set precision.fp8.recipe=" + recipe,
+                   d.path(), 60);
+    ASSERT_EQ(r.exit_code, 0) << recipe << ": " << r.output;
+    EXPECT_GT(nlohmann::json::parse(last_line(r.output))["step_ms"].get<double>(), 0) << recipe;
+  }
 }
 
 }  // namespace

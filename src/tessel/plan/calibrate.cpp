@@ -15,6 +15,7 @@
 #include "tessel/core/cpu_model.h"
 #include "tessel/core/device.h"
 #include "tessel/kernels/cast.h"
+#include "tessel/kernels/fp8_gemm.h"
 #include "tessel/kernels/gemm.h"
 #include "tessel/plan/cost_model.h"
 #include "tessel/train/dry_run.h"
@@ -36,24 +37,42 @@ double best_seconds(int repeats, F&& run) {
   return best;
 }
 
-// The GEMM grid: {128, 512, 2048}^3 x variants, per dtype.
+// An FP8 operand of `shape` as fp8_gemm takes it: e4m3 codes with a per-tensor scale (the delayed
+// and current recipes' scaling; on the cpu a block recipe's decode differs only in reading one
+// scale per 128 elements, a memory-bound cost beside the GEMM's).
+kernels::Fp8Tensor fp8_operand(const Shape& shape) {
+  kernels::Fp8Tensor t{Tensor::zeros(shape, DType::e4m3), Tensor::zeros({1}, DType::f32), kernels::Fp8Scaling::tensor};
+  t.scale_inv.fill(1.0);
+  return t;
+}
+
+// The GEMM grid: {128, 512, 2048}^3 x variants, per compute kind: gemm.bf16, gemm.f32 and fp8_gemm
+// (on the cpu emulated: the operands decoded to bf16, then the bf16 GEMM). Each kind's peak is its
+// fastest point, its efficiencies relative to that.
 void measure_gemms(HardwareProfile& p, int repeats) {
   const std::vector<int64_t> sizes = {128, 512, 2048};
   struct Variant {
     bool ta, tb, acc;
   };
   const std::vector<Variant> variants = {{false, true, false}, {false, false, false}, {true, false, true}};
-  for (const DType dt : {DType::bf16, DType::f32}) {
+  for (const std::string kind : {"gemm.bf16", "gemm.f32", "fp8_gemm"}) {
     std::vector<ShapePoint> points;
     std::vector<double> flops_per_s;
     for (const int64_t M : sizes)
       for (const int64_t N : sizes)
         for (const int64_t K : sizes)
           for (const Variant& v : variants) {
-            const Tensor a = Tensor::zeros(v.ta ? Shape{K, M} : Shape{M, K}, dt);
-            const Tensor b = Tensor::zeros(v.tb ? Shape{N, K} : Shape{K, N}, dt);
+            const Shape sa = v.ta ? Shape{K, M} : Shape{M, K}, sb = v.tb ? Shape{N, K} : Shape{K, N};
             const Tensor c = Tensor::zeros({M, N}, DType::f32);
-            const double t = best_seconds(repeats, [&] { kernels::matmul(a, v.ta, b, v.tb, c, v.acc, Tensor()); });
+            double t = 0;
+            if (kind == "fp8_gemm") {
+              const kernels::Fp8Tensor a = fp8_operand(sa), b = fp8_operand(sb);
+              t = best_seconds(repeats, [&] { kernels::fp8_gemm(a, v.ta, b, v.tb, c, v.acc); });
+            } else {
+              const DType dt = kind == "gemm.bf16" ? DType::bf16 : DType::f32;
+              const Tensor a = Tensor::zeros(sa, dt), b = Tensor::zeros(sb, dt);
+              t = best_seconds(repeats, [&] { kernels::matmul(a, v.ta, b, v.tb, c, v.acc, Tensor()); });
+            }
             points.push_back({{double(M), double(N), double(K)}, kernels::gemm_variant(v.ta, v.tb, v.acc), 0});
             flops_per_s.push_back(2.0 * double(M) * double(N) * double(K) / t);
           }
@@ -67,7 +86,7 @@ void measure_gemms(HardwareProfile& p, int repeats) {
     }
     c.efficiency.fallback = sum / double(points.size());
     c.efficiency.points = std::move(points);
-    p.compute[dt == DType::bf16 ? "gemm.bf16" : "gemm.f32"] = std::move(c);
+    p.compute[kind] = std::move(c);
   }
 }
 
@@ -96,6 +115,13 @@ const char* kCalibrationModels[] = {
     "  qk_pos_emb_head_dim: 16\n  v_head_dim: 32\n  num_experts: 4\n  moe_router_topk: 2\n  moe_ffn_hidden_size: 128\n"
     "  moe_shared_expert_intermediate_size: 128\n  moe_first_dense_layers: 1\n  vocab_size: 1024\n  seq_length: 128\n"
     "train:\n  micro_batch_size: 2\n  global_batch_size: 2\nprecision:\n  compute: bf16\n",
+    // FP8, per-tensor (delayed) and DeepSeek-V3's blocks: the quantisation kernels of each.
+    "model:\n  arch: llama\n  num_layers: 2\n  hidden_size: 256\n  num_attention_heads: 4\n  num_query_groups: 4\n"
+    "  ffn_hidden_size: 768\n  vocab_size: 2048\n  seq_length: 128\n"
+    "train:\n  micro_batch_size: 2\n  global_batch_size: 2\nprecision:\n  compute: bf16\n  fp8:\n    recipe: delayed\n",
+    "model:\n  arch: llama\n  num_layers: 2\n  hidden_size: 256\n  num_attention_heads: 4\n  num_query_groups: 4\n"
+    "  ffn_hidden_size: 768\n  vocab_size: 2048\n  seq_length: 128\n"
+    "train:\n  micro_batch_size: 2\n  global_batch_size: 2\nprecision:\n  compute: bf16\n  fp8:\n    recipe: block\n",
 };
 
 // Every op family other than the GEMMs, timed inside real training steps: per distinct call
@@ -162,7 +188,8 @@ void measure_step_kernels(HardwareProfile& p) {
   }
 }
 
-// One kind of collective over message sizes; a least-squares line t = fixed + bus bytes / bandwidth.
+// One kind of collective over message sizes; a line t = fixed + bus bytes / bandwidth, fitted by
+// least squares in relative error.
 CollectiveProfile fit_collective(comm::Communicator& w, const std::string& kind, int repeats) {
   const int n = w.size();
   CollectiveProfile c;
@@ -203,14 +230,23 @@ CollectiveProfile fit_collective(comm::Communicator& w, const std::string& kind,
     w.all_reduce(&slowest, 1, DType::f32, comm::ReduceOp::max);
     t = double(slowest);
     xs.push_back(bus);
-    ys.push_back(t);
+    ys.push_back(std::max(t, 1e-9));  // weighted by 1 / t^2 below
   }
-  double mx = 0, my = 0;
-  for (size_t i = 0; i < xs.size(); ++i) mx += xs[i], my += ys[i];
-  mx /= double(xs.size());
-  my /= double(ys.size());
+  // Least squares in relative error (each point weighted 1 / t^2): the sizes span 4 KiB to 16 MiB,
+  // and an unweighted line follows the largest messages alone, so one slow large sample would set
+  // the price of every small message (the tensor-parallel all-gathers and reduce-scatters of a layer).
+  double weights = 0, mx = 0, my = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double wi = 1.0 / (ys[i] * ys[i]);
+    weights += wi, mx += wi * xs[i], my += wi * ys[i];
+  }
+  mx /= weights;
+  my /= weights;
   double sxy = 0, sxx = 0;
-  for (size_t i = 0; i < xs.size(); ++i) sxy += (xs[i] - mx) * (ys[i] - my), sxx += (xs[i] - mx) * (xs[i] - mx);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double wi = 1.0 / (ys[i] * ys[i]);
+    sxy += wi * (xs[i] - mx) * (ys[i] - my), sxx += wi * (xs[i] - mx) * (xs[i] - mx);
+  }
   const double slope = std::max(sxy / sxx, 1e-15);
   c.bandwidth = 1.0 / slope;
   c.efficiency = 1;
@@ -239,11 +275,11 @@ HardwareProfile calibrate_machine(comm::Communicator& world, const CalibrateOpti
   const auto say = [&](const std::string& what) {
     if (world.rank() == 0) std::printf("calibrate: %s\n", what.c_str()), std::fflush(stdout);
   };
-  say("GEMM grid {128, 512, 2048}^3 x NT, NN, TN+acc, bf16 and f32");
+  say("GEMM grid {128, 512, 2048}^3 x NT, NN, TN+acc, bf16, f32 and fp8 (e4m3, per-tensor scales)");
   measure_gemms(p, o.repeats);
   say("memory bandwidth and kernel latency");
   measure_memory(p, o.repeats);
-  say("the other kernels, in training steps of 3 calibration models");
+  say("the other kernels, in training steps of 5 calibration models (two of them FP8)");
   measure_step_kernels(p);
   if (world.size() >= 2) {
     say(fmt::format("collectives over {} ranks", world.size()));
