@@ -4,7 +4,9 @@ as one PNG, a panel per trace, for docs/pipeline-schedules.md.
 
 Usage: plot_schedule_traces.py [--xlabel=TEXT] OUT.png TITLE=TRACE.json [TITLE=TRACE.json ...] (split at the
 last "="). Times are the trace's milliseconds (the simulator writes one unit as 1 ms).
-F blue, B orange, W green (chunk 1 lighter), F&B pairs hatched; idle time stays white."""
+F blue, B orange, W green (chunk 1 lighter), F&B pairs hatched; idle time stays white. A real step's
+sends and receives are not drawn; its MoE all-to-alls (log.pipeline_trace under fused F&B pairs) are
+drawn grey on a thin row under their rank, from start to the wait's return."""
 import json
 import sys
 
@@ -29,10 +31,15 @@ def main():
     out, panels = args[0], [a.rsplit("=", 1) for a in args[1:]]
     fig, axes = plt.subplots(len(panels), 1, figsize=(12, 1.0 + 1.1 * len(panels) * 1.6), squeeze=False)
     for ax, (title, path) in zip(axes[:, 0], panels):
-        ev = spans(path)
+        every = spans(path)
+        ev = [e for e in every if e["name"] in COLOURS]
         ranks = max(e["tid"] for e in ev) + 1
-        end = max(e["ts"] + e["dur"] for e in ev)
+        end = max(e["ts"] + e["dur"] for e in every)
         busy = sum(e["dur"] for e in ev) / ranks
+        for e in every:  # transfers: the rank's track is tid - ranks (trace.cpp)
+            if "made_by" in e["args"]:
+                ax.barh(e["tid"] - ranks + 0.5, e["dur"] / 1e3, left=e["ts"] / 1e3, height=0.18, color="#888888",
+                        edgecolor="black", linewidth=0.2)
         for e in ev:
             colour = COLOURS[e["name"]][e["args"]["chunk"] % 2]
             ax.barh(e["tid"], e["dur"] / 1e3, left=e["ts"] / 1e3, height=0.8, color=colour, edgecolor="black",
