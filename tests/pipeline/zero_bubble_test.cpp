@@ -159,6 +159,8 @@ TEST(DualPipe, FusedPairsHideTheirTransfersBehindTheOtherPass) {
     for (const Op& op : s.ranks[size_t(r)]) pairs += op.overlapped ? 1 : 0;
     EXPECT_GT(pairs, 0);
     EXPECT_NEAR(a.busy[size_t(r)] - b.busy[size_t(r)], pairs * 0.9, 1e-9) << "rank " << r;
+    EXPECT_NEAR(b.hidden[size_t(r)], pairs * 0.9, 1e-9) << "rank " << r;
+    EXPECT_EQ(a.hidden[size_t(r)], 0.0);
     // Each pair's three parts take 3 - 0.9 between them.
     const std::vector<Event>& ev = b.ranks[size_t(r)];
     for (size_t i = 0; i + 2 < ev.size(); ++i)
@@ -170,6 +172,9 @@ TEST(DualPipe, FusedPairsHideTheirTransfersBehindTheOtherPass) {
   StageCosts bad = fused;
   bad.b_hidable[3] = 1.5;
   EXPECT_HAS(error_of([&] { simulate(s, bad); }), "stage 3's B has 1.5 s of hidable transfers, outside [0, its 1 s]");
+  StageCosts twice = fused;
+  twice.fb_scale = 0.9;  // a measured pair scale and hidable transfers would count the overlap twice
+  EXPECT_HAS(error_of([&] { simulate(s, twice); }), "an F&B scale (0.9) and hidable transfer times both shorten");
   bad.b_hidable.pop_back();
   EXPECT_HAS(error_of([&] { simulate(s, bad); }), "3 hidable B transfer times for 4 virtual stages");
 }

@@ -658,11 +658,13 @@ namespace {
 // their own (a GPU profile), and nothing where they do not (MPI on cpu ranks). What is hidden leaves
 // the exposed "ep" time and the step, and is at most all of it.
 TEST(Estimate, FusedPairsHideExpertAllToAllsWhereCollectivesProgress) {
-  const auto config = [](bool fused) {
+  for (const std::string kind : {"dualpipev", "dualpipe"}) {
+  SCOPED_TRACE(kind);
+  const auto config = [&](bool fused) {
     return train::Config::load(std::string(TESSEL_CONFIG_DIR) + "/deepseek-v3-tiny.yaml",
                                {"train.micro_batch_size=1", "train.global_batch_size=16",
                                 "parallel.pipeline_model_parallel_size=2", "parallel.expert_model_parallel_size=2",
-                                "parallel.pipeline_schedule=dualpipev",
+                                "parallel.pipeline_schedule=" + kind,
                                 std::string("parallel.overlap_moe_expert_parallel_comm=") + (fused ? "true" : "false")});
   };
   HardwareProfile hw = simple_profile();
@@ -684,6 +686,7 @@ TEST(Estimate, FusedPairsHideExpertAllToAllsWhereCollectivesProgress) {
   const Estimate cpu_plain = estimate_step(config(false), hw, 4), cpu_fused = estimate_step(config(true), hw, 4);
   EXPECT_EQ(cpu_fused.step_s, cpu_plain.step_s);
   EXPECT_EQ(cpu_fused.stages[0].hidden_all_to_all_s, 0.0);
+  }
 }
 
 }  // namespace

@@ -7,11 +7,13 @@
 namespace tessel::comm {
 namespace {
 thread_local bool t_overlapped = false;
+thread_local bool t_pair_overlappable = false;
 }  // namespace
 
 void CommLog::add(CommRecord r) {
   r.phase = current_memory_phase();
   r.overlapped = t_overlapped;
+  r.pair_overlappable = t_pair_overlappable;
   std::lock_guard<std::mutex> lock(mu_);
   records_.push_back(std::move(r));
 }
@@ -48,7 +50,7 @@ CommLog& comm_log() {
   return *log;
 }
 
-OverlappedCommScope::OverlappedCommScope() : previous_(t_overlapped) { t_overlapped = true; }
-OverlappedCommScope::~OverlappedCommScope() { t_overlapped = previous_; }
+OverlappedCommScope::OverlappedCommScope() : CommFlagScope(t_overlapped) {}
+PairedOverlapScope::PairedOverlapScope() : CommFlagScope(t_pair_overlappable) {}
 
 }  // namespace tessel::comm

@@ -23,6 +23,9 @@ struct CommRecord {
   // How many collectives alike this record stands for (kernels::OpRecord::count): 1 but on meta runs
   // of alike calls (nn/alike_calls.h).
   int64_t count = 1;
+  // Made inside a PairedOverlapScope: a transfer a fused F&B pair keeps in flight while its other
+  // pass computes (the MoE rows' all-to-all); the planner prices what the pair hides of it.
+  bool pair_overlappable = false;
 };
 
 class CommLog {
@@ -45,17 +48,35 @@ class CommLog {
 
 CommLog& comm_log();
 
-// Collectives launched while the scope lives are meant to run behind computation (the gradient
-// reducer's buckets, the overlapped parameter all-gather, the context-parallel ring's transfers).
-class OverlappedCommScope {
+// Sets one of the calling thread's record flags (CommLog::add stamps them) while alive, and restores
+// what it was.
+class CommFlagScope {
  public:
-  OverlappedCommScope();
-  ~OverlappedCommScope();
-  OverlappedCommScope(const OverlappedCommScope&) = delete;
-  OverlappedCommScope& operator=(const OverlappedCommScope&) = delete;
+  CommFlagScope(const CommFlagScope&) = delete;
+  CommFlagScope& operator=(const CommFlagScope&) = delete;
+
+ protected:
+  explicit CommFlagScope(bool& flag) : flag_(flag), previous_(flag) { flag = true; }
+  ~CommFlagScope() { flag_ = previous_; }
 
  private:
+  bool& flag_;
   bool previous_;
+};
+
+// Collectives launched while the scope lives are meant to run behind computation (the gradient
+// reducer's buckets, the overlapped parameter all-gather, the context-parallel ring's transfers).
+class OverlappedCommScope : public CommFlagScope {
+ public:
+  OverlappedCommScope();
+};
+
+// Collectives made while the scope lives are ones an F&B pair run fused overlaps with its other
+// pass (parallel.overlap_moe_expert_parallel_comm: Moe::exchange's rows, not the blocking count
+// exchange before them). Records only: what runs is the same.
+class PairedOverlapScope : public CommFlagScope {
+ public:
+  PairedOverlapScope();
 };
 
 }  // namespace tessel::comm

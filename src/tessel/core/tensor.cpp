@@ -27,9 +27,14 @@ Storage::~Storage() {
   if (owned) allocator(device).deallocate(ptr, bytes, category);
 }
 
+// Checked before anything is allocated or viewed for the shape.
+void Tensor::check_dims(const Shape& shape) {
+  TESSEL_CHECK(shape.size() <= kMaxDims, "tensor shape {} has {} dimensions; at most {} are supported",
+               shape_str(shape), shape.size(), kMaxDims);
+}
+
 void Tensor::set_contiguous_strides() {
-  TESSEL_CHECK(shape_.size() <= kMaxDims, "tensor shape {} has {} dimensions; at most {} are supported",
-               shape_str(shape_), shape_.size(), kMaxDims);
+  check_dims(shape_);
   int64_t s = 1;
   for (size_t i = shape_.size(); i-- > 0;) {
     strides_[i] = s;
@@ -40,6 +45,7 @@ void Tensor::set_contiguous_strides() {
 Tensor Tensor::empty(const Shape& shape, DType dtype) { return empty(shape, dtype, default_device()); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  check_dims(shape);
   for (int64_t d : shape) TESSEL_CHECK(d >= 0, "negative dimension in shape {}", shape_str(shape));
   Tensor t;
   t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device,
@@ -80,6 +86,7 @@ Tensor Tensor::borrow() const {
 }
 
 Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype) {
+  check_dims(shape);
   Tensor t;
   t.storage_ = std::make_shared<Storage>(data, size_t(shape_numel(shape)) * dtype_size(dtype));
   t.shape_ = shape;

@@ -103,6 +103,7 @@ class Tensor {
   void copy_elements_from(const Tensor& src);  // copy_from's work, on the device
   [[noreturn]] void refuse_meta_access() const;
   [[noreturn]] void refuse_host_access() const;
+  static void check_dims(const Shape& shape);  // at most kMaxDims, or an error naming the shape
   void set_contiguous_strides();  // of shape_ (at most kMaxDims dimensions)
 
   std::shared_ptr<Storage> storage_;

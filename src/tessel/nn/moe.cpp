@@ -495,7 +495,10 @@ void Moe::exchange(const void* in, const std::vector<int64_t>& send_counts, void
                    const std::vector<int64_t>& recv_counts, DType t, TracedTransfer what) const {
   const bool traced = recording_transfer_spans();  // a traced step draws the transfer
   const double start = traced ? steady_seconds() : 0;
-  std::unique_ptr<comm::Work> rows = ep_->all_to_all_v_async(in, send_counts, out, recv_counts, t);
+  std::unique_ptr<comm::Work> rows = [&] {
+    const comm::PairedOverlapScope overlappable;  // what a fused pair's other pass computes beside
+    return ep_->all_to_all_v_async(in, send_counts, out, recv_counts, t);
+  }();
   for (comm::Work* other : g_exchanges_in_flight) other->test();
   g_exchanges_in_flight.push_back(rows.get());
   try {

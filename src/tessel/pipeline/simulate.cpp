@@ -53,6 +53,8 @@ Timeline simulate(const Schedule& s, const StageCosts& c) {
                    "pipeline costs: stage {}'s {} has {} s of hidable transfers, outside [0, its {} s]", v, name,
                    (*hidable)[v], (*pass)[v]);
   }
+  TESSEL_CHECK(c.fb_scale == 1 || (c.f_hidable.empty() && c.b_hidable.empty()),
+               "pipeline costs: an F&B scale ({}) and hidable transfer times both shorten a pair; give one", c.fb_scale);
   // What a fused F&B pair hides: F's transfers behind B's compute and B's behind F's.
   const auto hidden = [&](int vf, int vb) {
     if (c.f_hidable.empty() && c.b_hidable.empty()) return 0.0;
@@ -76,6 +78,7 @@ Timeline simulate(const Schedule& s, const StageCosts& c) {
   t.busy.assign(size_t(P), 0.0);
   t.peak_activations.assign(size_t(P), 0);
   t.peak_held.assign(size_t(P), 0);
+  t.hidden.assign(size_t(P), 0.0);
   std::vector<size_t> next(size_t(P), 0);
   std::vector<double> free_at(size_t(P), 0.0);
   std::vector<int> in_flight(size_t(P), 0), held(size_t(P), 0);
@@ -141,6 +144,7 @@ Timeline simulate(const Schedule& s, const StageCosts& c) {
                                  ? hidden(s.virtual_stage(r, pf.chunk), s.virtual_stage(r, pb.chunk))
                                  : 0.0;
         const double duration = group.size() == 3 ? std::max(0.0, c.fb_scale * serial - saved) : serial;
+        if (saved > 0) t.hidden[size_t(r)] += serial - duration;  // fb_scale is 1 here (checked above)
         const double end = start + duration;
         double at = start;
         for (const size_t j : group) {

@@ -32,6 +32,7 @@ struct Timeline {
   std::vector<double> busy;               // per rank: time spent computing
   std::vector<int> peak_activations;      // per rank: micro-batch chunks forwarded but not yet through B
   std::vector<int> peak_held;             // per rank: ... not yet through W (what a deferred W keeps)
+  std::vector<double> hidden;             // per rank: the transfers its fused pairs hid (StageCosts::f_hidable)
 };
 
 // Costs per virtual stage (index Schedule::virtual_stage(rank, chunk)): the time of one micro-batch's F, B and W through

@@ -48,7 +48,7 @@ struct PricedStage {
   double after_comm_s = 0;                  // blocking collectives after the passes
   double after_kernels_s = 0;               // kernels after the passes other than the optimizer's
   double transfer_s = 0;                    // the largest pipeline send
-  std::map<PassKey, double> a2a_s;          // of pass_s: the expert-parallel all-to-alls (a fused F&B pair hides them)
+  std::map<PassKey, double> a2a_s;          // of pass_s: the MoE rows' all-to-alls (a fused F&B pair hides them)
 };
 
 // How many of the step's micro-batches a measured one stands for (see MicroBatches).
@@ -137,7 +137,7 @@ PricedStage price_stage(const HardwareProfile& hw, const comm::ParallelSizes& s,
         st.pass_s[k] += t;
         st.out.exposed_comm_s[group] += t;
         add_to_layer(st.out, c.phase.layer, t);
-        if (group == "ep" && c.kind == "all_to_all") st.a2a_s[k] += t;
+        if (c.pair_overlappable) st.a2a_s[k] += t;
       } else if (group == "cp") {
         ring_s[k] += t;
         ring_by_layer[k][c.phase.layer] += t;
@@ -304,13 +304,17 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
     const pipeline::Timeline t = pipeline::simulate(schedule, costs);
     for (int r = 0; r < P; ++r) {
       end[size_t(r)] = t.ranks[size_t(r)].empty() ? 0 : t.ranks[size_t(r)].back().end;
-      // The all-to-alls the fused pairs hid: the rank's passes less what it spent computing in the
-      // timeline. They are no longer exposed, and the rank's own passes are that much shorter.
-      if (fused) {
-        const double hidden = std::clamp(own[size_t(r)] - t.busy[size_t(r)], 0.0, own[size_t(r)]);
+      // The all-to-alls the rank's fused pairs hid (the simulator's sum, at most all of them): no
+      // longer exposed, and the rank's own passes that much shorter.
+      double all = 0;
+      for (const auto& [k, a2a] : stages[size_t(r)].a2a_s) all += a2a;
+      const double hidden = std::min(t.hidden[size_t(r)], all);
+      if (hidden > 0) {
+        StageEstimate& o = stages[size_t(r)].out;
         own[size_t(r)] -= hidden;
-        stages[size_t(r)].out.exposed_comm_s["ep"] -= hidden;
-        stages[size_t(r)].out.hidden_all_to_all_s = hidden;
+        const auto ep = o.exposed_comm_s.find("ep");
+        if (ep != o.exposed_comm_s.end()) ep->second = std::max(0.0, ep->second - hidden);
+        o.hidden_all_to_all_s = hidden;
       }
     }
   } else {
