@@ -9,7 +9,6 @@
 namespace tessel {
 
 enum class TracedTransfer { moe_dispatch, moe_combine };
-inline constexpr int kTracedTransfers = 2;
 const char* traced_transfer_name(TracedTransfer t);  // "moe dispatch all_to_all", "moe combine all_to_all"
 
 struct TransferSpan {

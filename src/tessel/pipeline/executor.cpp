@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -151,10 +150,10 @@ class Runner {
     const Op& op = s_.ranks[size_t(pp_.rank())][i];
     current_ = i;
     if (prefetch_ && is_compute(op)) post_receives_after(i);
-    const double start = trace_ ? seconds_now() : 0;
+    const double start = trace_ ? steady_seconds() : 0;
     execute(op);
     if (trace_) {
-      trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), in_pair, start, seconds_now()});
+      trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), in_pair, start, steady_seconds()});
       for (const TransferSpan& t : transfers_->take()) trace_transfer(op, in_pair, t);
     }
     release_sends_after(i);
@@ -255,10 +254,6 @@ class Runner {
     TESSEL_CHECK(last_w_[size_t(head)] < last_w_[size_t(embedding)],
                  "pipeline schedule '{}': rank {} runs its last W of the embedding's chunk before the head's, whose "
                  "W's still add to the embedding's gradient", s_.kind, pp_.rank());
-  }
-
-  static double seconds_now() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
 
   void send(Tensor t, int v_to, int mb, Direction d) {
