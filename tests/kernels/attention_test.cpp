@@ -157,7 +157,9 @@ std::string attention_name(const ::testing::TestParamInfo<AttentionTest::ParamTy
 INSTANTIATE_TEST_SUITE_P(Grid, AttentionTest,
                          ::testing::Combine(::testing::Values(Dt::f32, Dt::bf16), ::testing::Bool(),
                                             ::testing::Values(0, 1), ::testing::Values<int64_t>(1, 7, 64, 65, 130),
-                                            ::testing::Values<int64_t>(8, 16, 64)),
+                                            // 48 and 192: MLA query/key heads (DeepSeek-V3: 128 + 64),
+                                            // register-blocked like the powers of two.
+                                            ::testing::Values<int64_t>(8, 16, 48, 64, 192)),
                          attention_name);
 
 // MQA (G = 1) on a few shapes.

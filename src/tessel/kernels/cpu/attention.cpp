@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "tessel/core/check.h"
@@ -112,6 +113,21 @@ inline void row2_axpy_sum(int64_t n, const float* w0, const float* w1, int64_t w
     _mm512_storeu_ps(out1 + 16 * v, _mm512_fmadd_ps(sc, b[v], _mm512_loadu_ps(out1 + 16 * v)));
   }
 }
+
+// Head sizes the register-blocked products take: a multiple of 16 floats (one zmm each) up to 192,
+// DeepSeek-V3's query/key head (128 + 64 rotary; MLA's heads are rarely a power of two). Two rows
+// of 12 vectors hold 24 accumulators, within the 32 zmm registers.
+constexpr int64_t kMaxBlockedVectors = 12;
+inline bool register_blocked(int64_t Dh) { return Dh % 16 == 0 && Dh > 0 && Dh / 16 <= kMaxBlockedVectors; }
+
+// f.template operator()<nv>() for a run-time nv in [1, kMaxBlockedVectors].
+template <class F, int NV = 1>
+inline void with_vectors(int64_t nv, F&& f) {
+  if constexpr (NV <= kMaxBlockedVectors) {
+    if (nv == NV) return f.template operator()<NV>();
+    return with_vectors<F, NV + 1>(nv, std::forward<F>(f));
+  }
+}
 #endif
 
 // out[d] += scale * sum_j w[j * wstride] * X[j * ldx + d] for d < Dh: the P V, dS K, P^T dO and
@@ -119,13 +135,8 @@ inline void row2_axpy_sum(int64_t n, const float* w0, const float* w1, int64_t w
 inline void row_axpy_sum_any(int64_t n, int64_t Dh, const float* w, int64_t wstride, const float* X, int64_t ldx,
                              float scale, float* out) {
 #if defined(__AVX512F__)
-  if (cpu::avx512_paths_enabled()) switch (Dh) {
-    case 16: return row_axpy_sum<1>(n, w, wstride, X, ldx, scale, out);
-    case 32: return row_axpy_sum<2>(n, w, wstride, X, ldx, scale, out);
-    case 64: return row_axpy_sum<4>(n, w, wstride, X, ldx, scale, out);
-    case 128: return row_axpy_sum<8>(n, w, wstride, X, ldx, scale, out);
-    default: break;
-  }
+  if (cpu::avx512_paths_enabled() && register_blocked(Dh))
+    return with_vectors(Dh / 16, [&]<int NV>() { row_axpy_sum<NV>(n, w, wstride, X, ldx, scale, out); });
 #endif
   for (int64_t j = 0; j < n; ++j) {
     const float s = scale * w[j * wstride];
@@ -139,13 +150,8 @@ inline void row_axpy_sum_any(int64_t n, int64_t Dh, const float* w, int64_t wstr
 inline void row2_axpy_sum_any(int64_t n, int64_t Dh, const float* w0, const float* w1, int64_t wstride,
                               const float* X, int64_t ldx, float scale, float* out0, float* out1) {
 #if defined(__AVX512F__)
-  if (cpu::avx512_paths_enabled()) switch (Dh) {
-    case 16: return row2_axpy_sum<1>(n, w0, w1, wstride, X, ldx, scale, out0, out1);
-    case 32: return row2_axpy_sum<2>(n, w0, w1, wstride, X, ldx, scale, out0, out1);
-    case 64: return row2_axpy_sum<4>(n, w0, w1, wstride, X, ldx, scale, out0, out1);
-    case 128: return row2_axpy_sum<8>(n, w0, w1, wstride, X, ldx, scale, out0, out1);
-    default: break;
-  }
+  if (cpu::avx512_paths_enabled() && register_blocked(Dh))
+    return with_vectors(Dh / 16, [&]<int NV>() { row2_axpy_sum<NV>(n, w0, w1, wstride, X, ldx, scale, out0, out1); });
 #endif
   row_axpy_sum_any(n, Dh, w0, wstride, X, ldx, scale, out0);
   row_axpy_sum_any(n, Dh, w1, wstride, X, ldx, scale, out1);
