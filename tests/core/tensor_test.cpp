@@ -217,6 +217,51 @@ TEST(Tensor, CopyFromStridedAcrossDtypes) {
   EXPECT_TRUE(throws_with_location([&] { Tensor::zeros({6, 5}, DType::f32).copy_from(src); }, "tensor.cpp"));
 }
 
+// Copies whose rows are dense (column slices, a head's columns of a fused buffer) take one memcpy
+// per row; checked element by element against the source, in 2-D and 3-D, same and other storage.
+TEST(Tensor, CopyFromRowDenseSlices) {
+  const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
+  for (DType dt : {DType::f32, DType::bf16, DType::i64}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor src_base = Tensor::zeros({6, 9}, dt);
+    src_base.copy_from(iota2d(6, 9));
+    const Tensor src = src_base.slice(1, 2, 7);  // [6, 5], strides (9, 1): (i, j) = 100 i + 2 + j
+    Tensor dst_base = Tensor::zeros({6, 11}, dt);
+    Tensor dst = dst_base.slice(1, 3, 8);  // [6, 5], strides (11, 1)
+    dst.copy_from(src);
+    // The value in the dtype (bf16 rounds 303 to 304, nearest even).
+    const auto value = [dt](double v) { return dt == DType::bf16 ? double(float(bf16(float(v)))) : v; };
+    for (int64_t i = 0; i < 6; ++i) {
+      for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(at(dst, i, j), value(100.0 * i + 2 + j)) << i << "," << j;
+      for (int64_t j : {0, 1, 2, 8, 9, 10}) EXPECT_EQ(at(dst_base, i, j), 0.0) << "outside the view: " << i << "," << j;
+    }
+    // Within one storage (no fast path: the views could overlap): columns 2..6 onto columns 0..4.
+    src_base.slice(1, 0, 5).copy_from(src_base.slice(1, 2, 7));
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(at(src_base, i, j), value(100.0 * i + 2 + j)) << i << "," << j;
+  }
+  // 3-D: [2, 3, 4] slices of [2, 3, 7] into [2, 3, 4] slices of [2, 5, 4] (the middle dimension strided).
+  Tensor a = Tensor::empty({2, 3, 7}, DType::f32), b = Tensor::zeros({2, 5, 4}, DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = float(i);
+  b.slice(1, 1, 4).copy_from(a.slice(2, 3, 7));
+  for (int64_t x = 0; x < 2; ++x)
+    for (int64_t y = 0; y < 5; ++y)
+      for (int64_t z = 0; z < 4; ++z) {
+        const float want = y >= 1 && y < 4 ? float(x * 21 + (y - 1) * 7 + 3 + z) : 0.0f;
+        EXPECT_EQ(b.data<float>()[(x * 5 + y) * 4 + z], want) << x << "," << y << "," << z;
+      }
+  // bf16 to f32, contiguous: exact.
+  Tensor h = Tensor::empty({3}, DType::bf16);
+  h.data<bf16>()[0] = bf16(1.5f);
+  h.data<bf16>()[1] = bf16(-256.0f);
+  h.data<bf16>()[2].bits = 0x0001;  // the smallest subnormal
+  Tensor w = h.to(DType::f32);
+  EXPECT_EQ(w.data<float>()[0], 1.5f);
+  EXPECT_EQ(w.data<float>()[1], -256.0f);
+  EXPECT_EQ(w.data<float>()[2], float(h.data<bf16>()[2]));
+  EXPECT_GT(w.data<float>()[2], 0.0f);
+}
+
 TEST(Tensor, ToAndCloneAreIndependentCopies) {
   const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Tensor t = iota2d(3, 4);

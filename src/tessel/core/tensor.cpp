@@ -233,6 +233,37 @@ void Tensor::copy_elements_from(const Tensor& src) {
     for (int64_t i = 0, n = numel(); i < n; ++i) d[i] = bf16(s[i]);
     return;
   }
+  if (src.dtype_ == DType::bf16 && dtype_ == DType::f32 && is_contiguous() && src.is_contiguous()) {
+    const bf16* s = src.data<bf16>();
+    float* d = data<float>();
+    for (int64_t i = 0, n = numel(); i < n; ++i) d[i] = float(s[i]);
+    return;
+  }
+  // Same dtype, distinct storage (no overlap), rows dense in both (a column slice, a head's
+  // columns): one memcpy per innermost row instead of element by element through doubles.
+  const int64_t nd = dim();
+  if (src.dtype_ == dtype_ && storage_ != src.storage_ && nd >= 1 && strides_[size_t(nd - 1)] == 1 &&
+      src.strides_[size_t(nd - 1)] == 1) {
+    const int64_t inner = shape_[size_t(nd - 1)], n = numel();
+    if (n == 0) return;
+    const size_t es = dtype_size(dtype_), row_bytes = size_t(inner) * es;
+    char* d = static_cast<char*>(raw());
+    const char* s = static_cast<const char*>(src.raw());
+    std::array<int64_t, kMaxDims> idx{};  // the row's index over the outer dimensions
+    for (int64_t row = 0, rows = n / inner; row < rows; ++row) {
+      int64_t od = 0, os = 0;
+      for (int64_t k = 0; k + 1 < nd; ++k) {
+        od += idx[size_t(k)] * strides_[size_t(k)];
+        os += idx[size_t(k)] * src.strides_[size_t(k)];
+      }
+      std::memcpy(d + size_t(od) * es, s + size_t(os) * es, row_bytes);
+      for (int64_t k = nd - 2; k >= 0; --k) {
+        if (++idx[size_t(k)] < shape_[size_t(k)]) break;
+        idx[size_t(k)] = 0;
+      }
+    }
+    return;
+  }
   // Widening and strided copies element by element. A view of the same storage may overlap this
   // one, so only then are the values staged first.
   if (storage_ != src.storage_ && (is_contiguous() || src.is_contiguous())) {
