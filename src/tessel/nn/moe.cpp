@@ -215,7 +215,13 @@ Tensor Moe::forward(const Tensor& y, float grad_scale, Activations& saved, bool 
   const Keys key(prefix_);
   const int64_t N = y.size(0), E = rc_.experts, k = rc_.topk;
   const Device dev = y.device();
-  const Tensor y32 = y.dtype() == DType::f32 ? y : y.to(DType::f32);
+  // The router reads its input in fp32, widened by the cast kernel: the host conversion
+  // (Tensor::to) it replaces ran one thread through doubles, about 5% of a mixtral-tiny step.
+  Tensor y32 = y;
+  if (y.dtype() != DType::f32) {
+    y32 = Tensor::empty(y.shape(), DType::f32, dev);
+    kernels::cast(y.is_contiguous() ? y : y.clone(), y32);
+  }
   Tensor logits = Tensor::empty({N, E}, DType::f32, dev), scores = Tensor::empty({N, E}, DType::f32, dev);
   Tensor chosen = Tensor::empty({N, k}, DType::i32, dev), weights = Tensor::empty({N, k}, DType::f32, dev);
   {
