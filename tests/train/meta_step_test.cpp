@@ -6,7 +6,12 @@
 // a meta world of the same rank (collectives move nothing, so no other process is needed; the
 // real multi-process comparison is tests/mpi/meta_step_test.cpp). Independently of both, the GEMM
 // FLOPs are checked against 6 x tokens x the weights' elements (8 x with recompute).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
 
 #include "support/error_of.h"
 #include "support/tiny_configs.h"
@@ -143,6 +148,36 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"dsv3_tiny_cp2_ep2", testing::kTinyDeepSeekYaml, 2,
                {"parallel.context_parallel_size=2", "parallel.expert_model_parallel_size=2"}}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// `tessel plan calibrate` fits each op family's cost from the kernels' own times: with timing on,
+// every kernel call of a cpu step is timed, those whose result the host reads as they return
+// (cross-entropy, the gradient norm's sum of squares, FP8 amaxes, the MoE auxiliary losses)
+// included, in strict mode too. MoE with MLA and MTP, the three FP8 recipes, vocabulary-parallel
+// cross-entropy under tp.
+TEST(OpTiming, EveryKernelCallOfACpuStepIsTimed) {
+  const std::vector<std::tuple<const char*, int, std::vector<std::string>>> layouts = {
+      {testing::kTinyDeepSeekYaml, 1, {}},
+      {testing::kTinyMixtralYaml, 1, {"model.moe_router_load_balancing_type=seq_aux_loss", "model.moe_z_loss_coeff=0.001"}},
+      {testing::kTinyLlamaYaml, 1, {"precision.fp8.recipe=delayed"}},
+      {testing::kTinyLlamaYaml, 1, {"precision.fp8.recipe=block"}},
+      {testing::kTinyGpt2Yaml, 1, {"precision.fp8.recipe=current"}},
+      {testing::kTinyLlamaYaml, 2, {"parallel.tensor_model_parallel_size=2"}},
+  };
+  for (const auto& [yaml, world, sets] : layouts) {
+    const Config cfg = Config::from_yaml_text(yaml, sets);
+    const std::string where = fmt::format("{}", fmt::join(sets, " "));
+    auto w = comm::make_meta_communicator(0, world);
+    comm::ParallelState groups(*w, cfg.parallel_sizes());
+    kernels::op_log().set_timing(true);
+    const StepMeasurement m = measure_training_step(cfg, groups, Device::cpu, 1, nullptr, true);
+    kernels::op_log().set_timing(false);
+    ASSERT_FALSE(m.op_records.empty()) << where;
+    std::set<std::string> untimed;
+    for (const kernels::OpRecord& r : m.op_records)
+      if (r.seconds < 0) untimed.insert(std::string(r.op));
+    EXPECT_TRUE(untimed.empty()) << where << ": untimed " << fmt::format("{}", fmt::join(untimed, ", "));
+  }
+}
 
 // A meta run that runs three of each row of alike experts (nn/alike_calls.h; the planner's
 // shortcut) measures what running all of them does, over two steps (the FP8 weights quantised again):

@@ -38,8 +38,7 @@ double sum_squares(const Tensor& x) {
   const Device device = common_device("sum_squares", {&x});
   record_op("sum_squares", {&x}, {}, 2.0 * double(x.numel()));
   if (device == Device::meta) return 0.0;
-  const DeviceAccessScope on_device;
-  return sum_squares(x.numel(), x.data<float>());
+  return run_cpu_kernel_now([&] { return sum_squares(x.numel(), x.data<float>()); });
 }
 
 }  // namespace tessel::kernels

@@ -144,11 +144,12 @@ int64_t count_nonnegative(const Tensor& ids) {
   const Device device = common_device("count_nonnegative", {&ids});
   record_op("count_nonnegative", {&ids}, {}, double(ids.numel()));
   if (device == Device::meta) return 0;
-  const DeviceAccessScope on_device;
-  const int64_t* p = ids.data<int64_t>();
-  int64_t n = 0;
-  for (int64_t i = 0; i < ids.numel(); ++i) n += p[i] >= 0;
-  return n;
+  return run_cpu_kernel_now([&] {
+    const int64_t* p = ids.data<int64_t>();
+    int64_t n = 0;
+    for (int64_t i = 0; i < ids.numel(); ++i) n += p[i] >= 0;
+    return n;
+  });
 }
 
 }  // namespace tessel::kernels

@@ -45,10 +45,11 @@ float amax(const Tensor& x) {
   const Device device = common_device("amax", {&x});
   record_op("amax", {&x}, {}, double(x.numel()));
   if (device == Device::meta) return 0.0f;
-  const DeviceAccessScope on_device;
-  float a = 0;
-  with_elements(x, [&](const auto* p) { a = amax(x.numel(), p); });
-  return a;
+  return run_cpu_kernel_now([&] {
+    float a = 0;
+    with_elements(x, [&](const auto* p) { a = amax(x.numel(), p); });
+    return a;
+  });
 }
 
 float read_scalar(const Tensor& x) {
@@ -148,14 +149,15 @@ void norm_forward_fp8(NormKind kind, const Tensor& r_in, const Tensor& delta, co
     op_log().add(std::move(r));
   }
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  const float* d = delta.defined() ? delta.data<float>() : nullptr;
-  if (kind == NormKind::rms)
-    rmsnorm_fwd_fp8(r_in.size(0), r_in.size(1), r_in.data<float>(), d, r_out.data<float>(), w.data<float>(), eps, y,
-                    rstd.data<float>());
-  else
-    layernorm_fwd_fp8(r_in.size(0), r_in.size(1), r_in.data<float>(), d, r_out.data<float>(), w.data<float>(),
-                      b.data<float>(), eps, y, mean.data<float>(), rstd.data<float>());
+  run_cpu_kernel_now([&] {
+    const float* d = delta.defined() ? delta.data<float>() : nullptr;
+    if (kind == NormKind::rms)
+      rmsnorm_fwd_fp8(r_in.size(0), r_in.size(1), r_in.data<float>(), d, r_out.data<float>(), w.data<float>(), eps, y,
+                      rstd.data<float>());
+    else
+      layernorm_fwd_fp8(r_in.size(0), r_in.size(1), r_in.data<float>(), d, r_out.data<float>(), w.data<float>(),
+                        b.data<float>(), eps, y, mean.data<float>(), rstd.data<float>());
+  });
 }
 
 void activation_forward_fp8(bool swiglu, const Tensor& x, int64_t F, const Fp8Out& out,
@@ -172,11 +174,12 @@ void activation_forward_fp8(bool swiglu, const Tensor& x, int64_t F, const Fp8Ou
     op_log().add(std::move(r));
   }
   if (device == Device::meta) return;
-  const DeviceAccessScope on_device;
-  if (swiglu)
-    swiglu_fwd_fp8(x.size(0), F, x.data<float>(), out);
-  else
-    gelu_fwd_fp8(x.size(0), F, x.data<float>(), out);
+  run_cpu_kernel_now([&] {
+    if (swiglu)
+      swiglu_fwd_fp8(x.size(0), F, x.data<float>(), out);
+    else
+      gelu_fwd_fp8(x.size(0), F, x.data<float>(), out);
+  });
 }
 
 }  // namespace tessel::kernels

@@ -6,6 +6,7 @@
 // may change) and reaches tensors only through its parameters. A kernel given host memory (a
 // from_blob tensor) runs before the call returns, as a copy from pageable memory does on a GPU.
 #include <chrono>
+#include <type_traits>
 #include <utility>
 
 #include "tessel/core/device_queue.h"
@@ -14,9 +15,11 @@
 
 namespace tessel::kernels {
 
+// With the op log timing kernels (`tessel plan calibrate`), every kernel runs where it is launched,
+// strict mode included, so that its own time can be taken.
 template <class F, class... T>
 void launch_cpu_kernel(F&& body, const T&... tensors) {
-  if (!cpu_launches_queued() || (tensors.is_host_memory() || ...)) {
+  if (!cpu_launches_queued() || op_log().timing() || (tensors.is_host_memory() || ...)) {
     const DeviceAccessScope on_device;
     if (!op_log().timing()) {
       body(tensors...);
@@ -28,6 +31,27 @@ void launch_cpu_kernel(F&& body, const T&... tensors) {
     return;
   }
   launch_on_cpu([body = std::forward<F>(body), ... views = tensors.borrow()]() mutable { body(views...); });
+}
+
+// A kernel whose result the host reads as it returns (a loss, a norm, an amax, a count): it runs
+// before the call returns, in strict mode after the queue has drained, and is timed as the bodies
+// above are when the op log times kernels (`tessel plan calibrate` fits its cost from that time).
+template <class F>
+auto run_cpu_kernel_now(F&& body) {
+  const DeviceAccessScope on_device;
+  if (!op_log().timing()) return body();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto note = [t0] {
+    op_log().set_seconds_of_last(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
+  if constexpr (std::is_void_v<decltype(body())>) {
+    body();
+    note();
+  } else {
+    auto result = body();
+    note();
+    return result;
+  }
 }
 
 }  // namespace tessel::kernels

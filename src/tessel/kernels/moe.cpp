@@ -113,9 +113,10 @@ double balance_loss_rows(const RouterConfig& c, const Tensor& row_seq, int64_t T
   const Device device = common_device(op, {&row_seq, &scores, &counts, &dscores});
   record_op(op, {&row_seq, &scores, &counts}, {&dscores}, ops(scores, 6.0));
   if (device == Device::meta) return 0.0;
-  const DeviceAccessScope on_device;
-  return balance_loss_rows(c, N, row_seq.data<int64_t>(), T, alpha, scores.data<float>(), counts.data<float>(),
-                           grad_scale, dscores.data<float>());
+  return run_cpu_kernel_now([&] {
+    return balance_loss_rows(c, N, row_seq.data<int64_t>(), T, alpha, scores.data<float>(), counts.data<float>(),
+                             grad_scale, dscores.data<float>());
+  });
 }
 
 double router_z_loss(const Tensor& logits, float coeff, float grad_scale, const Tensor& daux) {
@@ -126,8 +127,8 @@ double router_z_loss(const Tensor& logits, float coeff, float grad_scale, const 
   const Device device = common_device(op, {&logits, &daux});
   record_op(op, {&logits, &daux}, {&daux}, ops(logits, 6.0));
   if (device == Device::meta) return 0.0;
-  const DeviceAccessScope on_device;
-  return router_z_loss(logits.size(0), logits.size(1), logits.data<float>(), coeff, grad_scale, daux.data<float>());
+  return run_cpu_kernel_now(
+      [&] { return router_z_loss(logits.size(0), logits.size(1), logits.data<float>(), coeff, grad_scale, daux.data<float>()); });
 }
 
 void gather_rows(const Tensor& src, const Tensor& index, const Tensor& out) {

@@ -35,13 +35,14 @@ double cross_entropy(const Tensor& logits, const Tensor& targets, float grad_sca
   const Device device = common_device("cross_entropy", {&logits, &targets, &dlogits});
   record_op("cross_entropy", {&logits, &targets}, {&dlogits}, per_logit(logits, dlogits.defined() ? 4.0 : 2.0));
   if (device == Device::meta) return 0.0;
-  const DeviceAccessScope on_device;
-  const int64_t N = logits.size(0), V = logits.size(1);
-  const float* x = logits.data<float>();
-  const int64_t* t = targets.data<int64_t>();
-  if (!dlogits.defined()) return softmax_xent<float>(N, V, x, t, 0.0f, nullptr);
-  if (dlogits.dtype() == DType::bf16) return softmax_xent(N, V, x, t, grad_scale, dlogits.data<bf16>());
-  return softmax_xent(N, V, x, t, grad_scale, dlogits.data<float>());
+  return run_cpu_kernel_now([&] {
+    const int64_t N = logits.size(0), V = logits.size(1);
+    const float* x = logits.data<float>();
+    const int64_t* t = targets.data<int64_t>();
+    if (!dlogits.defined()) return softmax_xent<float>(N, V, x, t, 0.0f, nullptr);
+    if (dlogits.dtype() == DType::bf16) return softmax_xent(N, V, x, t, grad_scale, dlogits.data<bf16>());
+    return softmax_xent(N, V, x, t, grad_scale, dlogits.data<float>());
+  });
 }
 
 void xent_local_max_and_target(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
@@ -90,11 +91,12 @@ double xent_vocab_parallel_finish(const Tensor& logits, const Tensor& targets, i
   record_op(op, {&logits, &targets, &row_max, &sum_exp, &target_logit}, {&dlogits},
             dlogits.defined() ? per_logit(logits, 3.0) : 0.0);
   if (device == Device::meta) return 0.0;
-  const DeviceAccessScope on_device;
-  return xent_vocab_parallel_finish(logits.size(0), logits.size(1), logits.data<float>(), targets.data<int64_t>(),
-                                    vocab_begin, row_max.data<float>(), sum_exp.data<float>(),
-                                    target_logit.data<float>(), grad_scale,
-                                    dlogits.defined() ? dlogits.data<float>() : nullptr);
+  return run_cpu_kernel_now([&] {
+    return xent_vocab_parallel_finish(logits.size(0), logits.size(1), logits.data<float>(), targets.data<int64_t>(),
+                                      vocab_begin, row_max.data<float>(), sum_exp.data<float>(),
+                                      target_logit.data<float>(), grad_scale,
+                                      dlogits.defined() ? dlogits.data<float>() : nullptr);
+  });
 }
 
 }  // namespace tessel::kernels
