@@ -223,9 +223,10 @@ int run_calibration(const plan::CalibrateOptions& o) {
   if (world->rank() == 0) {
     plan::save_hardware_profile(p, o.out);
     std::printf("wrote %s: %s | gemm bf16 peak %.1f GFLOP/s, f32 %.1f GFLOP/s | memory %.1f GB/s | kernel latency "
-                "%.1f us | %s\n",
+                "%.1f us, host %.1f us per kernel | %s\n",
                 o.out.c_str(), p.name.c_str(), p.compute.at("gemm.bf16").peak_flops / 1e9,
                 p.compute.at("gemm.f32").peak_flops / 1e9, p.memory_bandwidth / 1e9, p.kernel_latency_s * 1e6,
+                p.host_seconds_per_kernel * 1e6,
                 p.networks.empty() ? "no collectives (run under mpirun -np 2 to measure them)"
                                    : "collectives measured");
   }

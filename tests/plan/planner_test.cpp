@@ -103,8 +103,11 @@ TEST(CollectiveCost, GroupsSpanningNodesNeedTheInterNodeLevel) {
 TEST(HardwareProfile, TesselFormatRoundTripsAndBadFieldsAreNamed) {
   HardwareProfile hw = simple_profile();
   hw.compute["gemm.bf16"].efficiency.points = {{{128, 256, 512}, "NT+acc", 0.5}};
+  hw.host_seconds_per_kernel = 7e-6;
   const HardwareProfile back = hardware_profile_from_json_text(hardware_profile_to_json_text(hw), "round trip");
   EXPECT_EQ(back.compute.at("gemm.bf16").efficiency.at({128, 256, 512}, "NT+acc"), 0.5);
+  EXPECT_NEAR(back.host_seconds_per_kernel, 7e-6, 1e-18);
+  hw.host_seconds_per_kernel = 0;
   EXPECT_DOUBLE_EQ(back.networks.at("intra_node").ops.at("all_reduce").scale, 2.0);
   EXPECT_DOUBLE_EQ(back.memory_bandwidth, 100e9);
 
@@ -287,6 +290,11 @@ TEST(Estimate, OneProcessStepIsEveryKernelOfTheStepPricedByTheProfile) {
   EXPECT_GT(e.stages[0].forward_s, 0);
   EXPECT_NEAR(e.stages[0].forward_s + e.stages[0].backward_s + e.stages[0].weight_s,
               (e.stages[0].pipeline_end_s) / 2, 1e-12);
+  // The host's time per kernel call (a cpu profile's host_us_per_kernel) is paid once per call.
+  HardwareProfile with_host = hw;
+  with_host.host_seconds_per_kernel = 3e-6;
+  const Estimate h = estimate_step(cfg, with_host, 1);
+  EXPECT_NEAR(h.step_s, expected + priced * 3e-6, 1e-12 * expected);
 }
 
 // Twice the peak and the bandwidth, no latencies: exactly half the time.

@@ -126,13 +126,17 @@ const char* kCalibrationModels[] = {
 
 // Every op family other than the GEMMs, timed inside real training steps: per distinct call
 // (family, shapes) the fastest of its calls (the first step's are cold), then per family
-// efficiency = its bytes (attention: FLOPs) over its time less the kernel latency.
+// efficiency = its bytes (attention: FLOPs) over its time less the kernel latency. And the host's
+// time between kernels (dispatch, allocation, the modules' own code): the last step's wall time less
+// its kernels' times, per kernel call, over all the models.
 void measure_step_kernels(HardwareProfile& p) {
   struct Sum {
     double work = 0, seconds = 0;
   };
   std::map<std::string, Sum> memory_ops;
   std::vector<std::pair<kernels::OpRecord, double>> attention;
+  double host_seconds = 0;
+  int64_t host_calls = 0;
   for (const char* yaml : kCalibrationModels) {
     const train::Config cfg = train::Config::from_yaml_text(yaml, {}, "calibration model");
     auto local = comm::make_local_communicator();
@@ -140,6 +144,14 @@ void measure_step_kernels(HardwareProfile& p) {
     kernels::op_log().set_timing(true);
     const train::StepMeasurement m = train::measure_training_step(cfg, groups, Device::cpu, 3, nullptr, true);
     kernels::op_log().set_timing(false);
+    const size_t last_begin = m.records_at_step_end.end()[-2], last_end = m.records_at_step_end.back();
+    double kernel_seconds = 0;
+    for (size_t i = last_begin; i < last_end; ++i) {
+      TESSEL_CHECK(m.op_records[i].seconds >= 0, "calibrate: a {} call was not timed", m.op_records[i].op);
+      kernel_seconds += m.op_records[i].seconds;
+      host_calls += m.op_records[i].count;
+    }
+    host_seconds += std::max(0.0, m.step_seconds.back() - kernel_seconds);
     std::map<std::string, std::pair<kernels::OpRecord, double>> fastest;  // by family and shapes
     for (const kernels::OpRecord& r : m.op_records) {
       if (r.seconds < 0 || r.op == "gemm" || r.op == "fp8_gemm") continue;
@@ -170,6 +182,7 @@ void measure_step_kernels(HardwareProfile& p) {
     seconds += s.seconds;
   }
   p.memory["default"].efficiency = seconds > 0 ? work / seconds / p.memory_bandwidth : 1.0;
+  p.host_seconds_per_kernel = host_calls > 0 ? host_seconds / double(host_calls) : 0.0;
   // Attention runs in fp32 on the cpu: its efficiency is relative to the f32 GEMM peak.
   const double peak = p.compute.at("gemm.f32").peak_flops;
   for (const char* kind : {"attention_fwd", "attention_bwd"}) {

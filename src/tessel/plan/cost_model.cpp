@@ -82,13 +82,13 @@ double op_seconds(const HardwareProfile& hw, const kernels::OpRecord& r) {
     const size_t n = efficiency_dims_into(r, dims);
     const double eff = it->second.efficiency.at(std::span<const double>(dims.data(), n), r.variant);
     TESSEL_CHECK(eff > 0, "hardware profile {}: compute.{} has efficiency 0 for {}", hw.source, kind, r.op);
-    return hw.kernel_latency_s + r.flops / (it->second.peak_flops * eff);
+    return hw.kernel_latency_s + hw.host_seconds_per_kernel + r.flops / (it->second.peak_flops * eff);
   }
   auto it = hw.memory.find(r.op);
   if (it == hw.memory.end()) it = hw.memory.find("default");
   TESSEL_CHECK(it != hw.memory.end(), "hardware profile {} has no memory efficiency for '{}' nor a default",
                hw.source, r.op);
-  return hw.kernel_latency_s + hw.memory_latency_s +
+  return hw.kernel_latency_s + hw.host_seconds_per_kernel + hw.memory_latency_s +
          double(r.bytes_read + r.bytes_written) / (hw.memory_bandwidth * it->second.efficiency);
 }
 

@@ -108,6 +108,7 @@ HardwareProfile from_tessel_json(const json& j, const std::string& source) {
   p.memory_gib = top.number_or("memory_gib", 0, 0, 1e9);
   p.threads = int(top.integer_or("threads", 0, 0, 4096));
   p.kernel_latency_s = top.number_or("kernel_latency_us", 0, 0, 1e9) * 1e-6;
+  p.host_seconds_per_kernel = top.number_or("host_us_per_kernel", 0, 0, 1e9) * 1e-6;
   p.async_progress = top.boolean_or("async_progress", true);
   const JsonFields compute = top.object("compute");
   for (const auto& [kind, value] : compute.json().items()) {
@@ -414,6 +415,7 @@ std::string hardware_profile_to_json_text(const HardwareProfile& p) {
                   {"memory_gib", p.memory_gib},
                   {"threads", p.threads},
                   {"kernel_latency_us", p.kernel_latency_s * 1e6},
+                  {"host_us_per_kernel", p.host_seconds_per_kernel * 1e6},
                   {"async_progress", p.async_progress},
                   {"compute", compute},
                   {"memory",

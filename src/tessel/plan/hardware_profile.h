@@ -106,6 +106,10 @@ struct HardwareProfile {
   // Memory-bound op classes by op family (kernels::OpRecord::op), and "default" for the rest.
   std::map<std::string, MemoryOpProfile, std::less<>> memory;
   double kernel_latency_s = 0;  // added to every kernel call
+  // The host's time per kernel call outside the kernel (dispatch, allocation, the modules' code
+  // between kernels), added to every call: a cpu rank runs it on the cores that compute. 0 for a
+  // GPU profile, whose host launches run ahead of the device.
+  double host_seconds_per_kernel = 0;
   double memory_latency_s = 0;  // added to every memory-bound kernel call (SimuMax: bandwidth latency_us)
   // Collectives progress while the device computes (NCCL on its own stream: yes; MPI on cpu ranks
   // sharing the cores: no, OpenMPI progresses only inside MPI calls).

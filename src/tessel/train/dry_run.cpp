@@ -89,7 +89,12 @@ StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& gr
       const Shape shape{cfg.train.micro_batch_size, cfg.model.seq_length};
       (k < local ? mbs : held).push_back({Tensor::zeros(shape, DType::i64), Tensor::zeros(shape, DType::i64)});
     }
-    for (int s = 0; s < steps; ++s) t.step(mbs, s);
+    for (int s = 0; s < steps; ++s) {
+      const auto t0 = std::chrono::steady_clock::now();
+      t.step(mbs, s);
+      m.step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      m.records_at_step_end.push_back(kernels::op_log().size());
+    }
   }
   const MemoryStats after = a.stats();
   m.peak_bytes = after.peak_total - before.current_total;

@@ -38,6 +38,10 @@ struct StepMeasurement {
   // with keep_records: the planner prices them one by one).
   std::vector<kernels::OpRecord> op_records;
   std::vector<comm::CommRecord> comm_records;
+  // Per step: its wall time, and how many op records the log held when it ended: step s >= 1's
+  // kernel calls are op_records [records_at_step_end[s - 1], records_at_step_end[s]).
+  std::vector<double> step_seconds;
+  std::vector<size_t> records_at_step_end;
 };
 
 // The micro-batches per rank of a step on `dp` data-parallel ranks (chunks: a pipeline's chunks per
