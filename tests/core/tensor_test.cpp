@@ -262,6 +262,24 @@ TEST(Tensor, CopyFromRowDenseSlices) {
   EXPECT_GT(w.data<float>()[2], 0.0f);
 }
 
+// Two views of one buffer through distinct Storage objects (from_blob here; a strict-mode kernel's
+// borrowed views likewise) whose rows overlap across rows: every destination row must get the
+// source's values as they were before the copy, not values an earlier row has already written.
+TEST(Tensor, CopyFromOverlappingViewsOfOneBufferReadsTheValuesBeforeTheCopy) {
+  std::vector<float> buf(6 * 9);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = float(i);
+  const std::vector<float> before = buf;
+  const Tensor a = Tensor::from_blob(buf.data(), {6, 9}, DType::f32);
+  Tensor b = Tensor::from_blob(buf.data(), {6, 9}, DType::f32);
+  // Destination rows 1..5, columns 0..7 <- source rows 0..4, columns 1..8: destination row r (buffer
+  // row r + 1) is source row r + 1's bytes shifted by one, read after row r has written them.
+  b.slice(0, 1, 6).slice(1, 0, 8).copy_from(a.slice(0, 0, 5).slice(1, 1, 9));
+  for (int64_t r = 0; r < 5; ++r)
+    for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(buf[size_t((r + 1) * 9 + c)], before[size_t(r * 9 + c + 1)]) << r << "," << c;
+  EXPECT_EQ(buf[8], before[8]);  // row 0 untouched
+  EXPECT_EQ(buf[1 * 9 + 8], before[1 * 9 + 8]);  // column 8 of the destination rows untouched
+}
+
 TEST(Tensor, ToAndCloneAreIndependentCopies) {
   const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Tensor t = iota2d(3, 4);

@@ -153,7 +153,7 @@ INSTANTIATE_TEST_SUITE_P(
 // every kernel call of a cpu step is timed, those whose result the host reads as they return
 // (cross-entropy, the gradient norm's sum of squares, FP8 amaxes, the MoE auxiliary losses)
 // included, in strict mode too. MoE with MLA and MTP, the three FP8 recipes, vocabulary-parallel
-// cross-entropy under tp.
+// cross-entropy under tp, ring attention under cp.
 TEST(OpTiming, EveryKernelCallOfACpuStepIsTimed) {
   const std::vector<std::tuple<const char*, int, std::vector<std::string>>> layouts = {
       {testing::kTinyDeepSeekYaml, 1, {}},
@@ -162,15 +162,21 @@ TEST(OpTiming, EveryKernelCallOfACpuStepIsTimed) {
       {testing::kTinyLlamaYaml, 1, {"precision.fp8.recipe=block"}},
       {testing::kTinyGpt2Yaml, 1, {"precision.fp8.recipe=current"}},
       {testing::kTinyLlamaYaml, 2, {"parallel.tensor_model_parallel_size=2"}},
+      {testing::kTinyLlamaYaml, 2, {"parallel.context_parallel_size=2"}},  // ring attention
   };
   for (const auto& [yaml, world, sets] : layouts) {
     const Config cfg = Config::from_yaml_text(yaml, sets);
     const std::string where = fmt::format("{}", fmt::join(sets, " "));
     auto w = comm::make_meta_communicator(0, world);
     comm::ParallelState groups(*w, cfg.parallel_sizes());
-    kernels::op_log().set_timing(true);
-    const StepMeasurement m = measure_training_step(cfg, groups, Device::cpu, 1, nullptr, true);
-    kernels::op_log().set_timing(false);
+    struct Timing {  // on for this measurement only, even if it throws
+      Timing() { kernels::op_log().set_timing(true); }
+      ~Timing() { kernels::op_log().set_timing(false); }
+    };
+    const StepMeasurement m = [&] {
+      const Timing on;
+      return measure_training_step(cfg, groups, Device::cpu, 1, nullptr, true);
+    }();
     ASSERT_FALSE(m.op_records.empty()) << where;
     std::set<std::string> untimed;
     for (const kernels::OpRecord& r : m.op_records)

@@ -206,6 +206,21 @@ void for_each_element(const Tensor& t, F&& f) {
   }
 }
 
+// Whether two views' elements can share bytes: their spans [first, last element] meet. Storage
+// identity cannot tell: a borrowed view (a strict-mode kernel's) and two from_blob tensors over one
+// buffer each have a Storage of their own. Strides are never negative; both views are non-empty.
+bool spans_meet(const Tensor& a, const Tensor& b) {
+  const auto span = [](const Tensor& t) {
+    const char* first = static_cast<const char*>(t.raw());
+    int64_t last = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+    return std::make_pair(first, first + size_t(last + 1) * dtype_size(t.dtype()));
+  };
+  const auto [a0, a1] = span(a);
+  const auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
 }  // namespace
 
 void Tensor::copy_from(const Tensor& src) {
@@ -223,6 +238,7 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::copy_elements_from(const Tensor& src) {
+  if (numel() == 0) return;
   if (src.dtype_ == dtype_ && is_contiguous() && src.is_contiguous()) {
     std::memmove(raw(), src.raw(), nbytes());
     return;
@@ -239,13 +255,12 @@ void Tensor::copy_elements_from(const Tensor& src) {
     for (int64_t i = 0, n = numel(); i < n; ++i) d[i] = float(s[i]);
     return;
   }
-  // Same dtype, distinct storage (no overlap), rows dense in both (a column slice, a head's
-  // columns): one memcpy per innermost row instead of element by element through doubles.
+  // Same dtype, no byte shared, rows dense in both (a column slice, a head's columns): one memcpy
+  // per innermost row instead of element by element through doubles.
   const int64_t nd = dim();
-  if (src.dtype_ == dtype_ && storage_ != src.storage_ && nd >= 1 && strides_[size_t(nd - 1)] == 1 &&
-      src.strides_[size_t(nd - 1)] == 1) {
+  const bool apart = !spans_meet(*this, src);
+  if (src.dtype_ == dtype_ && apart && nd >= 1 && strides_[size_t(nd - 1)] == 1 && src.strides_[size_t(nd - 1)] == 1) {
     const int64_t inner = shape_[size_t(nd - 1)], n = numel();
-    if (n == 0) return;
     const size_t es = dtype_size(dtype_), row_bytes = size_t(inner) * es;
     char* d = static_cast<char*>(raw());
     const char* s = static_cast<const char*>(src.raw());
@@ -264,9 +279,8 @@ void Tensor::copy_elements_from(const Tensor& src) {
     }
     return;
   }
-  // Widening and strided copies element by element. A view of the same storage may overlap this
-  // one, so only then are the values staged first.
-  if (storage_ != src.storage_ && (is_contiguous() || src.is_contiguous())) {
+  // Widening and strided copies element by element. Views whose bytes may meet are staged first.
+  if (apart && (is_contiguous() || src.is_contiguous())) {
     if (is_contiguous()) {
       char* d = static_cast<char*>(raw());
       const size_t es = dtype_size(dtype_);

@@ -144,6 +144,8 @@ void measure_step_kernels(HardwareProfile& p) {
     kernels::op_log().set_timing(true);
     const train::StepMeasurement m = train::measure_training_step(cfg, groups, Device::cpu, 3, nullptr, true);
     kernels::op_log().set_timing(false);
+    TESSEL_CHECK(m.records_at_step_end.size() >= 2, "calibrate: a calibration model ran {} steps, needs 2",
+                 m.records_at_step_end.size());
     const size_t last_begin = m.records_at_step_end.end()[-2], last_end = m.records_at_step_end.back();
     double kernel_seconds = 0;
     for (size_t i = last_begin; i < last_end; ++i) {
@@ -273,8 +275,8 @@ CollectiveProfile fit_collective(comm::Communicator& w, const std::string& kind,
 HardwareProfile calibrate_machine(comm::Communicator& world, const CalibrateOptions& o) {
   TESSEL_CHECK(o.repeats >= 1, "calibrate: --repeats must be >= 1, got {}", o.repeats);
   TESSEL_CHECK(!strict_cpu(),
-               "calibrate times each cpu kernel as it runs, and TESSEL_DEVICE=cpu-strict queues them (they run later, "
-               "on the queue thread): calibrate in the default cpu mode (unset TESSEL_DEVICE)");
+               "calibrate measures the default cpu mode, and TESSEL_DEVICE=cpu-strict adds its own cost to every "
+               "kernel call (page protection, the queue's hand-over): calibrate with TESSEL_DEVICE unset");
   HardwareProfile p;
   const int threads = omp_get_max_threads();
   p.name = o.name.empty() ? fmt::format("{}, {} thread{} per rank, {} rank{}", cpu_model_name(), threads,
