@@ -1,8 +1,13 @@
 #include "tessel/ckpt/host_copies.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 
 #include "tessel/core/device.h"
 
@@ -13,9 +18,9 @@ namespace {
 // and a fresh 1.6 GB allocation costs seconds of page faults each time. Returned by the writer's
 // thread, taken by the training thread.
 std::mutex g_mu;
-std::multimap<size_t, std::unique_ptr<std::byte[]>> g_free;
+std::multimap<size_t, HostBuffer> g_free;
 
-std::unique_ptr<std::byte[]> take_buffer(size_t bytes) {
+HostBuffer take_buffer(size_t bytes) {
   {
     const std::lock_guard lock(g_mu);
     if (const auto it = g_free.find(bytes); it != g_free.end()) {
@@ -24,9 +29,24 @@ std::unique_ptr<std::byte[]> take_buffer(size_t bytes) {
       return buf;
     }
   }
-  return std::unique_ptr<std::byte[]>(new std::byte[bytes]);  // not zeroed: it is overwritten at once
+  // Not zeroed: it is overwritten at once. Transparent huge pages where the kernel gives them on
+  // request (enabled = madvise): the first save's copy faults its pages in, about 3.5 us per 4 KiB
+  // page on a VM (5.6 s for 1.6 GB), 2.9 s in 2 MiB pages.
+  constexpr size_t kHuge = size_t(2) << 20;
+  if (bytes >= kHuge) {
+    const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+    if (void* p = std::aligned_alloc(kHuge, rounded)) {
+      (void)::madvise(p, rounded, MADV_HUGEPAGE);  // advice: without it, 4 KiB pages as before
+      return HostBuffer(static_cast<std::byte*>(p));
+    }
+  }
+  void* p = std::malloc(std::max<size_t>(bytes, 1));
+  if (!p) throw std::bad_alloc();
+  return HostBuffer(static_cast<std::byte*>(p));
 }
 }  // namespace
+
+void FreeHostBuffer::operator()(std::byte* p) const noexcept { std::free(p); }
 
 HostCopies::HostCopies(const NamedTensors& from) {
   const DeviceAccessScope copy;  // device memory to the host, after the kernels launched before

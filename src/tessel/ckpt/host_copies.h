@@ -12,6 +12,12 @@
 
 namespace tessel::ckpt {
 
+// A host buffer from malloc or aligned_alloc, given back with free.
+struct FreeHostBuffer {
+  void operator()(std::byte* p) const noexcept;
+};
+using HostBuffer = std::unique_ptr<std::byte[], FreeHostBuffer>;
+
 class HostCopies {
  public:
   // Copies every tensor (an explicit device-to-host copy: it opens its own DeviceAccessScope).
@@ -22,7 +28,7 @@ class HostCopies {
   const NamedTensors& tensors() const { return tensors_; }
 
  private:
-  std::vector<std::pair<size_t, std::unique_ptr<std::byte[]>>> buffers_;  // (bytes, buffer)
+  std::vector<std::pair<size_t, HostBuffer>> buffers_;  // (bytes, buffer)
   NamedTensors tensors_;
 };
 
