@@ -1,5 +1,6 @@
 #include "tessel/core/tensor.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -210,11 +211,11 @@ void for_each_element(const Tensor& t, F&& f) {
 // identity cannot tell: a borrowed view (a strict-mode kernel's) and two from_blob tensors over one
 // buffer each have a Storage of their own. Strides are never negative; both views are non-empty.
 bool spans_meet(const Tensor& a, const Tensor& b) {
-  const auto span = [](const Tensor& t) {
-    const char* first = static_cast<const char*>(t.raw());
+  const auto span = [](const Tensor& t) {  // as integers: pointers into unrelated buffers do not compare
+    const auto first = reinterpret_cast<std::uintptr_t>(t.raw());
     int64_t last = 0;
     for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-    return std::make_pair(first, first + size_t(last + 1) * dtype_size(t.dtype()));
+    return std::make_pair(first, first + std::uintptr_t(last + 1) * dtype_size(t.dtype()));
   };
   const auto [a0, a1] = span(a);
   const auto [b0, b1] = span(b);
