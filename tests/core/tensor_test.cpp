@@ -278,6 +278,16 @@ TEST(Tensor, CopyFromOverlappingViewsOfOneBufferReadsTheValuesBeforeTheCopy) {
     for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(buf[size_t((r + 1) * 9 + c)], before[size_t(r * 9 + c + 1)]) << r << "," << c;
   EXPECT_EQ(buf[8], before[8]);  // row 0 untouched
   EXPECT_EQ(buf[1 * 9 + 8], before[1 * 9 + 8]);  // column 8 of the destination rows untouched
+
+  // The staged copy of one dtype keeps every bit: i64 values above 2^53, which a double would round.
+  std::vector<int64_t> ids(6 * 9);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int64_t(1) << 60) + int64_t(i);
+  const std::vector<int64_t> ids_before = ids;
+  const Tensor x = Tensor::from_blob(ids.data(), {6, 9}, DType::i64);
+  Tensor y = Tensor::from_blob(ids.data(), {6, 9}, DType::i64);
+  y.slice(0, 1, 6).slice(1, 0, 8).copy_from(x.slice(0, 0, 5).slice(1, 1, 9));
+  for (int64_t r = 0; r < 5; ++r)
+    for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(ids[size_t((r + 1) * 9 + c)], ids_before[size_t(r * 9 + c + 1)]) << r << "," << c;
 }
 
 TEST(Tensor, ToAndCloneAreIndependentCopies) {

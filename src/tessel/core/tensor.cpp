@@ -1,5 +1,6 @@
 #include "tessel/core/tensor.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -295,6 +296,13 @@ void Tensor::copy_elements_from(const Tensor& src) {
         store_from_double(p, dtype_, load_as_double(s + size_t(i) * es, src.dtype_));
       });
     }
+    return;
+  }
+  if (src.dtype_ == dtype_) {  // staged as bytes: exact for every dtype (i64 above 2^53 included)
+    const size_t es = dtype_size(dtype_);
+    std::vector<std::byte> staged(size_t(src.numel()) * es);
+    for_each_element(src, [&](void* p, int64_t i) { std::memcpy(staged.data() + size_t(i) * es, p, es); });
+    for_each_element(*this, [&](void* p, int64_t i) { std::memcpy(p, staged.data() + size_t(i) * es, es); });
     return;
   }
   std::vector<double> vals(size_t(src.numel()));
