@@ -265,29 +265,26 @@ TEST(Tensor, CopyFromRowDenseSlices) {
 // Two views of one buffer through distinct Storage objects (from_blob here; a strict-mode kernel's
 // borrowed views likewise) whose rows overlap across rows: every destination row must get the
 // source's values as they were before the copy, not values an earlier row has already written.
-TEST(Tensor, CopyFromOverlappingViewsOfOneBufferReadsTheValuesBeforeTheCopy) {
-  std::vector<float> buf(6 * 9);
-  for (size_t i = 0; i < buf.size(); ++i) buf[i] = float(i);
-  const std::vector<float> before = buf;
-  const Tensor a = Tensor::from_blob(buf.data(), {6, 9}, DType::f32);
-  Tensor b = Tensor::from_blob(buf.data(), {6, 9}, DType::f32);
-  // Destination rows 1..5, columns 0..7 <- source rows 0..4, columns 1..8: destination row r (buffer
-  // row r + 1) is source row r + 1's bytes shifted by one, read after row r has written them.
+// Destination rows 1..5, columns 0..7 <- source rows 0..4, columns 1..8 of a [6, 9] buffer: row r
+// (buffer row r + 1) reads source row r + 1's bytes shifted by one, after row r has written them.
+template <class T>
+void check_overlapping_copy(DType dtype, T first) {
+  std::vector<T> buf(6 * 9);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = T(first + T(i));
+  const std::vector<T> before = buf;
+  const Tensor a = Tensor::from_blob(buf.data(), {6, 9}, dtype);
+  Tensor b = Tensor::from_blob(buf.data(), {6, 9}, dtype);
   b.slice(0, 1, 6).slice(1, 0, 8).copy_from(a.slice(0, 0, 5).slice(1, 1, 9));
   for (int64_t r = 0; r < 5; ++r)
     for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(buf[size_t((r + 1) * 9 + c)], before[size_t(r * 9 + c + 1)]) << r << "," << c;
-  EXPECT_EQ(buf[8], before[8]);  // row 0 untouched
+  EXPECT_EQ(buf[8], before[8]);                  // row 0 untouched
   EXPECT_EQ(buf[1 * 9 + 8], before[1 * 9 + 8]);  // column 8 of the destination rows untouched
+}
 
+TEST(Tensor, CopyFromOverlappingViewsOfOneBufferReadsTheValuesBeforeTheCopy) {
+  check_overlapping_copy<float>(DType::f32, 0.0f);
   // The staged copy of one dtype keeps every bit: i64 values above 2^53, which a double would round.
-  std::vector<int64_t> ids(6 * 9);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int64_t(1) << 60) + int64_t(i);
-  const std::vector<int64_t> ids_before = ids;
-  const Tensor x = Tensor::from_blob(ids.data(), {6, 9}, DType::i64);
-  Tensor y = Tensor::from_blob(ids.data(), {6, 9}, DType::i64);
-  y.slice(0, 1, 6).slice(1, 0, 8).copy_from(x.slice(0, 0, 5).slice(1, 1, 9));
-  for (int64_t r = 0; r < 5; ++r)
-    for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(ids[size_t((r + 1) * 9 + c)], ids_before[size_t(r * 9 + c + 1)]) << r << "," << c;
+  check_overlapping_copy<int64_t>(DType::i64, int64_t(1) << 60);
 }
 
 TEST(Tensor, ToAndCloneAreIndependentCopies) {
