@@ -169,12 +169,8 @@ TEST(OpTiming, EveryKernelCallOfACpuStepIsTimed) {
     const std::string where = fmt::format("{}", fmt::join(sets, " "));
     auto w = comm::make_meta_communicator(0, world);
     comm::ParallelState groups(*w, cfg.parallel_sizes());
-    struct Timing {  // on for this measurement only, even if it throws
-      Timing() { kernels::op_log().set_timing(true); }
-      ~Timing() { kernels::op_log().set_timing(false); }
-    };
     const StepMeasurement m = [&] {
-      const Timing on;
+      const kernels::OpTimingScope timed;  // on for this measurement only, even if it throws
       return measure_training_step(cfg, groups, Device::cpu, 1, nullptr, true);
     }();
     ASSERT_FALSE(m.op_records.empty()) << where;

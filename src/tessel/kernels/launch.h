@@ -15,27 +15,10 @@
 
 namespace tessel::kernels {
 
-// With the op log timing kernels (`tessel plan calibrate`), every kernel runs where it is launched,
-// strict mode included, so that its own time can be taken.
-template <class F, class... T>
-void launch_cpu_kernel(F&& body, const T&... tensors) {
-  if (!cpu_launches_queued() || op_log().timing() || (tensors.is_host_memory() || ...)) {
-    const DeviceAccessScope on_device;
-    if (!op_log().timing()) {
-      body(tensors...);
-      return;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    body(tensors...);
-    op_log().set_seconds_of_last(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    return;
-  }
-  launch_on_cpu([body = std::forward<F>(body), ... views = tensors.borrow()]() mutable { body(views...); });
-}
-
-// A kernel whose result the host reads as it returns (a loss, a norm, an amax, a count): it runs
-// before the call returns, in strict mode after the queue has drained, and is timed as the bodies
-// above are when the op log times kernels (`tessel plan calibrate` fits its cost from that time).
+// A kernel whose result the host reads as it returns (a loss, a norm, an amax, a count), and every
+// kernel that runs where it is launched: it runs before the call returns, in strict mode after the
+// queue has drained, and is timed when the op log times kernels (`tessel plan calibrate` fits each
+// op family's cost from that time).
 template <class F>
 auto run_cpu_kernel_now(F&& body) {
   const DeviceAccessScope on_device;
@@ -52,6 +35,15 @@ auto run_cpu_kernel_now(F&& body) {
     note();
     return result;
   }
+}
+
+// With the op log timing kernels (`tessel plan calibrate`), every kernel runs where it is launched,
+// strict mode included, so that its own time can be taken.
+template <class F, class... T>
+void launch_cpu_kernel(F&& body, const T&... tensors) {
+  if (!cpu_launches_queued() || op_log().timing() || (tensors.is_host_memory() || ...))
+    return run_cpu_kernel_now([&] { body(tensors...); });
+  launch_on_cpu([body = std::forward<F>(body), ... views = tensors.borrow()]() mutable { body(views...); });
 }
 
 }  // namespace tessel::kernels

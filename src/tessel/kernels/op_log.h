@@ -104,6 +104,18 @@ class OpLog {
 // The process-wide log the dispatch points write to.
 OpLog& op_log();
 
+// Times the kernels (OpLog::set_timing) while it lives, and restores the setting, exceptions included.
+class OpTimingScope {
+ public:
+  OpTimingScope() : previous_(op_log().timing()) { op_log().set_timing(true); }
+  ~OpTimingScope() { op_log().set_timing(previous_); }
+  OpTimingScope(const OpTimingScope&) = delete;
+  OpTimingScope& operator=(const OpTimingScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Every op family a kernel records (OpRecord::op), sorted. A hardware profile's memory
 // efficiencies are keyed by these names, so a profile naming anything else is refused (a typo
 // would otherwise price that op at the default silently). tests/train/meta_step_test.cpp checks

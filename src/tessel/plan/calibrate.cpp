@@ -141,9 +141,10 @@ void measure_step_kernels(HardwareProfile& p) {
     const train::Config cfg = train::Config::from_yaml_text(yaml, {}, "calibration model");
     auto local = comm::make_local_communicator();
     comm::ParallelState groups(*local, cfg.parallel_sizes());
-    kernels::op_log().set_timing(true);
-    const train::StepMeasurement m = train::measure_training_step(cfg, groups, Device::cpu, 3, nullptr, true);
-    kernels::op_log().set_timing(false);
+    const train::StepMeasurement m = [&] {
+      const kernels::OpTimingScope timed;
+      return train::measure_training_step(cfg, groups, Device::cpu, 3, nullptr, true);
+    }();
     TESSEL_CHECK(m.records_at_step_end.size() >= 2, "calibrate: a calibration model ran {} steps, needs 2",
                  m.records_at_step_end.size());
     const size_t last_begin = m.records_at_step_end.end()[-2], last_end = m.records_at_step_end.back();
