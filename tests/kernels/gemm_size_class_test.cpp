@@ -45,6 +45,41 @@ TEST(GemmSizeClasses, CacheStaysBoundedOverEveryTokenCount) {
   EXPECT_GT(added, size_t(2 * 16));  // the exact small sizes at least: the count is real
 }
 
+TEST(GemmSizeClasses, RemaindersShareAFewPrimitives) {
+  // Every row count 200..600, as the rows of MoE experts come: the largest class of each, and its
+  // remainder as an overlapping power-of-two chunk (16, 32 or 64 rows). One primitive per remainder
+  // (2..16, 18..30, 36..60, ...) made about 45 here.
+  const int64_t n = 24, k = 8, max_tokens = 600;
+  const auto x = random_matrix<float>(max_tokens * k, 7), w = random_matrix<float>(n * k, 8);
+  std::vector<float> c(size_t(max_tokens * n));
+  const size_t before = kernels::gemm_cached_primitives();
+  for (int64_t t = 200; t <= max_tokens; ++t)
+    kernels::gemm(t, n, k, DType::f32, {x.data(), k, false}, {w.data(), k, true}, c.data(), n, false);
+  // Classes from 192 to 576: 4 + 8 + 2 = 14 heads, and the remainders' 16, 32 and 64.
+  EXPECT_LE(kernels::gemm_cached_primitives() - before, size_t(14 + 3));
+}
+
+TEST(GemmSizeClasses, AccumulatingRowChunksAddEachRowOnce) {
+  // C += A B^T over row counts that are not classes: a chunk overlapping rows already written would
+  // add their products twice. Checked against a float64 sum.
+  const int64_t N = 40, K = 72;
+  for (int64_t M : {17, 129, 300, 1000}) {
+    SCOPED_TRACE(::testing::Message() << "M=" << M);
+    const auto a = random_matrix<float>(M * K, 9), b = random_matrix<float>(N * K, 10);
+    const auto c0 = random_matrix<float>(M * N, 11);
+    std::vector<float> c = c0;
+    kernels::gemm(M, N, K, DType::f32, {a.data(), K, false}, {b.data(), K, true}, c.data(), N, /*accumulate=*/true);
+    double worst = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double want = c0[size_t(i * N + j)];
+        for (int64_t l = 0; l < K; ++l) want += double(a[size_t(i * K + l)]) * b[size_t(j * K + l)];
+        worst = std::max(worst, std::abs(c[size_t(i * N + j)] - want));
+      }
+    EXPECT_LT(worst, 1e-3);  // |products| ~ 1, K = 72: fp32 sums are off by ~1e-5; a twice-added row by ~8
+  }
+}
+
 // oneDNN's AVX-512 kernels (brgemm, f32 and bf16) compute a row of C alike whatever M is. Its AVX2
 // sgemm (gemm:jit, which bf16 also runs on there, widened) does not: rows in a tail of fewer than 4
 // of its 6-row tiles, and the rows where the threads' shares meet, are summed in another order, so

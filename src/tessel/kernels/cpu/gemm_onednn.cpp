@@ -6,12 +6,14 @@
 // dimension, so a run needs a few dozen per call site. The token dimension is M when A is not
 // transposed (forward, input gradient) and K when A is transposed and B is not (weight gradient:
 // dY^T X); the other dimensions are feature sizes, fixed per call site, and stay exact.
-// - M: the rows are cut into chunks whose sizes are classes (largest first). Each row of C depends
-//   only on its row of op(A), and oneDNN computes a row alike whatever M is, except a lone row: no
-//   chunk of 1 row is cut from a bigger M. Results are those of one exact-M GEMM (tested) on the
-//   AVX-512 kernels (brgemm); oneDNN's AVX2 sgemm sums the rows of a short tail of its 6-row tiles,
-//   and where threads' shares meet, in another order, so there the rows of any GEMM depend on M in
-//   the last bits, chunked or not.
+// - M: the rows are computed in chunks whose sizes are classes. Each row of C depends only on its
+//   row of op(A), and oneDNN computes a row alike whatever M is, except a lone row: no chunk of 1 row
+//   is cut from a bigger M. A GEMM that overwrites C runs its largest class and then a power-of-two
+//   chunk that ends at row M and overlaps rows already written (they come out the same); one that
+//   accumulates cuts M into classes that add up to it. Results are those of one exact-M GEMM
+//   (tested) on the AVX-512 kernels (brgemm); oneDNN's AVX2 sgemm sums the rows of a short tail of
+//   its 6-row tiles, and where threads' shares meet, in another order, so there the rows of any
+//   GEMM depend on M in the last bits, chunked or not.
 // - K: op(A) and op(B) are copied into zero-padded buffers of the class of K; the zero products add
 //   nothing. On this machine's AVX-512 BF16 kernels this gives the exact-K result bit for bit (checked
 //   for f32 and bf16 at 1 and 2 threads); kernels of other ISAs may differ from an exact-K GEMM in the
@@ -27,6 +29,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -240,7 +243,8 @@ struct GemmPlan {
   std::vector<PrimitiveCall> calls;
 };
 
-GemmPlan plan_gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool ta, int64_t lda, bool tb, int64_t ldb) {
+GemmPlan plan_gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool ta, int64_t lda, bool tb, int64_t ldb,
+                   bool accumulate) {
   GemmPlan p;
   const bool tokens_in_k = ta && !tb;
   p.Kc = tokens_in_k ? size_class_ceil(K, kExactDims) : K;
@@ -267,6 +271,21 @@ GemmPlan plan_gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool ta, int
     return p;
   }
   // Rows in size classes: one primitive per class, so the cache stays bounded whatever M is.
+  if (!accumulate && M > kExactDims) {
+    // C is overwritten: the largest class <= M, then the rows left (fewer than the classes'
+    // spacing) as the last R rows of C, R the power of two that holds them (at least kExactDims).
+    // Those R rows overlap rows already written, which are computed again from the same rows of
+    // op(A) and come out the same, so every remainder shares a few primitives (16, 32, 64, ...)
+    // instead of one per remainder: half the primitives of a MoE run.
+    const int64_t head = size_class_floor(M, kExactDims);
+    p.calls.push_back({0, head, K});
+    if (head < M) {
+      const int64_t tail = std::max(kExactDims, int64_t(std::bit_ceil(uint64_t(M - head))));
+      p.calls.push_back({M - tail, tail, K});
+    }
+    return p;
+  }
+  // C accumulates: no row may be computed twice, so the rows are cut into classes that add up to M.
   for (int64_t row = 0; row < M;) {
     const int64_t left = M - row;
     int64_t rows = size_class_floor(left, kExactDims);
@@ -283,7 +302,7 @@ GemmWorkspace gemm_cpu_workspace(int64_t M, int64_t N, int64_t K, DType ab_dtype
                                  bool trans_b, int64_t ldb, int64_t ldc, bool accumulate, bool bias) {
   if (M == 0 || N == 0 || K == 0) return {};
   to_dnnl(ab_dtype);
-  const GemmPlan p = plan_gemm(M, N, K, ab_dtype, trans_a, lda, trans_b, ldb);
+  const GemmPlan p = plan_gemm(M, N, K, ab_dtype, trans_a, lda, trans_b, ldb, accumulate);
   GemmWorkspace w{p.copies, {}};
   for (const PrimitiveCall& call : p.calls)
     w.scratchpads.push_back(
@@ -301,7 +320,7 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
   }
   to_dnnl(ab_dtype);  // an unsupported dtype fails before any copy
   const DeviceAccessScope on_device;  // a kernel: its workspace is device memory (inside a dispatch point: nothing to do)
-  const GemmPlan p = plan_gemm(M, N, K, ab_dtype, a.trans, a.ld, b.trans, b.ld);
+  const GemmPlan p = plan_gemm(M, N, K, ab_dtype, a.trans, a.ld, b.trans, b.ld, accumulate);
   Tensor a_copy, b_copy;  // widened and/or K-padded operands, held until the GEMM has run
   if (p.widen) {
     a = widen_bf16(a, a.trans ? K : M, p.copies[0].shape[1], p.copies[0].shape[0], a_copy);
