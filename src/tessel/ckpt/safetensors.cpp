@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "tessel/ckpt/checkpoint_files.h"
+#include "tessel/ckpt/file_writer.h"
 #include "tessel/ckpt/safetensors_header.h"
 #include "tessel/core/device_arena.h"
 
@@ -189,22 +190,19 @@ std::pair<uint32_t, int64_t> write_safetensors(const std::string& path, const st
   }
   std::string header = j.dump();
   header.append((8 - header.size() % 8) % 8, ' ');  // data section 8-byte aligned
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TESSEL_CHECK(out.good(), "cannot write safetensors file '{}'", path);
+  FileWriter out(path);  // around the page cache where the file system allows (file_writer.h)
   const uint64_t len = header.size();
   uint32_t crc = bytes_crc32(&len, 8);
-  int64_t bytes = 8 + int64_t(len);
-  out.write(reinterpret_cast<const char*>(&len), 8);
-  out.write(header.data(), int64_t(len));
+  out.append(&len, 8);
+  out.append(header.data(), len);
   crc = crc32_update(crc, header.data(), len);
   fail_if_disk_full(path);  // as a full disk would: the header written, the data not
   for (const auto& [name, t] : tensors) {
-    out.write(static_cast<const char*>(t.raw()), int64_t(t.nbytes()));
+    out.append(t.raw(), t.nbytes());
     crc = crc32_update(crc, t.raw(), t.nbytes());
-    bytes += int64_t(t.nbytes());
   }
-  out.flush();  // a full disk shows here, not in the destructor's silent close
-  TESSEL_CHECK(out.good(), "failed writing safetensors file '{}': {}", path, std::strerror(errno));
+  out.finish();  // a full disk shows here at the latest, not in a silent close
+  const int64_t bytes = out.bytes();
   return {crc, bytes};
 }
 
