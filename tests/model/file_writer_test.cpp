@@ -5,6 +5,9 @@
 
 #include "support/scratch_dir.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -18,6 +21,15 @@ using namespace tessel;
 using ckpt::FileWriter;
 
 namespace {
+
+// Whether the file system under `dir` takes O_DIRECT (the writer must then use it).
+bool file_system_takes_o_direct(const std::string& dir) {
+  const std::string probe = dir + "/probe";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_DIRECT, 0600);
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
+  return fd >= 0;
+}
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -58,6 +70,7 @@ TEST(FileWriter, WritesExactlyTheBytesAppendedInEitherMode) {
       const std::string path = dir / (std::to_string(c) + ".bin");
       FileWriter w(path, mode);
       const std::string want = append_pieces(w, cases[c]);
+      EXPECT_EQ(w.direct(), mode == FileWriter::Mode::direct_where_allowed && file_system_takes_o_direct(dir.dir));
       w.finish();
       EXPECT_EQ(w.bytes(), int64_t(want.size()));
       const std::string got = read_all(path);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -17,11 +18,11 @@ FileWriter::FileWriter(const std::string& path, Mode mode)
                kBufferBytes >> 20);
   constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
   if (mode == Mode::direct_where_allowed) {
-    fd_ = ::open(path.c_str(), kFlags | O_DIRECT, 0644);
+    fd_ = ::open(path.c_str(), kFlags | O_DIRECT, 0666);
     direct_ = fd_ >= 0;
   }
   if (fd_ < 0 && (mode == Mode::buffered || errno == EINVAL))  // EINVAL: no O_DIRECT on this file system
-    fd_ = ::open(path.c_str(), kFlags, 0644);
+    fd_ = ::open(path.c_str(), kFlags, 0666);
   TESSEL_CHECK(fd_ >= 0, "cannot write '{}': {}", path, std::strerror(errno));
 }
 

@@ -196,7 +196,7 @@ std::pair<uint32_t, int64_t> write_safetensors(const std::string& path, const st
   out.append(&len, 8);
   out.append(header.data(), len);
   crc = crc32_update(crc, header.data(), len);
-  fail_if_disk_full(path);  // as a full disk would: the header written, the data not
+  fail_if_disk_full(path);  // as a full disk would: the write fails partway, naming the file
   for (const auto& [name, t] : tensors) {
     out.append(t.raw(), t.nbytes());
     crc = crc32_update(crc, t.raw(), t.nbytes());

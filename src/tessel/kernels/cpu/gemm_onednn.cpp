@@ -275,7 +275,8 @@ GemmPlan plan_gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, bool ta, int
     // C is overwritten: the largest class <= M, then the rows left (fewer than the classes'
     // spacing) as the last R rows of C, R the power of two that holds them (at least kExactDims).
     // Those R rows overlap rows already written, which are computed again from the same rows of
-    // op(A) and come out the same, so every remainder shares a few primitives (16, 32, 64, ...)
+    // op(A) and come out the same (bit for bit on the AVX-512 kernels; on AVX2's the tail's values
+    // stay, deterministically), so every remainder shares a few primitives (16, 32, 64, ...)
     // instead of one per remainder: half the primitives of a MoE run.
     const int64_t head = size_class_floor(M, kExactDims);
     p.calls.push_back({0, head, K});
