@@ -58,9 +58,17 @@ struct MicroBatches {
   // DualPipe: the first and the second half of the micro-batches take other chunks (other stages),
   // so each half stands for its own (measured and real both even).
   bool halves = false;
+  bool pipelined = false;  // more than one pipeline stage: the micro-batches overlap in the schedule
   // The step's own index of measured micro-batch k: under `halves` the second half's first measured
-  // one is the real second half's first.
-  int real_index(int k) const { return halves && measured < real && k >= measured / 2 ? k - measured / 2 + real / 2 : k; }
+  // one is the real second half's first. Without a pipeline the micro-batches run one after another
+  // and the last measured one is the real last (a peak while its gradients are reduced, say); in a
+  // pipeline the measured ones fill it as the first real ones do, and keep their indices (so a peak
+  // in the last measured one's backward, at a gradient reduction, is named by its measured index).
+  int real_index(int k) const {
+    if (measured >= real) return k;
+    if (!pipelined) return k == measured - 1 ? real - 1 : k;
+    return halves && k >= measured / 2 ? k - measured / 2 + real / 2 : k;
+  }
   // Measured micro-batch k stands for itself, except the second to last (of each half), which
   // stands for every micro-batch between the first measured - 2 and the last: all of them run the
   // same ops (the first and the last can differ: parameter waits, gradient buckets).
@@ -222,7 +230,7 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
   MicroBatches mbs{local_mbs,
                    opt.every_micro_batch ? local_mbs
                                          : std::max(std::min(local_mbs, fewest), measured_micro_batches(local_mbs, P, V)),
-                   dual};
+                   dual, P > 1};
   // Under DualPipe a chunk runs half of the micro-batches (one direction's).
   const int per_chunk_mbs = dual ? local_mbs / 2 : local_mbs;
   train::Config measured = cfg;
