@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "tessel/comm/communicator.h"
+#include "tessel/comm/ring_staging.h"
+#include "tessel/core/memory.h"
+#include "tessel/core/tensor.h"
 #include "tessel/core/check.h"
 #include "mpi/mpi_world.h"
 
@@ -164,8 +167,9 @@ TEST(Mpi, UnevenReduceScatterAndAllGather) {
   check_uneven_reduce_scatter_and_all_gather(counts);
 }
 
-// Past MPI's int counts (a stage of more than 2^31 parameters) both run in chunks: here with the
-// limit lowered to 4 elements, blocks of 5 to 11 elements (one empty) take several chunks each.
+// Past MPI's int counts (a stage of more than 2^31 parameters) the all-gather runs in chunks: here
+// with the limit lowered to 4 elements, blocks of 5 to 11 elements (one empty) take several chunks
+// each. (The reduce-scatter is a ring of small messages at any size: RingReductionsInChunks... .)
 TEST(Mpi, UnevenReduceScatterAndAllGatherBeyondTheCountLimitRunInChunks) {
   std::vector<int64_t> counts;
   for (int j = 0; j < world().size(); ++j) counts.push_back(j == 1 ? 0 : 5 + 3 * (j % 3));
@@ -219,6 +223,131 @@ TEST(Mpi, BroadcastSendRecvBarrierAndAsync) {
   EXPECT_EQ(g[999], float(W * (W - 1) / 2));
   EXPECT_GT(local, 0);
   w.barrier();
+}
+
+// Ring messages of at most `bytes` while in scope (the default again after, a failed assertion too).
+struct RingChunkBytes {
+  explicit RingChunkBytes(int64_t bytes) { comm::set_ring_chunk_bytes_for_testing(bytes); }
+  ~RingChunkBytes() { comm::set_ring_chunk_bytes_for_testing(0); }
+};
+
+// The reductions run as a ring of messages of at most ring_chunk_bytes() (comm/mpi_ring.h). With it
+// lowered to 8 bytes, a block takes several chunks, the chunks of uneven blocks run out at different
+// steps and some blocks are empty; every result must stay exact.
+TEST(Mpi, RingReductionsInChunksOfTwoElements) {
+  auto& w = world();
+  const int W = w.size(), me = w.rank();
+  const RingChunkBytes two_floats(8);
+  check_all_reduce<float>(DType::f32);
+  check_all_reduce<bf16>(DType::bf16);
+  check_all_reduce<int32_t>(DType::i32);
+  check_all_reduce<int64_t>(DType::i64);
+  std::vector<int64_t> counts;
+  for (int j = 0; j < W; ++j) counts.push_back(j == 1 ? 0 : 5 + 3 * (j % 3));
+  check_uneven_reduce_scatter_and_all_gather(counts);
+  // Equal blocks, non-blocking, through the fp32 copies of bf16 as well.
+  const int64_t n = 7;
+  const auto in = input<bf16>(me, n * W);
+  std::vector<bf16> out(size_t(n), bf16(-1.0f));
+  w.reduce_scatter_async(in.data(), out.data(), n, DType::bf16, ReduceOp::sum)->wait();
+  const auto in64 = input<int64_t>(me, n * W);
+  std::vector<int64_t> out64(size_t(n), -1);
+  w.reduce_scatter(in64.data(), out64.data(), n, DType::i64, ReduceOp::max);
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0, max = value(0, me * n + i);
+    for (int r = 0; r < W; ++r) {
+      sum += value(r, me * n + i);
+      max = std::max(max, value(r, me * n + i));
+    }
+    ASSERT_EQ(float(out[size_t(i)]), float(sum)) << "element " << i;
+    ASSERT_EQ(double(out64[size_t(i)]), max) << "element " << i;
+  }
+}
+
+// Ranks may wait on their reductions in flight in different orders (here odd ranks backwards): a
+// wait must move the others on too, as MPI's progress engine does, or the ranks wait on each other
+// for ever.
+TEST(Mpi, RingReductionsInFlightCompleteWhateverOrderTheRanksWaitIn) {
+  auto& w = world();
+  const int W = w.size(), me = w.rank();
+  const RingChunkBytes sixteen_floats(64);  // many exchanges each
+  constexpr int64_t n = 1000;
+  constexpr int K = 3;
+  std::vector<std::vector<float>> bufs;
+  std::vector<std::unique_ptr<comm::Work>> inflight;
+  for (int k = 0; k < K; ++k) {
+    bufs.push_back(input<float>(me, n));
+    for (float& x : bufs.back()) x *= float(k + 1);
+  }
+  for (int k = 0; k < K; ++k) inflight.push_back(w.all_reduce_async(bufs[size_t(k)].data(), n, DType::f32, ReduceOp::sum));
+  for (int k = 0; k < K; ++k) inflight[size_t(me % 2 ? K - 1 - k : k)]->wait();
+  for (int k = 0; k < K; ++k)
+    for (int64_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (int r = 0; r < W; ++r) want += value(r, i) * (k + 1);
+      ASSERT_EQ(bufs[size_t(k)][size_t(i)], float(want)) << "reduction " << k << " element " << i;
+    }
+}
+
+// A rank blocked in a point-to-point receive still advances its ring reductions: here odd ranks wait
+// on the all-reduce before they send, even ranks receive before they wait. Were the receive not to
+// advance the reduction, the odd ranks would wait for the even ranks' next exchange for ever.
+TEST(Mpi, ARankInAReceiveAdvancesItsRingReductions) {
+  auto& w = world();
+  const int W = w.size(), me = w.rank();
+  if (W % 2) GTEST_SKIP() << "pairs of ranks";
+  const RingChunkBytes sixteen_floats(64);
+  constexpr int64_t n = 1000;
+  std::vector<float> buf = input<float>(me, n);
+  auto work = w.all_reduce_async(buf.data(), n, DType::f32, ReduceOp::sum);
+  float word = float(me);
+  if (me % 2) {
+    work->wait();
+    w.send(&word, 1, DType::f32, me - 1, 11);
+  } else {
+    w.recv(&word, 1, DType::f32, me + 1, 11);
+    work->wait();
+    EXPECT_EQ(word, float(me + 1));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    double want = 0;
+    for (int r = 0; r < W; ++r) want += value(r, i);
+    ASSERT_EQ(buf[size_t(i)], float(want)) << "element " << i;
+  }
+}
+
+// The ring's staging is tensor memory of the communication category while a reduction is in flight,
+// gone when it completes, and the meta communicator of the same group accounts the same bytes: a dry
+// run's communication memory is the real run's.
+TEST(Mpi, RingStagingIsCommunicationMemoryAsTheMetaCommunicatorCountsIt) {
+  auto& w = world();
+  auto meta = comm::make_meta_communicator(w.rank(), w.size());
+  Allocator &cpu = allocator(Device::cpu), &dry = allocator(Device::meta);
+  const auto comm_bytes = [](Allocator& a) { return a.stats().of(MemoryCategory::communication); };
+  const int64_t n = (int64_t(3) << 20) + 5;  // uneven blocks
+  Tensor g = Tensor::zeros({n}, DType::bf16, Device::cpu);
+  const int64_t cpu0 = comm_bytes(cpu), meta0 = comm_bytes(dry);
+  for (const DType t : {DType::bf16, DType::f32}) {
+    const int64_t count = t == DType::bf16 ? n : n / 2;  // the f32 view of the same bytes
+    auto real = w.all_reduce_async(g.device_ptr(), count, t, ReduceOp::sum);
+    auto dry_run = meta->all_reduce_async(nullptr, count, t, ReduceOp::sum);
+    const int64_t held = comm_bytes(cpu) - cpu0;
+    EXPECT_EQ(held, comm_bytes(dry) - meta0) << dtype_name(t);
+    if (w.size() > 1) {
+      EXPECT_GT(held, 0) << dtype_name(t);
+    }
+    real->wait();
+    real.reset();  // the bf16 path's fp32 copy goes with the work
+    dry_run.reset();
+    EXPECT_EQ(comm_bytes(cpu), cpu0) << dtype_name(t);
+    EXPECT_EQ(comm_bytes(dry), meta0) << dtype_name(t);
+  }
+  const int64_t each = n / w.size();
+  Tensor out = Tensor::zeros({each}, DType::bf16, Device::cpu);
+  auto real = w.reduce_scatter_async(g.device_ptr(), out.device_ptr(), each, DType::bf16, ReduceOp::sum);
+  auto dry_run = meta->reduce_scatter_async(nullptr, nullptr, each, DType::bf16, ReduceOp::sum);
+  EXPECT_EQ(comm_bytes(cpu) - cpu0, comm_bytes(dry) - meta0);
+  real->wait();
 }
 
 TEST(Mpi, SplitFormsGroups) {

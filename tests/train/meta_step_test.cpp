@@ -30,7 +30,7 @@ constexpr const char* kAllDense = "model.moe_first_dense_layers=5";  // 4 layers
 
 StepMeasurement measure(const Config& cfg, int world, int rank, Device device,
                         nn::MoeRoutingTrace* routing = nullptr) {
-  auto w = comm::make_meta_communicator(rank, world);
+  auto w = comm::make_meta_communicator(rank, world, device);
   comm::ParallelState groups(*w, cfg.parallel_sizes());
   return measure_training_step(cfg, groups, device, kSteps, routing);
 }
@@ -167,7 +167,7 @@ TEST(OpTiming, EveryKernelCallOfACpuStepIsTimed) {
   for (const auto& [yaml, world, sets] : layouts) {
     const Config cfg = Config::from_yaml_text(yaml, sets);
     const std::string where = fmt::format("{}", fmt::join(sets, " "));
-    auto w = comm::make_meta_communicator(0, world);
+    auto w = comm::make_meta_communicator(0, world, Device::cpu);
     comm::ParallelState groups(*w, cfg.parallel_sizes());
     const StepMeasurement m = [&] {
       const kernels::OpTimingScope timed;  // on for this measurement only, even if it throws

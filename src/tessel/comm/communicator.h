@@ -158,8 +158,10 @@ std::unique_ptr<Communicator> make_local_communicator();
 // rule above, exactly as the mpi backend counts it. Meta tensors' buffers (null) are not touched;
 // host buffers get what they would if every rank held this rank's data (sums x size, gathers and
 // all-to-alls repeat this rank's block: balanced expert counts). Point-to-point completes without
-// a peer.
-std::unique_ptr<Communicator> make_meta_communicator(int rank, int size);
+// a peer. The staging the mpi backend holds while a reduction runs (its ring's buffers, the fp32
+// copies of bf16) is allocated alike, on `staging`: the meta device in a dry run; the cpu when a test
+// runs the cpu step over a meta world, as the mpi backend would hold it in cpu memory.
+std::unique_ptr<Communicator> make_meta_communicator(int rank, int size, Device staging = Device::meta);
 
 // MPI_COMM_WORLD (initialises MPI on first use, finalises at exit).
 std::unique_ptr<Communicator> make_mpi_world();
@@ -169,8 +171,9 @@ std::unique_ptr<Communicator> make_mpi_world();
 int mpi_thread_level();
 bool mpi_threads_serialized();
 bool mpi_launched();  // true when started by mpirun / srun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set)
-// The uneven reduce-scatter and all-gather (reduce_scatter_v, all_gather_v) of more elements than
-// one MPI call takes (int counts: 2^31 - 1) run in chunks; tests lower the limit to reach that path.
+// The uneven all-gather (all_gather_v) of more elements than one MPI call takes (int counts:
+// 2^31 - 1) runs in chunks; tests lower the limit to reach that path. (Reductions run as a ring of
+// messages of at most comm::ring_chunk_bytes(), comm/ring_staging.h, whatever their size.)
 void set_mpi_max_count_for_testing(int64_t n);
 
 // After an error on one rank: ends every rank of a multi-rank MPI job (the others may be waiting in a

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessel/comm/communicator.h"
+#include "tessel/comm/ring_staging.h"
 #include "tessel/core/check.h"
 #include "tessel/core/device.h"
 #include "tessel/core/tensor.h"
@@ -19,26 +20,42 @@
 namespace tessel::comm {
 namespace {
 
-// Complete at once; holds the staging buffers the mpi backend's request would hold, for as long.
+// Complete at once; holds the staging buffers the mpi backend's request would hold, for as long:
+// `held` (bf16's fp32 copies) until the work is destroyed, `until_waited` (a ring reduction's
+// staging, comm/mpi_ring.h) until it is waited on or destroyed.
 class DoneWork : public Work {
  public:
-  explicit DoneWork(std::vector<Tensor> staging = {}) : staging_(std::move(staging)) {}
-  void wait() override {}
+  explicit DoneWork(std::vector<Tensor> held = {}, std::vector<Tensor> until_waited = {})
+      : held_(std::move(held)), until_waited_(std::move(until_waited)) {}
+  void wait() override { until_waited_.clear(); }
   bool test() override { return true; }
 
  private:
-  std::vector<Tensor> staging_;
+  std::vector<Tensor> held_, until_waited_;
 };
 
 // The mpi backend reduces bf16 through fp32 copies (mpi.cpp): one of the buffer for all_reduce, the
 // input and the output for reduce_scatter, accounted as communication memory. The meta device
 // accounts the same blocks, so a dry run's communication memory is the real run's.
-std::vector<Tensor> bf16_staging(DType t, std::initializer_list<int64_t> elements) {
+std::vector<Tensor> bf16_staging(Device d, DType t, std::initializer_list<int64_t> elements) {
   std::vector<Tensor> held;
   if (t != DType::bf16) return held;
   MemoryCategoryScope tag(MemoryCategory::communication);
-  for (int64_t n : elements) held.push_back(Tensor::empty({n}, DType::f32, Device::meta));
+  for (int64_t n : elements) held.push_back(Tensor::empty({n}, DType::f32, d));
   return held;
+}
+
+// The ring's staging (comm/ring_staging.h), which the mpi backend holds while a reduction over
+// `ranks` ranks of these blocks runs, added to `held`.
+void add_ring_staging(std::vector<Tensor>& held, Device d, int ranks, const std::vector<int64_t>& bounds, DType t,
+                      bool in_place) {
+  const DType reduced = t == DType::bf16 ? DType::f32 : t;
+  int64_t largest = 0;
+  for (size_t b = 0; b + 1 < bounds.size(); ++b) largest = std::max(largest, bounds[b + 1] - bounds[b]);
+  if (ranks <= 1 || largest == 0) return;
+  MemoryCategoryScope tag(MemoryCategory::communication);
+  for (int k = 0; k < ring_staging_buffers(ranks, in_place); ++k)
+    held.push_back(Tensor::empty({ring_staging_elements(largest, reduced)}, reduced, d));
 }
 
 // x *= n for n elements of a reducible dtype (a sum over `n` ranks holding the same value).
@@ -72,7 +89,7 @@ std::vector<size_t> even_offsets(int n, size_t bytes) {
 
 class MetaCommunicator : public Communicator {
  public:
-  MetaCommunicator(int rank, int size) : rank_(rank), size_(size) {
+  MetaCommunicator(int rank, int size, Device staging) : rank_(rank), size_(size), staging_(staging) {
     TESSEL_CHECK(size > 0 && rank >= 0 && rank < size, "meta communicator: rank {} of {} ranks", rank, size);
   }
   int rank() const override { return rank_; }
@@ -119,6 +136,10 @@ class MetaCommunicator : public Communicator {
     check_reducible_v(t, "reduce_scatter_v");
     check_counts(counts, "reduce_scatter_v");
     count("reduce_scatter", sum(counts), t);
+    std::vector<int64_t> bounds{0};
+    for (int64_t n : counts) bounds.push_back(bounds.back() + n);
+    std::vector<Tensor> staging;  // held for the call, as the mpi backend's ring holds it
+    add_ring_staging(staging, staging_, size_, bounds, t, false);
     if (!out) return;
     int64_t at = 0;
     for (int j = 0; j < rank_; ++j) at += counts[size_t(j)];
@@ -150,7 +171,10 @@ class MetaCommunicator : public Communicator {
     check_reducible(t, "all_reduce");
     count("all_reduce", n, t);
     if (buf && op == ReduceOp::sum) scale(buf, n, t, size_);  // max and min of equal values: the value
-    return std::make_unique<DoneWork>(bf16_staging(t, {n}));
+    std::vector<Tensor> ring;
+    std::vector<Tensor> copies = bf16_staging(staging_, t, {n});
+    add_ring_staging(ring, staging_, size_, ring_block_bounds(n, size_), t, true);
+    return std::make_unique<DoneWork>(std::move(copies), std::move(ring));
   }
   std::unique_ptr<Work> all_gather_async(const void* in, void* out, int64_t n, DType t) override {
     all_gather(in, out, n, t);
@@ -178,7 +202,12 @@ class MetaCommunicator : public Communicator {
       std::memmove(out, static_cast<const char*>(in) + size_t(rank_) * bytes(n, t), bytes(n, t));
       if (op == ReduceOp::sum) scale(out, n, t, size_);
     }
-    return std::make_unique<DoneWork>(bf16_staging(t, {n * size_, n}));
+    std::vector<Tensor> ring;
+    std::vector<Tensor> copies = bf16_staging(staging_, t, {n * size_, n});
+    std::vector<int64_t> bounds(size_t(size_) + 1);
+    for (int r = 0; r <= size_; ++r) bounds[size_t(r)] = n * r;
+    add_ring_staging(ring, staging_, size_, bounds, t, false);
+    return std::make_unique<DoneWork>(std::move(copies), std::move(ring));
   }
   std::unique_ptr<Work> send_async(const void* buf, int64_t n, DType t, int dst, int tag) override {
     send(buf, n, t, dst, tag);
@@ -204,7 +233,7 @@ class MetaCommunicator : public Communicator {
     }
     std::sort(members.begin(), members.end());
     const auto me = std::find(members.begin(), members.end(), std::make_pair(key, rank_));
-    return std::make_unique<MetaCommunicator>(int(me - members.begin()), int(members.size()));
+    return std::make_unique<MetaCommunicator>(int(me - members.begin()), int(members.size()), staging_);
   }
 
  private:
@@ -218,12 +247,13 @@ class MetaCommunicator : public Communicator {
   static size_t bytes(int64_t n, DType t) { return size_t(n) * dtype_size(t); }
 
   int rank_, size_;
+  Device staging_;  // where the mpi backend's staging is accounted (communicator.h)
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_meta_communicator(int rank, int size) {
-  return std::make_unique<MetaCommunicator>(rank, size);
+std::unique_ptr<Communicator> make_meta_communicator(int rank, int size, Device staging) {
+  return std::make_unique<MetaCommunicator>(rank, size, staging);
 }
 
 }  // namespace tessel::comm

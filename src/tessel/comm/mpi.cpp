@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "tessel/comm/communicator.h"
+#include "tessel/comm/mpi_ring.h"
+#include "tessel/comm/ring_staging.h"
 #include "tessel/comm/watchdog.h"
 #include "tessel/core/check.h"
 #include "tessel/core/device_arena.h"
@@ -24,7 +26,6 @@
 #include "tessel/kernels/cast.h"
 
 namespace tessel::comm {
-namespace {
 
 void check_mpi(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
@@ -33,6 +34,8 @@ void check_mpi(int rc, const char* what) {
   MPI_Error_string(rc, msg, &len);
   TESSEL_FAIL("MPI {} failed: {}", what, std::string(msg, size_t(len)));
 }
+
+namespace {
 
 // The most elements one MPI call moves (its counts and displacements are int); tests lower it to
 // reach the chunked paths with small buffers (set_mpi_max_count_for_testing).
@@ -65,6 +68,17 @@ MPI_Op mpi_op(ReduceOp op) {
 }
 
 
+// Waits for `req`, advancing the ring reductions in flight meanwhile (comm/mpi_ring.h): a peer may be
+// waiting on one of them before it serves this request.
+void wait_progressing(MPI_Request& req, const char* what) {
+  for (;;) {
+    int flag = 0;
+    check_mpi(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), what);
+    if (flag) return;
+    progress_ring_reductions();
+  }
+}
+
 // A request plus what to do after it completes (e.g. round an fp32 staging buffer back to bf16).
 class MpiWork : public Work {
  public:
@@ -86,7 +100,7 @@ class MpiWork : public Work {
     if (done_) return;
     {
       const WaitWatch timed(watch_);  // resilience.collective_timeout_s
-      check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "wait");
+      wait_progressing(req_, "wait");
     }
     complete();
   }
@@ -246,11 +260,16 @@ class MpiCommunicator : public Communicator {
     MPI_Group_translate_ranks(mine, size_, ranks.data(), world, world_ranks_.data());
     MPI_Group_free(&mine);
     MPI_Group_free(&world);
+    // The ring reductions' messages travel on a communicator of their own: no other message (a
+    // pipeline's, a test's) can match their tags.
+    check_mpi(MPI_Comm_dup(comm_, &ring_comm_), "dup");
   }
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (owned_ && !finalized) MPI_Comm_free(&comm_);
+    if (finalized) return;
+    MPI_Comm_free(&ring_comm_);
+    if (owned_) MPI_Comm_free(&comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -330,25 +349,9 @@ class MpiCommunicator : public Communicator {
       total += n;
     }
     count_op("reduce_scatter", total, t);
-    const WaitWatch timed(watched("reduce_scatter_v"));
-    if (total > mpi_max_count()) {
-      // Beyond MPI's int counts (a stage of more than 2^31 parameters): each rank's block reduced to
-      // it, in chunks. The same bytes arrive; MPI's reduce-scatter algorithm is not used.
-      const size_t es = dtype_size(t);
-      int64_t at = 0;
-      for (int r = 0; r < size_; ++r) {
-        for (int64_t o = 0; o < counts[size_t(r)]; o += mpi_max_count()) {
-          const int64_t n = std::min(mpi_max_count(), counts[size_t(r)] - o);
-          const char* src = static_cast<const char*>(in) + size_t(at + o) * es;
-          char* dst = r == rank_ ? static_cast<char*>(out) + size_t(o) * es : nullptr;
-          check_mpi(MPI_Reduce(src, dst, int(n), move_type(t), mpi_op(op), r, comm_), "reduce_scatter_v");
-        }
-        at += counts[size_t(r)];
-      }
-      return;
-    }
-    std::vector<int> c = int_counts(counts, "reduce_scatter_v");
-    check_mpi(MPI_Reduce_scatter(in, out, c.data(), move_type(t), mpi_op(op), comm_), "reduce_scatter_v");
+    std::vector<int64_t> bounds{0};
+    for (int64_t n : counts) bounds.push_back(bounds.back() + n);
+    RingReduceWork(ring(t, op, in, out, std::move(bounds), false), nullptr, watched("reduce_scatter_v")).wait();
   }
   void all_gather_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
@@ -399,17 +402,23 @@ class MpiCommunicator : public Communicator {
     count_op("send", count, t);
     stamp(dst, tag);
     const WaitWatch timed(watched("send", dst));
-    check_mpi(MPI_Send(buf, as_int(count, "send"), move_type(t), dst, tag, comm_), "send");
+    MPI_Request req;
+    check_mpi(MPI_Isend(buf, as_int(count, "send"), move_type(t), dst, tag, comm_, &req), "send");
+    wait_progressing(req, "send");
   }
   void recv(void* buf, int64_t count, DType t, int src, int tag) override {
     if (p2p_delay().count() > 0) return recv_async(buf, count, t, src, tag)->wait();
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     const WaitWatch timed(watched("recv", src));
-    check_mpi(MPI_Recv(buf, as_int(count, "recv"), move_type(t), src, tag, comm_, MPI_STATUS_IGNORE), "recv");
+    MPI_Request req;
+    check_mpi(MPI_Irecv(buf, as_int(count, "recv"), move_type(t), src, tag, comm_, &req), "recv");
+    wait_progressing(req, "recv");
   }
   void barrier() override {
     const WaitWatch timed(watched("barrier"));
-    check_mpi(MPI_Barrier(comm_), "barrier");
+    MPI_Request req;
+    check_mpi(MPI_Ibarrier(comm_, &req), "barrier");
+    wait_progressing(req, "barrier");
   }
 
   std::unique_ptr<Work> all_reduce_async(void* buf, int64_t count, DType t, ReduceOp op) override {
@@ -417,19 +426,18 @@ class MpiCommunicator : public Communicator {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_reducible(t, "all_reduce");
     count_op("all_reduce", count, t);
-    MPI_Request req;
     if (t == DType::bf16) {
       Tensor f = widen(buf, count);
-      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, f.device_ptr(), as_int(count, "all_reduce"), MPI_FLOAT, mpi_op(op), comm_, &req),
-                "all_reduce");
-      return std::make_unique<MpiWork>(req, [f, buf, count] {
-        const DeviceAccessScope on_device;
-        kernels::cast_f32_to_bf16(count, f.data<float>(), static_cast<bf16*>(buf));
-      }, watch);
+      return std::make_unique<RingReduceWork>(
+          ring(DType::f32, op, f.device_ptr(), f.device_ptr(), ring_block_bounds(count, size_), true),
+          [f, buf, count] {
+            const DeviceAccessScope on_device;
+            kernels::cast_f32_to_bf16(count, f.data<float>(), static_cast<bf16*>(buf));
+          },
+          watch);
     }
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, as_int(count, "all_reduce"), move_type(t), mpi_op(op), comm_, &req),
-              "all_reduce");
-    return std::make_unique<MpiWork>(req, nullptr, watch);
+    return std::make_unique<RingReduceWork>(ring(t, op, buf, buf, ring_block_bounds(count, size_), true), nullptr,
+                                            watch);
   }
   std::unique_ptr<Work> all_gather_v_async(void* out, const std::vector<int64_t>& counts, DType t) override {
     auto watch = watched("all_gather_v");  // posted now: its place in the group's sequence
@@ -489,21 +497,19 @@ class MpiCommunicator : public Communicator {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_reducible(t, "reduce_scatter");
     count_op("reduce_scatter", count * size_, t);
-    MPI_Request req;
+    std::vector<int64_t> bounds(size_t(size_) + 1);
+    for (int r = 0; r <= size_; ++r) bounds[size_t(r)] = count * r;
     if (t == DType::bf16) {
       Tensor fin = widen(in, count * size_), fout = staging(count);
-      check_mpi(MPI_Ireduce_scatter_block(fin.device_ptr(), fout.device_ptr(), as_int(count, "reduce_scatter"), MPI_FLOAT,
-                                          mpi_op(op), comm_, &req),
-                "reduce_scatter");
-      return std::make_unique<MpiWork>(req, [fin, fout, out, count] {
-        const DeviceAccessScope on_device;
-        kernels::cast_f32_to_bf16(count, fout.data<float>(), static_cast<bf16*>(out));
-      }, watch);
+      return std::make_unique<RingReduceWork>(
+          ring(DType::f32, op, fin.device_ptr(), fout.device_ptr(), std::move(bounds), false),
+          [fin, fout, out, count] {
+            const DeviceAccessScope on_device;
+            kernels::cast_f32_to_bf16(count, fout.data<float>(), static_cast<bf16*>(out));
+          },
+          watch);
     }
-    check_mpi(MPI_Ireduce_scatter_block(in, out, as_int(count, "reduce_scatter"), move_type(t), mpi_op(op), comm_,
-                                        &req),
-              "reduce_scatter");
-    return std::make_unique<MpiWork>(req, nullptr, watch);
+    return std::make_unique<RingReduceWork>(ring(t, op, in, out, std::move(bounds), false), nullptr, watch);
   }
   std::unique_ptr<Work> send_async(const void* buf, int64_t count, DType t, int dst, int tag) override {
     auto watch = watched("send", dst);  // posted now; point-to-point takes no place in the collective sequence
@@ -542,6 +548,12 @@ class MpiCommunicator : public Communicator {
     const int64_t now = steady_ns();
     check_mpi(MPI_Send(&now, 1, MPI_INT64_T, dst, tag + kStampTag, comm_), "send");
   }
+  // A ring reduction on this group (comm/mpi_ring.h), with the next tag of its sequence: every rank
+  // posts the group's collectives in the same order, so the same reduction has the same tag on all.
+  RingReduction ring(DType t, ReduceOp op, const void* in, void* out, std::vector<int64_t> bounds, bool all_gather) {
+    const int tag = int(ring_seq_++ % kRingTags);
+    return {ring_comm_, rank_, size_, tag, t, op, in, out, std::move(bounds), all_gather};
+  }
   std::vector<int> int_counts(const std::vector<int64_t>& counts, const char* what) const {
     TESSEL_CHECK(int(counts.size()) == size_, "{}: {} counts for {} ranks", what, counts.size(), size_);
     std::vector<int> c;
@@ -561,9 +573,12 @@ class MpiCommunicator : public Communicator {
     return std::make_shared<const WaitInfo>(
         WaitInfo{op, group_key_, world_ranks_, posted_, peer < 0 ? -1 : world_ranks_[size_t(peer)]});
   }
+  static constexpr int64_t kRingTags = 32768;  // MPI_TAG_UB is at least 32767
   MPI_Comm comm_;
+  MPI_Comm ring_comm_ = MPI_COMM_NULL;
   bool owned_;
   int rank_ = 0, size_ = 1;
+  int64_t ring_seq_ = 0;  // ring reductions posted on the group
   std::vector<int> world_ranks_;
   int64_t posted_ = 0;  // collectives this rank posted on the group
   std::string group_key_, key_label_;
