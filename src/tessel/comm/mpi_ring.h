@@ -24,6 +24,8 @@
 // and barrier (progress_ring_reductions). MPI's blocking collectives (all-to-all, all-gather,
 // broadcast) do not: a rank inside one does not advance its ring reductions, so every rank must reach
 // those in the same order relative to its waits on reductions (as MPI requires of collectives anyway).
+// A reduction's work must be waited on or destroyed before its communicator: it posts its messages
+// on the communicator's ring communicator, which goes with it.
 #include <mpi.h>
 
 #include <functional>
