@@ -50,8 +50,7 @@ std::vector<Tensor> bf16_staging(Device d, DType t, std::initializer_list<int64_
 void add_ring_staging(std::vector<Tensor>& held, Device d, int ranks, const std::vector<int64_t>& bounds, DType t,
                       bool in_place) {
   const DType reduced = t == DType::bf16 ? DType::f32 : t;
-  int64_t largest = 0;
-  for (size_t b = 0; b + 1 < bounds.size(); ++b) largest = std::max(largest, bounds[b + 1] - bounds[b]);
+  const int64_t largest = ring_largest_block(bounds);
   if (ranks <= 1 || largest == 0) return;
   MemoryCategoryScope tag(MemoryCategory::communication);
   for (int k = 0; k < ring_staging_buffers(ranks, in_place); ++k)
@@ -136,10 +135,8 @@ class MetaCommunicator : public Communicator {
     check_reducible_v(t, "reduce_scatter_v");
     check_counts(counts, "reduce_scatter_v");
     count("reduce_scatter", sum(counts), t);
-    std::vector<int64_t> bounds{0};
-    for (int64_t n : counts) bounds.push_back(bounds.back() + n);
     std::vector<Tensor> staging;  // held for the call, as the mpi backend's ring holds it
-    add_ring_staging(staging, staging_, size_, bounds, t, false);
+    add_ring_staging(staging, staging_, size_, ring_counted_block_bounds(counts), t, false);
     if (!out) return;
     int64_t at = 0;
     for (int j = 0; j < rank_; ++j) at += counts[size_t(j)];
@@ -204,9 +201,7 @@ class MetaCommunicator : public Communicator {
     }
     std::vector<Tensor> ring;
     std::vector<Tensor> copies = bf16_staging(staging_, t, {n * size_, n});
-    std::vector<int64_t> bounds(size_t(size_) + 1);
-    for (int r = 0; r <= size_; ++r) bounds[size_t(r)] = n * r;
-    add_ring_staging(ring, staging_, size_, bounds, t, false);
+    add_ring_staging(ring, staging_, size_, ring_equal_block_bounds(n, size_), t, false);
     return std::make_unique<DoneWork>(std::move(copies), std::move(ring));
   }
   std::unique_ptr<Work> send_async(const void* buf, int64_t n, DType t, int dst, int tag) override {

@@ -349,9 +349,8 @@ class MpiCommunicator : public Communicator {
       total += n;
     }
     count_op("reduce_scatter", total, t);
-    std::vector<int64_t> bounds{0};
-    for (int64_t n : counts) bounds.push_back(bounds.back() + n);
-    RingReduceWork(ring(t, op, in, out, std::move(bounds), false), nullptr, watched("reduce_scatter_v")).wait();
+    RingReduceWork(ring(t, op, in, out, ring_counted_block_bounds(counts), false), nullptr, watched("reduce_scatter_v"))
+        .wait();
   }
   void all_gather_v(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
@@ -497,8 +496,7 @@ class MpiCommunicator : public Communicator {
     const DeviceAccessScope buffers;  // device memory, after the kernels launched before
     check_reducible(t, "reduce_scatter");
     count_op("reduce_scatter", count * size_, t);
-    std::vector<int64_t> bounds(size_t(size_) + 1);
-    for (int r = 0; r <= size_; ++r) bounds[size_t(r)] = count * r;
+    std::vector<int64_t> bounds = ring_equal_block_bounds(count, size_);
     if (t == DType::bf16) {
       Tensor fin = widen(in, count * size_), fout = staging(count);
       return std::make_unique<RingReduceWork>(

@@ -64,8 +64,7 @@ RingReduceWork::RingReduceWork(RingReduction r, std::function<void()> finish, st
     : r_(std::move(r)), finish_(std::move(finish)), watch_(std::move(watch)) {
   TESSEL_CHECK(!r_.all_gather || r_.in == r_.out, "ring all-reduce: runs in place only");
   mpi_type(r_.t);  // checks the dtype
-  int64_t largest = 0;
-  for (int b = 0; b < r_.size; ++b) largest = std::max(largest, r_.bounds[size_t(b) + 1] - r_.bounds[size_t(b)]);
+  const int64_t largest = ring_largest_block(r_.bounds);
   if (r_.size <= 1 || largest == 0) {  // nothing to exchange: out of place, this rank's block is the result
     if (!r_.all_gather && largest > 0) {
       const DeviceAccessScope on_device;
@@ -104,26 +103,23 @@ const char* RingReduceWork::block_at(const void* base, int block, int64_t& count
   return static_cast<const char*>(base) + size_t(begin) * dtype_size(r_.t);
 }
 
+// The block this rank receives at the current step: reduce-scatter (i - s - 2) mod p, all-gather
+// (i - s - 1) mod p; it sends the one before, the block its right neighbour receives.
+int RingReduceWork::recv_block() const { return mod(r_.rank - step_ - (phase_ == 0 ? 2 : 1), r_.size); }
+
 void RingReduceWork::post() {
-  const int p = r_.size, i = r_.rank;
-  int send_block, recv_block;
-  if (phase_ == 0) {
-    send_block = mod(i - step_ - 1, p);
-    recv_block = mod(i - step_ - 2, p);
-  } else {
-    send_block = mod(i - step_, p);
-    recv_block = mod(i - step_ - 1, p);
-  }
+  const int p = r_.size, i = r_.rank, recv = recv_block();
   int64_t send_n = 0, recv_n = 0;
-  const char* send = block_at(r_.in, send_block, send_n);
+  const char* send = block_at(r_.in, mod(recv + 1, p), send_n);
   // Out of place, a partial sum received at an earlier step goes on from the staging buffer.
   if (phase_ == 0 && !r_.all_gather && step_ > 0) send = static_cast<const char*>(partial_.device_ptr());
-  void* recv = phase_ == 0 ? received_.device_ptr() : const_cast<char*>(block_at(r_.out, recv_block, recv_n));
-  if (phase_ == 0) block_at(r_.in, recv_block, recv_n);
+  // Reduce-scatter receives into the staging buffer, all-gather into place.
+  const char* recv_at = block_at(phase_ == 0 ? r_.in : r_.out, recv, recv_n);
+  void* into = phase_ == 0 ? received_.device_ptr() : const_cast<char*>(recv_at);
   const MPI_Datatype dt = mpi_type(r_.t);
   reqs_[0] = reqs_[1] = MPI_REQUEST_NULL;
   if (recv_n > 0)
-    check_mpi(MPI_Irecv(recv, int(recv_n), dt, mod(i - 1, p), r_.tag, r_.comm, &reqs_[1]), "ring reduction");
+    check_mpi(MPI_Irecv(into, int(recv_n), dt, mod(i - 1, p), r_.tag, r_.comm, &reqs_[1]), "ring reduction");
   if (send_n > 0)
     check_mpi(MPI_Isend(send, int(send_n), dt, mod(i + 1, p), r_.tag, r_.comm, &reqs_[0]), "ring reduction");
 }
@@ -131,9 +127,8 @@ void RingReduceWork::post() {
 void RingReduceWork::combine_received() {
   if (phase_ != 0) return;  // all-gather: received in place
   const int p = r_.size;
-  const int recv_block = mod(r_.rank - step_ - 2, p);
   int64_t n = 0;
-  const char* mine = block_at(r_.in, recv_block, n);
+  const char* mine = block_at(r_.in, recv_block(), n);
   if (n == 0) return;
   const DeviceAccessScope on_device;
   const void* theirs = received_.device_ptr();

@@ -68,6 +68,7 @@ class RingReduceWork : public Work {
  private:
   friend void progress_ring_reductions();
   bool advance();  // tests the exchange in flight; when it is done, combines and posts the next
+  int recv_block() const;
   void post();
   void combine_received();
   void complete();

@@ -27,6 +27,24 @@ std::vector<int64_t> ring_block_bounds(int64_t count, int ranks) {
   return b;
 }
 
+std::vector<int64_t> ring_equal_block_bounds(int64_t each, int ranks) {
+  std::vector<int64_t> b(size_t(ranks) + 1);
+  for (int r = 0; r <= ranks; ++r) b[size_t(r)] = each * r;
+  return b;
+}
+
+std::vector<int64_t> ring_counted_block_bounds(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> b{0};
+  for (int64_t n : counts) b.push_back(b.back() + n);
+  return b;
+}
+
+int64_t ring_largest_block(const std::vector<int64_t>& bounds) {
+  int64_t largest = 0;
+  for (size_t r = 0; r + 1 < bounds.size(); ++r) largest = std::max(largest, bounds[r + 1] - bounds[r]);
+  return largest;
+}
+
 int ring_staging_buffers(int ranks, bool in_place) { return ranks <= 1 ? 0 : in_place || ranks == 2 ? 1 : 2; }
 
 int64_t ring_staging_elements(int64_t largest_block, DType reduced) {

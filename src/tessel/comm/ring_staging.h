@@ -20,9 +20,14 @@ int64_t ring_chunk_bytes();
 // Tests lower it to reach the chunked paths with small buffers; 0 restores the default.
 void set_ring_chunk_bytes_for_testing(int64_t bytes);
 
-// The blocks an all-reduce of `count` elements over `ranks` ranks reduces one per rank: block r is
-// [r * count / ranks, (r + 1) * count / ranks). Returns the ranks + 1 boundaries.
+// A ring reduction's blocks, one per rank, as ranks + 1 boundaries (block r is [b[r], b[r + 1])):
+// an all-reduce of `count` elements cuts [r * count / ranks, (r + 1) * count / ranks); a
+// reduce-scatter of `each` elements per rank cuts [r * each, (r + 1) * each); an uneven one (_v)
+// takes its counts in rank order.
 std::vector<int64_t> ring_block_bounds(int64_t count, int ranks);
+std::vector<int64_t> ring_equal_block_bounds(int64_t each, int ranks);
+std::vector<int64_t> ring_counted_block_bounds(const std::vector<int64_t>& counts);
+int64_t ring_largest_block(const std::vector<int64_t>& bounds);
 
 // The staging buffers a ring reduction over `ranks` ranks holds while in flight, each of
 // ring_staging_elements() elements of the reduced dtype (fp32 for bf16): a receive buffer, and,
