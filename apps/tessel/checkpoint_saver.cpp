@@ -1,10 +1,13 @@
 #include "checkpoint_saver.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 
 #include "tessel/ckpt/checkpoint_files.h"
 #include "tessel/ckpt/distributed_checkpoint.h"
+#include "tessel/ckpt/host_copies.h"
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/comm/watchdog.h"
 
@@ -105,6 +108,54 @@ void CheckpointSaver::settle() {
   if (pending_) complete(pending_->validated);
 }
 
+CheckpointSaver::Staged CheckpointSaver::stage(const ckpt::TrainState& st, bool background) {
+  Staged s;
+  naming_the_save(st.step, cfg_.checkpoint.dir, [&] {
+    if (cfg_.checkpoint.distributed) {
+      // Every rank writes what it owns; rank 0 adds the metadata.
+      s.save = ckpt::stage_distributed_checkpoint(
+          cfg_.checkpoint.dir, trainer_.model().params(), trainer_.optimizer(), st, cfg_.to_yaml(), world_,
+          trainer_.checkpoint_state_tensors(),
+          {{"world", world_.size()}, {"tensor", groups_.tp_size()}, {"pipeline", groups_.pp_size()},
+           {"virtual_pipeline", cfg_.parallel.virtual_pipeline_model_parallel_size}, {"data", groups_.dp_size()},
+           {"context", groups_.cp_size()}, {"expert", groups_.ep_size()},
+           {"distributed_optimizer", trainer_.distributed_optimizer() ? 1 : 0}},
+          background);
+    } else {
+      // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
+      // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
+      // are identical, so rank 0 alone writes.
+      s.gathered.emplace(trainer_.full_optimizer_state());
+      const auto& c = groups_.coords();
+      comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &groups_.pp() : nullptr;
+      s.save = ckpt::stage_checkpoint(cfg_.checkpoint.dir, trainer_.model().params(), s.gathered->view, st,
+                                      cfg_.to_yaml(), cfg_.checkpoint.keep, &groups_.tp(), lead_, stages,
+                                      trainer_.checkpoint_state_tensors(), &groups_.ep(), background);
+    }
+  });
+  return s;
+}
+
+void CheckpointSaver::prepare_background_saves(int64_t start, int64_t consumed) {
+  const auto& ck = cfg_.checkpoint;
+  if (ck.dir.empty() || !ck.async_save || ck.interval <= 0) return;
+  const int64_t first_background = (start / ck.interval + 1) * ck.interval;  // saves at the end are synchronous
+  if (first_background >= cfg_.train.train_iters) return;
+  const comm::UntimedWaits io;  // the writer's stage gathers onto it
+  const auto began = std::chrono::steady_clock::now();
+  const size_t before = ckpt::host_copy_bytes_allocated();
+  stage({start, consumed, uint64_t(cfg_.train.seed), 0, trainer_.learning_rate_scale(), {}}, true);  // then dropped
+  // The distributed format's stage made its temporary directory (rank 0, named by its PID); nothing
+  // was written there.
+  if (lead_ && ck.distributed) fs::remove_all(ckpt::temporary_step_dir(ck.dir, start, ::getpid()));
+  if (lead_) {
+    std::printf("asynchronous saves: %.1f MB of host copies allocated in %.2f s, before training (every save "
+                "copies into them)\n", double(ckpt::host_copy_bytes_allocated() - before) / 1e6,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+    std::fflush(stdout);
+  }
+}
+
 void CheckpointSaver::save(int64_t step, int64_t consumed, bool publish_now) {
   if (cfg_.checkpoint.dir.empty()) return;
   settle();  // a new save waits for the previous one
@@ -117,32 +168,11 @@ void CheckpointSaver::save(int64_t step, int64_t consumed, bool publish_now) {
   const bool background = cfg_.checkpoint.async_save && !publish_now;
   // Injected: this rank's writes fail as on a full disk (the save throws; what was saved stays).
   const bool disk_full = faults_.take(resilience::FaultKind::disk_full, step, true);
-  // The distributed optimizer's moments gathered for the whole-tensor format: a synchronous write
-  // reads them in place, so they live until it is done.
-  std::optional<train::GatheredOptimizerState> gathered;
-  naming_the_save(step, cfg_.checkpoint.dir, [&] {
-    if (cfg_.checkpoint.distributed) {
-      // Every rank writes what it owns; rank 0 adds the metadata.
-      p.staged = ckpt::stage_distributed_checkpoint(
-          cfg_.checkpoint.dir, trainer_.model().params(), trainer_.optimizer(), st, cfg_.to_yaml(), world_,
-          trainer_.checkpoint_state_tensors(),
-          {{"world", world_.size()}, {"tensor", groups_.tp_size()}, {"pipeline", groups_.pp_size()},
-           {"virtual_pipeline", cfg_.parallel.virtual_pipeline_model_parallel_size}, {"data", groups_.dp_size()},
-           {"context", groups_.cp_size()}, {"expert", groups_.ep_size()},
-           {"distributed_optimizer", trainer_.distributed_optimizer() ? 1 : 0}},
-          background);
-    } else {
-      // Collective: the distributed optimizer gathers its moments over dp, tensor-parallel shards are
-      // gathered over tp, and the pipeline stages of the writer's replica send theirs to it; replicas
-      // are identical, so rank 0 alone writes.
-      gathered.emplace(trainer_.full_optimizer_state());
-      const auto& c = groups_.coords();
-      comm::Communicator* stages = c.tp == 0 && c.cp == 0 && c.dp == 0 ? &groups_.pp() : nullptr;
-      p.staged = ckpt::stage_checkpoint(cfg_.checkpoint.dir, trainer_.model().params(), gathered->view, st, cfg_.to_yaml(),
-                                        cfg_.checkpoint.keep, &groups_.tp(), lead_, stages,
-                                        trainer_.checkpoint_state_tensors(), &groups_.ep(), background);
-    }
-  });
+  const size_t host_copies_before = ckpt::host_copy_bytes_allocated();
+  // A synchronous write reads the gathered moments in place, so they live until it is done.
+  Staged staged = stage(st, background);
+  p.staged = std::move(staged.save);
+  const size_t host_copies_allocated = ckpt::host_copy_bytes_allocated() - host_copies_before;
   auto write = [w = p.staged.write, disk_full] {
     if (disk_full) ckpt::simulate_disk_full(true);
     try {
@@ -167,7 +197,10 @@ void CheckpointSaver::save(int64_t step, int64_t consumed, bool publish_now) {
   }
   if (lead_ && !publish_now) {
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.began).count();
-    if (background)
+    if (background && host_copies_allocated > 0)
+      std::printf("saving the checkpoint of step %lld in the background (staged in %.2f s, allocating %.1f MB of "
+                  "host copies)\n", (long long)step, took, double(host_copies_allocated) / 1e6);
+    else if (background)
       std::printf("saving the checkpoint of step %lld in the background (staged in %.2f s)\n", (long long)step, took);
     else
       std::printf("saved checkpoint of step %lld in %.2f s (published once the next step passes the detectors)\n",

@@ -162,6 +162,7 @@ int run_train(const TrainOptions& o) {
 
   // Saves, published once the step after them passed the detectors (checkpoint_saver.h).
   CheckpointSaver saver(cfg, trainer, *world, pstate, faults);
+  saver.prepare_background_saves(start, consumed);
   if (lead && start >= cfg.train.train_iters)
     std::printf("nothing to train: the checkpoint is at step %lld and train.train_iters is %lld\n", (long long)start,
                 (long long)cfg.train.train_iters);

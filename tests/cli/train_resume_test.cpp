@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -59,6 +61,34 @@ INSTANTIATE_TEST_SUITE_P(
                                   " --set model.moe_first_dense_layers=1"),
                       std::string(" --set precision.fp8.recipe=delayed --set precision.compute=bf16")),
     [](const auto& info) { return info.index == 0 ? std::string("dense") : info.index == 1 ? "moe" : "fp8"; });
+
+// checkpoint.async_save: the host copies the background writes read are allocated before the first
+// step, by a staging that is dropped (it leaves nothing in checkpoint.dir), so no save inside the
+// training loop allocates them; a run that will not save in the background allocates nothing.
+TEST(TrainCli, AsynchronousSavesAllocateTheirHostCopiesBeforeTraining) {
+  for (const char* distributed : {"false", "true"}) {
+    TempDir d;
+    const std::string args = "train " + config("synthetic.yaml") + kSmall +
+                             " --set checkpoint.dir=ck --set checkpoint.async_save=true --set checkpoint.distributed=" +
+                             distributed;
+    const auto r = run_tessel(args + " --set train.train_iters=5 --set checkpoint.interval=2", d.path());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const size_t prepared = r.output.find("asynchronous saves: ");
+    ASSERT_NE(prepared, std::string::npos) << r.output;
+    EXPECT_LT(prepared, r.output.find("step     1/5")) << r.output;
+    EXPECT_NE(r.output.find("saving the checkpoint of step 2 in the background"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("saving the checkpoint of step 4 in the background"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("of host copies)"), std::string::npos) << "a save in the loop allocated:\n" << r.output;
+    std::set<std::string> entries;
+    for (const auto& e : std::filesystem::directory_iterator(d / "ck")) entries.insert(e.path().filename().string());
+    EXPECT_EQ(entries, (std::set<std::string>{".lock", "latest", "step_00000002", "step_00000004", "step_00000005"}));
+    // Saved only at the end (synchronously): nothing to prepare.
+    const auto once = run_tessel(args + " --set train.train_iters=2 --set checkpoint.interval=2 --set log.dir=once"
+                                        " --set checkpoint.dir=ck-once", d.path());
+    ASSERT_EQ(once.exit_code, 0) << once.output;
+    EXPECT_EQ(once.output.find("asynchronous saves: "), std::string::npos) << once.output;
+  }
+}
 
 // Also: while it runs, a second run on the same checkpoint.dir is refused naming the holder's PID.
 TEST(TrainCli, SigtermSavesAndExitsForRequeueWhileASecondRunIsRefused) {

@@ -32,4 +32,9 @@ class HostCopies {
   NamedTensors tensors_;
 };
 
+// Bytes of host-copy buffers this process has taken from the heap so far (not those reused): what a
+// save's staging allocated is the difference across it. A save of the same tensors as an earlier
+// one allocates nothing.
+size_t host_copy_bytes_allocated();
+
 }  // namespace tessel::ckpt
