@@ -139,8 +139,20 @@ CheckpointSaver::Staged CheckpointSaver::stage(const ckpt::TrainState& st, bool 
 void CheckpointSaver::prepare_background_saves(int64_t start, int64_t consumed) {
   const auto& ck = cfg_.checkpoint;
   if (ck.dir.empty() || !ck.async_save || ck.interval <= 0) return;
-  const int64_t first_background = (start / ck.interval + 1) * ck.interval;  // saves at the end are synchronous
-  if (first_background >= cfg_.train.train_iters) return;
+  // The training loop's saves in order (train_command.cpp): a skipped iteration saves nothing; an
+  // exit_interval step saves synchronously and ends the run; an interval step before the last saves
+  // in the background; the last step's save is synchronous. Stops at the first save.
+  const auto& t = cfg_.train;
+  bool background = false;
+  for (int64_t it = start + 1; it < t.train_iters; ++it) {
+    if (t.skips_iteration(it)) continue;
+    if (t.exit_interval > 0 && it % t.exit_interval == 0) break;
+    if (it % ck.interval == 0) {
+      background = true;
+      break;
+    }
+  }
+  if (!background) return;
   const comm::UntimedWaits io;  // the writer's stage gathers onto it
   const auto began = std::chrono::steady_clock::now();
   const size_t before = ckpt::host_copy_bytes_allocated();

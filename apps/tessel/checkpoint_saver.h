@@ -32,7 +32,7 @@ class CheckpointSaver {
   // Before training from step `start`: when this run will save in the background, stages the state
   // once and drops it, so the host copies every background save copies into (ckpt/host_copies.h)
   // are allocated now. Otherwise the first save would fault their pages in inside the training loop
-  // (3.5 s for llama-134m's 1.6 GB on a 2-core VM), as a GPU run allocates its pinned staging
+  // (3.3-4 s for llama-134m's 1.6 GB on a 2-core VM), as a GPU run allocates its pinned staging
   // buffers once, up front. Collective.
   void prepare_background_saves(int64_t start, int64_t consumed);
   // After each trained step: a flagged one drops the pending save (unless an earlier step validated

@@ -64,7 +64,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // checkpoint.async_save: the host copies the background writes read are allocated before the first
 // step, by a staging that is dropped (it leaves nothing in checkpoint.dir), so no save inside the
-// training loop allocates them; a run that will not save in the background allocates nothing.
+// training loop allocates them; a run that will not save in the background (its only saves are at
+// the end or at train.exit_interval) allocates nothing.
 TEST(TrainCli, AsynchronousSavesAllocateTheirHostCopiesBeforeTraining) {
   for (const char* distributed : {"false", "true"}) {
     TempDir d;
@@ -87,6 +88,12 @@ TEST(TrainCli, AsynchronousSavesAllocateTheirHostCopiesBeforeTraining) {
                                         " --set checkpoint.dir=ck-once", d.path());
     ASSERT_EQ(once.exit_code, 0) << once.output;
     EXPECT_EQ(once.output.find("asynchronous saves: "), std::string::npos) << once.output;
+    // Nor a run that exits (saving synchronously) before its first background save.
+    const auto exits = run_tessel(args + " --set train.train_iters=6 --set checkpoint.interval=4 --set log.dir=exits"
+                                         " --set train.exit_interval=3 --set checkpoint.dir=ck-exits", d.path());
+    ASSERT_EQ(exits.exit_code, 0) << exits.output;
+    EXPECT_NE(exits.output.find("saving and exiting"), std::string::npos) << exits.output;
+    EXPECT_EQ(exits.output.find("asynchronous saves: "), std::string::npos) << exits.output;
   }
 }
 
