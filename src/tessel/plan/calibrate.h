@@ -3,8 +3,9 @@
 // advance (so a plan of any other model interpolates, it does not look its shapes up):
 //   - GEMMs: every (M, N, K) of {128, 512, 2048}^3, bf16, f32 and FP8 (e4m3, per-tensor scales),
 //     each variant tessel's layers call (forward "NT", input gradient "NN", weight gradient
-//     "TN+acc"); the best of `repeats` runs; per kind the peak is the best of them all, each point's
-//     efficiency its share of it;
+//     "TN+acc"); the best of `repeats` runs, each after the caches were evicted (a training step's
+//     GEMMs read their operands from memory); per kind the peak is the best of them all, each
+//     point's efficiency its share of it;
 //   - memory bandwidth (a large f32 add) and the kernel latency (the same add on 16 elements);
 //   - every other op family and attention: timed inside real training steps of five fixed
 //     calibration models (dense, MoE, latent attention, dense with FP8 delayed and block scaling;
