@@ -50,6 +50,9 @@ double best_seconds(int repeats, F&& run) {
 // weight the rest of the step's tensors, far more than the caches hold, pass through them. The grid
 // times each GEMM after an eviction for that reason; timed repeated on operands left in cache, it
 // priced mixtral-tiny's expert GEMMs (about 250 x 128 x 512) at 0.5-0.75 of their time in a step.
+// Not measured: a machine with one last-level cache per core complex (each thread walks its share,
+// which may not cover its complex's cache), and, under mpirun, one rank's walk beside another
+// rank's timed GEMM (the ranks are not in step here).
 class CacheEvictor {
  public:
   CacheEvictor() : walk_(Tensor::zeros({walk_bytes() / 4}, DType::f32)) {}
