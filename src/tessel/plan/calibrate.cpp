@@ -1,12 +1,16 @@
 #include "tessel/plan/calibrate.h"
 
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <map>
+#include <string>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -45,24 +49,43 @@ double best_seconds(int repeats, F&& run) {
   return best_seconds(repeats, run, [] {});
 }
 
-// Evicts this machine's caches: a walk (an add, on every thread) over twice the last-level cache,
-// at least 64 MiB. A training step's GEMMs read their operands from memory: between two uses of a
-// weight the rest of the step's tensors, far more than the caches hold, pass through them. The grid
-// times each GEMM after an eviction for that reason; timed repeated on operands left in cache, it
-// priced mixtral-tiny's expert GEMMs (about 250 x 128 x 512) at 0.5-0.75 of their time in a step.
-// Not measured: a machine with one last-level cache per core complex (each thread walks its share,
-// which may not cover its complex's cache), and, under mpirun, one rank's walk beside another
-// rank's timed GEMM (the ranks are not in step here).
+// The last-level cache of the cpus this process may run on, in bytes: each distinct L3 counted
+// once (/sys/devices/system/cpu/cpuN/cache/index3: its shared_cpu_list names it, size its bytes),
+// so a machine with one L3 per core complex counts them all; sysconf's one L3 where sysfs says
+// nothing, 0 where neither does.
+int64_t last_level_cache_bytes() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return std::max(::sysconf(_SC_LEVEL3_CACHE_SIZE), 0L);
+  std::map<std::string, int64_t> caches;  // shared_cpu_list -> bytes
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    const std::string dir = fmt::format("/sys/devices/system/cpu/cpu{}/cache/index3/", cpu);
+    std::ifstream shared(dir + "shared_cpu_list"), size(dir + "size");
+    std::string who, kib;
+    if (!(shared >> who) || !(size >> kib) || kib.empty()) continue;
+    const int64_t scale = kib.back() == 'K' ? 1024 : kib.back() == 'M' ? 1024 * 1024 : 1;
+    caches[who] = std::atoll(kib.c_str()) * scale;
+  }
+  int64_t total = 0;
+  for (const auto& [who, bytes] : caches) total += bytes;
+  return total > 0 ? total : std::max(::sysconf(_SC_LEVEL3_CACHE_SIZE), 0L);
+}
+
+// Evicts this machine's caches: a walk (an add, on every thread) over twice the last-level caches
+// (all of them, at least 64 MiB). A training step's GEMMs read their operands from memory: between
+// two uses of a weight the rest of the step's tensors, far more than the caches hold, pass through
+// them. The grid times each GEMM after an eviction for that reason; timed repeated on operands left
+// in cache, it priced mixtral-tiny's expert GEMMs (about 250 x 128 x 512) at 0.5-0.75 of their time
+// in a step. Not measured: under mpirun, one rank's walk beside another rank's timed GEMM (the ranks
+// are not in step here); and whether each thread's share of the walk covers its own core complex's
+// cache where there are several (threads spread over them evenly do).
 class CacheEvictor {
  public:
-  CacheEvictor() : walk_(Tensor::zeros({walk_bytes() / 4}, DType::f32)) {}
+  CacheEvictor() : walk_(Tensor::zeros({std::max(int64_t(64) << 20, 2 * last_level_cache_bytes()) / 4}, DType::f32)) {}
   void operator()() const { kernels::add(walk_, walk_, walk_); }
 
  private:
-  static int64_t walk_bytes() {
-    const long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);  // 0 or -1 where the C library does not know
-    return std::max(int64_t(64) << 20, 2 * int64_t(std::max(llc, 0L)));
-  }
   Tensor walk_;
 };
 
