@@ -6,14 +6,17 @@ against the measured median, and the predicted peak memory against the real peak
 configs/hardware/cpu-2core-*.json from `tessel plan calibrate`, whose GEMM grid ({128, 512,
 2048}^3) holds none of these models' GEMM shapes.
 
-usage: bench/planner_cpu.py [BUILD_DIR] [--only NAME]   Last line: JSON."""
+usage: bench/planner_cpu.py [BUILD_DIR] [--only NAME] [--rounds R]   Last line: JSON.
+With R rounds, the layouts are measured R times in turn and each one's median counts."""
 import json
 import os
+import statistics
 import subprocess
 import sys
 
 build = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else "build"
 only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 1
 tessel = os.path.join(build, "tessel")
 preload = os.path.join(build, "libtessel_heap_peak.so")
 hw1, hw2, hwr = ("configs/hardware/cpu-2core-1thread.json", "configs/hardware/cpu-2core-2threads.json",
@@ -56,34 +59,50 @@ def run(cmd, env):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+selected = [layout for layout in layouts if not only or only in layout[0]]
+steps_ms = {layout[0]: [] for layout in selected}  # each round's median step
+heap_mib, predicted, failed = {}, {}, {}
+# Rounds alternate the layouts (the machine drifts by 10-40% over minutes): each layout's figure is
+# the median of its rounds.
+for r in range(rounds):
+    for name, cfg, sets, ranks, threads, hw in selected:
+        if name in failed:
+            continue
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        setargs = sum((["--set", s] for s in sets), [])
+        bench = [tessel, "bench", cfg, "--steps", "5", "--warmup", "2"] + setargs
+        if ranks > 1:
+            bench = ["mpirun", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", str(ranks),
+                     "-x", "OMP_NUM_THREADS", "-x", "LD_PRELOAD"] + bench
+        try:
+            measured = run(bench, dict(env, LD_PRELOAD=os.path.abspath(preload)))
+            if name not in predicted:
+                predicted[name] = run([tessel, "plan", "estimate", cfg, "--hardware", hw, "--world", str(ranks)] + setargs, env)
+        except RuntimeError as e:
+            failed[name] = str(e)
+            continue
+        steps_ms[name].append(1e3 * measured["step_s"])
+        heap = measured.get("heap_peak_growth_bytes")
+        heap_mib.setdefault(name, heap / 2**20 if heap else None)
+
 rows = []
-print(f"{'layout':46} {'measured ms':>11} {'predicted':>9} {'err':>7} | {'heap MiB':>8} {'predicted':>9} {'err':>7}")
-for name, cfg, sets, ranks, threads, hw in layouts:
-    if only and only not in name:
+print(f"{'layout':46} {'measured ms':>11} {'predicted':>9} {'err':>7} | {'heap MiB':>8} {'predicted':>9} {'err':>7}"
+      + ("  rounds (ms)" if rounds > 1 else ""))
+for name, cfg, sets, ranks, threads, hw in selected:
+    if name in failed:
+        print(f"{name:46} FAILED: {failed[name].strip().splitlines()[-1]}")
+        rows.append({"layout": name, "error": failed[name]})
         continue
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    setargs = sum((["--set", s] for s in sets), [])
-    bench = [tessel, "bench", cfg, "--steps", "5", "--warmup", "2"] + setargs
-    if ranks > 1:
-        bench = ["mpirun", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", str(ranks),
-                 "-x", "OMP_NUM_THREADS", "-x", "LD_PRELOAD"] + bench
-    try:
-        measured = run(bench, dict(env, LD_PRELOAD=os.path.abspath(preload)))
-        predicted = run([tessel, "plan", "estimate", cfg, "--hardware", hw, "--world", str(ranks)] + setargs, env)
-    except RuntimeError as e:
-        print(f"{name:46} FAILED: {str(e).strip().splitlines()[-1]}")
-        rows.append({"layout": name, "error": str(e)})
-        continue
-    t, tp = 1e3 * measured["step_s"], predicted["step_ms"]
-    heap = measured.get("heap_peak_growth_bytes")
-    mp = predicted["peak_memory_gib"] * 1024
-    heap_mib = heap / 2**20 if heap else None
+    t, tp = statistics.median(steps_ms[name]), predicted[name]["step_ms"]
+    mp = predicted[name]["peak_memory_gib"] * 1024
+    hm = heap_mib[name]
     et = tp / t - 1
-    em = mp / heap_mib - 1 if heap_mib else None
+    em = mp / hm - 1 if hm else None
     print(f"{name:46} {t:11.1f} {tp:9.1f} {100 * et:+6.1f}% | " +
-          (f"{heap_mib:8.1f} {mp:9.1f} {100 * em:+6.1f}%" if heap_mib else f"{'n/a':>8} {mp:9.1f}"))
-    rows.append({"layout": name, "ranks": ranks, "threads": threads, "measured_ms": t, "predicted_ms": tp,
-                 "time_error": et, "heap_mib": heap_mib, "predicted_mib": mp, "memory_error": em})
+          (f"{hm:8.1f} {mp:9.1f} {100 * em:+6.1f}%" if hm else f"{'n/a':>8} {mp:9.1f}") +
+          ("  " + " ".join(f"{x:.1f}" for x in steps_ms[name]) if rounds > 1 else ""))
+    rows.append({"layout": name, "ranks": ranks, "threads": threads, "measured_ms": t, "rounds_ms": steps_ms[name],
+                 "predicted_ms": tp, "time_error": et, "heap_mib": hm, "predicted_mib": mp, "memory_error": em})
 ok = [r for r in rows if "error" not in r]
 if ok:
     te = [r["time_error"] for r in ok]
