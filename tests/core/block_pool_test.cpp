@@ -1,6 +1,7 @@
 // The tensor block pool: requests rounded up to size classes, freed blocks reused as they are or
-// merged with their neighbours, blocks carved best-fit from segments, and a bounded set of free
-// segments (the oldest go back).
+// merged with their neighbours, blocks carved best-fit from segments, a bounded set of free
+// segments (the oldest go back), choices independent of the segments' addresses, and a pool
+// started afresh while blocks of the old one are in use.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -8,6 +9,7 @@
 
 #include "support/host_access.h"
 #include "tessel/core/block_pool.h"
+#include "tessel/core/pool_generations.h"
 #include "tessel/core/tensor.h"
 
 namespace tessel {
@@ -169,6 +171,77 @@ TEST(BlockPool, VaryingSizesDoNotGrowThePool) {
   EXPECT_LE(double(st.peak_segment_bytes), 1.5 * double(st.peak_live_bytes));
   EXPECT_GT(st.reused, 8 * 300 * 9 / 10);
   pool.put(state, 16 * kMiB);
+}
+
+// Made-up segment addresses, never dereferenced (the pool only computes with them): one backing
+// places each new segment above the last, the other below, as the heap may do either.
+void* ascending_segment(size_t bytes) {
+  static uintptr_t next = uintptr_t(1) << 40;
+  const uintptr_t at = next;
+  next += (bytes + 63) / 64 * 64;
+  return reinterpret_cast<void*>(at);
+}
+void* descending_segment(size_t bytes) {
+  static uintptr_t next = uintptr_t(1) << 46;
+  next -= (bytes + 63) / 64 * 64;
+  return reinterpret_cast<void*>(next);
+}
+void forget_segment(void*, size_t) {}
+
+TEST(BlockPool, ChoicesDoNotDependOnWhereTheBackingPutsSegments) {
+  // The meta device runs this pool over made-up addresses and must take the blocks the cpu's takes
+  // over the heap: the same requests give the same blocks, named by segment and offset, and the
+  // same reserve, whichever way the segments' addresses run. Sizes repeat (ties between free blocks
+  // of one size in different segments), small and large, kept and freed at random.
+  BlockPool up(0, {ascending_segment, forget_segment}), down(0, {descending_segment, forget_segment});
+  std::mt19937 rng(7);
+  const std::vector<size_t> sizes = {3000, 200000, 700000, 3 * kMiB, 5 * kMiB, 8 * kMiB};
+  struct Held {
+    void* up;
+    void* down;
+    size_t bytes;
+  };
+  std::vector<Held> held;
+  for (int op = 0; op < 4000; ++op) {
+    if (held.empty() || rng() % 5 < 3) {
+      const size_t n = sizes[rng() % sizes.size()];
+      held.push_back({up.get(n), down.get(n), n});
+    } else {
+      const size_t i = rng() % held.size();
+      up.put(held[i].up, held[i].bytes);
+      down.put(held[i].down, held[i].bytes);
+      held.erase(held.begin() + std::ptrdiff_t(i));
+    }
+    const BlockPoolStats a = up.stats(), b = down.stats();
+    ASSERT_EQ(a.segment_bytes, b.segment_bytes) << "operation " << op;
+    ASSERT_EQ(a.cached_blocks, b.cached_blocks) << "operation " << op;
+    ASSERT_EQ(a.reused, b.reused) << "operation " << op;
+  }
+  EXPECT_GT(up.stats().reused, 1000);
+}
+
+TEST(PoolGenerations, AFreshPoolStartsEmptyAndTheOldOneTakesItsBlocksBack) {
+  PoolGenerations pools(64 * kMiB, {ascending_segment, forget_segment});  // would keep every free segment
+  void* kept = pools.get(3 * kMiB);     // in use across the start
+  void* freed = pools.get(5 * kMiB);
+  pools.put(freed, 5 * kMiB);           // a free segment of the old pool
+  EXPECT_EQ(pools.segment_bytes(), 8 * kMiB);
+  pools.start_fresh();
+  // The old pool's free segment went back; its block in use stays, in a segment of its own.
+  EXPECT_EQ(pools.segment_bytes(), 3 * kMiB);
+  EXPECT_EQ(pools.current_stats().segment_bytes, 0u);
+  // A 5 MiB request no longer finds the old free block: the new pool takes a segment, as a new
+  // process would.
+  void* again = pools.get(5 * kMiB);
+  EXPECT_EQ(pools.current_stats().allocated, 1);
+  EXPECT_EQ(pools.segment_bytes(), 8 * kMiB);
+  // The old block goes back to the pool that handed it out, which then holds nothing and goes.
+  pools.put(kept, 3 * kMiB);
+  EXPECT_EQ(pools.segment_bytes(), 5 * kMiB);
+  EXPECT_EQ(pools.cached_bytes(), 0u);
+  pools.put(again, 5 * kMiB);
+  EXPECT_EQ(pools.current_stats().live_bytes, 0u);
+  EXPECT_EQ(pools.cached_bytes(), 5 * kMiB);  // the new pool keeps its free segment
 }
 
 }  // namespace

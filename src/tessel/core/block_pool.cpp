@@ -38,8 +38,10 @@ size_t BlockPool::block_size(size_t nbytes) {
 }
 
 BlockPool::Block* BlockPool::take_fitting(FreeSet& free, size_t size) {
-  Block probe{nullptr, size, true, nullptr, nullptr, nullptr};
-  const auto it = free.lower_bound(&probe);  // the smallest free block >= size, lowest address first
+  // The smallest free block >= size, oldest first: a probe of that size before every segment.
+  Segment before_all{nullptr, 0, 0, false, nullptr, false, {}};
+  Block probe{nullptr, size, true, nullptr, nullptr, &before_all};
+  const auto it = free.lower_bound(&probe);
   if (it == free.end()) return nullptr;
   Block* b = *it;
   free.erase(it);
@@ -56,7 +58,7 @@ BlockPool::Block* BlockPool::new_segment(size_t size, bool small) {
   const size_t bytes = small ? kSmallSegment : size;
   char* base = static_cast<char*>(backing_.get(bytes));
   if (!base) return nullptr;
-  auto* seg = new Segment{base, bytes, small, nullptr, false, idle_.end()};
+  auto* seg = new Segment{base, bytes, ++segments_taken_, small, nullptr, false, idle_.end()};
   seg->head = new Block{base, bytes, true, nullptr, nullptr, seg};
   segments_.insert(seg);
   st_.segment_bytes += bytes;
@@ -160,12 +162,15 @@ void BlockPool::merge_parked() {
 }
 
 void BlockPool::put(void* p, size_t nbytes) {
+  if (try_put(p, nbytes)) return;
+  std::fprintf(stderr, "tessel: internal error: block %p returned to a pool that did not hand it out\n", p);
+  std::abort();
+}
+
+bool BlockPool::try_put(void* p, size_t nbytes) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = live_.find(p);
-  if (it == live_.end()) {
-    std::fprintf(stderr, "tessel: internal error: block %p returned to a pool that did not hand it out\n", p);
-    std::abort();
-  }
+  if (it == live_.end()) return false;
   Block* b = it->second;
   live_.erase(it);
   st_.live_bytes -= block_size(nbytes);
@@ -176,6 +181,7 @@ void BlockPool::put(void* p, size_t nbytes) {
     merge_parked();
     trim(idle_bytes_ - std::min(idle_bytes_, cached - st_.cap_bytes));
   }
+  return true;
 }
 
 void BlockPool::trim(size_t keep_free_bytes) {

@@ -11,7 +11,11 @@
 // exact size takes the most recently parked one (still in cache: a step's sizes repeat). On a
 // request no parked block matches, every parked block first merges with its free neighbours in its
 // segment; the request then takes the smallest free block that holds it (best fit), the rest of
-// that block staying free, and only when none holds it is a new segment taken. (Merging only when
+// that block staying free, and only when none holds it is a new segment taken. Among free blocks
+// of one size the one in the oldest segment, then the lowest offset, is taken: never the lowest
+// address, so that the pool's choices depend on its requests alone, not on where the backing
+// put the segments, and the meta device's pool over made-up addresses (memory.cpp) makes the same
+// choices as the cpu's over the heap. (Merging only when
 // no free block holds the request keeps more blocks of exact sizes, but replayed on llama-tiny
 // with FP8 it held 60 MB beyond the peak in use instead of 27: the fragments it leaves unmerged
 // are too small for the step's large requests.) So a buffer
@@ -67,6 +71,7 @@ class BlockPool {
   static size_t block_size(size_t nbytes);  // the class a request of nbytes is served from
   void* get(size_t nbytes);                  // nullptr when the backing fails
   void put(void* p, size_t nbytes);          // nbytes as given to get()
+  bool try_put(void* p, size_t nbytes);      // put(), or false when p is not a block of this pool
   BlockPoolStats stats() const;
   // Gives every segment without a block in use back to the backing (the pool otherwise keeps them).
   void release_idle();
@@ -84,17 +89,20 @@ class BlockPool {
   struct Segment {
     char* base;
     size_t bytes;
+    uint64_t order;  // segments taken before this one, over the pool's life
     bool small;
     Block* head;                          // the block at base: never merged away
     bool idle = false;                    // one free block spans it
     std::list<Segment*>::iterator in_idle;
   };
-  struct BySizeThenAddress {
+  struct BySizeThenAge {  // size, then the segment's order, then the offset in it
     bool operator()(const Block* a, const Block* b) const {
-      return a->bytes != b->bytes ? a->bytes < b->bytes : a->ptr < b->ptr;
+      if (a->bytes != b->bytes) return a->bytes < b->bytes;
+      if (a->segment != b->segment) return a->segment->order < b->segment->order;
+      return a->ptr < b->ptr;
     }
   };
-  using FreeSet = std::set<Block*, BySizeThenAddress>;
+  using FreeSet = std::set<Block*, BySizeThenAge>;
 
   Block* take_fitting(FreeSet& free, size_t size);  // nullptr when no free block holds size
   Block* new_segment(size_t size, bool small);      // nullptr when the backing fails
@@ -113,6 +121,7 @@ class BlockPool {
   std::list<Segment*> idle_;  // least recently freed first
   std::unordered_set<Segment*> segments_;
   size_t idle_bytes_ = 0;
+  uint64_t segments_taken_ = 0;
   BlockPoolStats st_;
 };
 
