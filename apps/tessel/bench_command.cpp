@@ -98,11 +98,12 @@ int run_bench(const BenchOptions& o) {
               (long long)m.num_attention_heads, (long long)m.num_query_groups, (long long)m.ffn_hidden_size,
               (long long)m.vocab_size, (long long)m.seq_length);
   const auto [peak, peak_src] = lead ? gemm_peak(m.compute, o.remeasure_peak) : std::make_pair(1.0, std::string());
-  // The GEMM peak measurement's operands, when it ran, went back to the tensor pool: give their
-  // segments back to the heap, so the model starts from the pool as a cached peak leaves it.
-  release_idle_tensor_blocks();
-  const HeapProbe heap;
+  // The GEMM peak measurement's operands, when it ran, went back to the tensor pool: start the pool
+  // afresh (its free segments back to the heap), so the model starts from the pool as a new process
+  // has it, and the pool's reserve is what a dry run of the same steps predicts (train/dry_run.h).
   Allocator& device_memory = allocator(Device::cpu);
+  device_memory.start_fresh_pool();
+  const HeapProbe heap;
   // What the process held before the model was built (libraries, MPI), less any free blocks the
   // tensor pool still keeps: the model's tensors would take those without a new allocation, so
   // they are part of the growth the accounting is compared with (without both, a run that measured
@@ -168,7 +169,11 @@ int run_bench(const BenchOptions& o) {
   // model was built: the share of it the accounting covers exposes memory that bypasses the
   // allocator (library scratchpads, staging vectors, free blocks the pool keeps).
   const MemoryStats mem = device_memory.stats();
-  nlohmann::json heap_growth = nullptr, coverage = nullptr;
+  nlohmann::json heap_growth = nullptr, coverage = nullptr, reserved_coverage = nullptr;
+  // The reserve's peak: each category's bytes in use then, and the pool's free blocks (its slack).
+  nlohmann::json reserved_by_category = bytes_by_category(mem.at_peak_reserved);
+  reserved_by_category["pool_free"] = mem.peak_reserved - std::accumulate(mem.at_peak_reserved.begin(),
+                                                                          mem.at_peak_reserved.end(), int64_t(0));
   std::printf("accounted peak %.2f MB (", double(mem.peak_total) / 1e6);
   for (int c = 0; c < kMemoryCategories; ++c)
     std::printf("%s%s %.2f", c ? ", " : "", std::string(memory_category_name(MemoryCategory(c))).c_str(),
@@ -178,6 +183,7 @@ int run_bench(const BenchOptions& o) {
     const int64_t growth = heap.peak() - heap_before_model;
     heap_growth = growth;
     coverage = growth > 0 ? double(mem.peak_total) / double(growth) : 1.0;
+    reserved_coverage = growth > 0 ? double(mem.peak_reserved) / double(growth) : 1.0;
     std::printf(" of %.2f MB real heap growth (%.1f%%; with the pool's free blocks, peak %.2f MB: %.1f%%)",
                 double(growth) / 1e6, 100 * coverage.get<double>(), double(mem.peak_reserved) / 1e6,
                 100 * double(mem.peak_reserved) / double(growth));
@@ -376,6 +382,8 @@ int run_bench(const BenchOptions& o) {
                       {"accounted_peak_bytes", mem.peak_total},
                       {"accounted_peak_bytes_by_category", bytes_by_category(mem.at_peak)},
                       {"accounted_peak_reserved_bytes", mem.peak_reserved},
+                      {"accounted_peak_reserved_bytes_by_category", reserved_by_category},
+                      {"accounted_reserved_heap_coverage", reserved_coverage},
                       {"heap_peak_growth_bytes", heap_growth},
                       {"accounted_heap_coverage", coverage},
                       {"params", local},

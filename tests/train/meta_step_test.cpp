@@ -1,11 +1,13 @@
 // The training step on the meta device against the same step run on the cpu (in strict mode: no
 // host access to device memory outside kernels and explicit copies), for every rank of several
-// layouts: the peak of the cpu allocator over setup and two steps, each category's share
-// at that moment and where in the step it occurs, the kernel calls (calls, FLOPs, bytes per op
-// family) and the collectives per group must be equal, byte for byte. The cpu run is set up over
-// a meta world of the same rank (collectives move nothing, so no other process is needed; the
-// real multi-process comparison is tests/mpi/meta_step_test.cpp). Independently of both, the GEMM
-// FLOPs are checked against 6 x tokens x the weights' elements (8 x with recompute).
+// layouts: the peak of the cpu allocator over setup and two steps, each category's share at that
+// moment and where in the step it occurs, the kernel calls (calls, FLOPs, bytes per op family) and
+// the collectives per group must be equal, byte for byte; so must the reserve of the pool and each
+// category's share at its peak, against the cpu run again outside strict mode (where blocks go back
+// in program order). The cpu run is set up over a meta world of the same rank (collectives move
+// nothing, so no other process is needed; the real multi-process comparison is
+// tests/mpi/meta_step_test.cpp). Independently of both, the GEMM FLOPs are checked against
+// 6 x tokens x the weights' elements (8 x with recompute).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
@@ -84,7 +86,20 @@ TEST_P(MetaStep, EveryRankMatchesTheCpuStepByteForByte) {
     if (cfg.model.is_moe_layer(cfg.model.num_layers - 1)) {
       EXPECT_GT(routing.calls(), 0u) << l.name;
     }
-    expect_equal(meta, cpu, fmt::format("{} rank {}", l.name, rank));
+    const std::string where = fmt::format("{} rank {}", l.name, rank);
+    expect_equal(meta, cpu, where);
+    // The pool's reserve, against the cpu run as a real run has it: blocks go back to the pool where
+    // the program frees them (in strict mode, as the kernel queue reaches the free: timing). A run of
+    // its own, whose routing under expert parallelism differs (the meta world's all-to-all moves no
+    // tokens), so replayed on meta again.
+    nn::MoeRoutingTrace pooled_routing(nn::MoeRoutingTrace::Mode::record);
+    const StepMeasurement pooled = measure(cfg, l.world, rank, Device::cpu, &pooled_routing);
+    pooled_routing.set_mode(nn::MoeRoutingTrace::Mode::replay);
+    const StepMeasurement meta_pooled = measure(cfg, l.world, rank, Device::meta, &pooled_routing);
+    EXPECT_EQ(meta_pooled.peak_bytes, pooled.peak_bytes) << where;
+    EXPECT_EQ(meta_pooled.peak_reserved_bytes, pooled.peak_reserved_bytes) << where;
+    EXPECT_EQ(meta_pooled.peak_reserved_bytes_by_category, pooled.peak_reserved_bytes_by_category) << where;
+    EXPECT_GE(pooled.peak_reserved_bytes, pooled.peak_bytes) << where;
     // Hardware profiles price memory-bound ops by these names and refuse any other (op_log.h).
     for (const auto& [op, t] : cpu.ops) EXPECT_TRUE(kernels::is_op_family(op)) << l.name << ": " << op << " is not in kOpFamilies";
     EXPECT_GT(cpu.peak_bytes_by_category[size_t(MemoryCategory::activations)], 0) << l.name;

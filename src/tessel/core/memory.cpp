@@ -7,6 +7,7 @@
 #include "tessel/core/check.h"
 #include "tessel/core/device_arena.h"
 #include "tessel/core/device_queue.h"
+#include "tessel/core/pool_generations.h"
 
 namespace tessel {
 
@@ -53,7 +54,13 @@ void* Allocator::allocate(size_t nbytes, MemoryCategory c) {
   // The reserve only grows when a block comes from the system, i.e. right after an allocation.
   const int64_t cached = cached_bytes();
   std::lock_guard<std::mutex> lock(mu_);
-  st_.peak_reserved = std::max(st_.peak_reserved, st_.current_total + cached);
+  // Of the moments the reserve is at its peak, the one with the most in use (the least free).
+  const int64_t reserved = st_.current_total + cached;
+  if (reserved > st_.peak_reserved || (reserved == st_.peak_reserved && st_.current_total > in_use_at_peak_reserved_)) {
+    st_.peak_reserved = reserved;
+    st_.at_peak_reserved = st_.current;
+    in_use_at_peak_reserved_ = st_.current_total;
+  }
   return p;
 }
 
@@ -148,6 +155,8 @@ void Allocator::reset_peak() {
   st_.requested_at_peak = st_.requested;
   st_.peak_total = st_.current_total;
   st_.peak_reserved = st_.current_total + cached;
+  st_.at_peak_reserved = st_.current;
+  in_use_at_peak_reserved_ = st_.current_total;
   st_.peak_phase = current_memory_phase();
 }
 
@@ -160,7 +169,8 @@ namespace {
 class CpuAllocator final : public Allocator {
  public:
   Device device() const override { return Device::cpu; }
-  BlockPool& pool() { return pool_; }
+  PoolGenerations& pool() { return pool_; }
+  void start_fresh_pool() override { pool_.start_fresh(); }
 
  protected:
   void* raw_allocate(size_t nbytes) override {
@@ -178,7 +188,7 @@ class CpuAllocator final : public Allocator {
   }
   int64_t cached_bytes() const override {
     const BlockPool* strict = strict_pool_;
-    return int64_t(pool_.stats().cached_bytes) + (strict ? int64_t(strict->stats().cached_bytes) : 0);
+    return int64_t(pool_.cached_bytes()) + (strict ? int64_t(strict->stats().cached_bytes) : 0);
   }
 
  private:
@@ -191,19 +201,32 @@ class CpuAllocator final : public Allocator {
     return *strict_pool_;
   }
 
-  BlockPool pool_{size_t(64) << 20};
+  PoolGenerations pool_{size_t(64) << 20, BlockPool::heap()};
   std::once_flag strict_once_;
   std::atomic<BlockPool*> strict_pool_{nullptr};
 };
 
-// Accounts and allocates nothing.
+// Made-up addresses for the meta pool's segments: 64-byte aligned, never reused, never dereferenced
+// (a meta tensor has no data: Storage::ptr is null, the address is only the pool's name for a block).
+void* meta_segment(size_t bytes) {
+  static std::atomic<uintptr_t> next{uintptr_t(1) << 44};
+  return reinterpret_cast<void*>(next.fetch_add((bytes + 63) / 64 * 64));
+}
+
+// Allocates nothing: the same pool as the cpu's runs over made-up addresses, so the requests of a
+// meta run leave the same free blocks, and reach the same reserve, as on the cpu.
 class MetaAllocator final : public Allocator {
  public:
   Device device() const override { return Device::meta; }
+  void start_fresh_pool() override { pool_.start_fresh(); }
 
  protected:
-  void* raw_allocate(size_t) override { return nullptr; }
-  void raw_deallocate(void*, size_t) noexcept override {}
+  void* raw_allocate(size_t nbytes) override { return pool_.get(nbytes); }
+  void raw_deallocate(void* p, size_t nbytes) noexcept override { pool_.put(p, nbytes); }
+  int64_t cached_bytes() const override { return int64_t(pool_.cached_bytes()); }
+
+ private:
+  PoolGenerations pool_{size_t(64) << 20, BlockPool::Backing{meta_segment, [](void*, size_t) {}}};
 };
 
 // Never destroyed: tensors may outlive static destructors.
@@ -222,7 +245,7 @@ Allocator& allocator(Device d) {
   return d == Device::meta ? static_cast<Allocator&>(*meta) : cpu_allocator();
 }
 
-BlockPoolStats tensor_pool_stats() { return cpu_allocator().pool().stats(); }
+BlockPoolStats tensor_pool_stats() { return cpu_allocator().pool().current_stats(); }
 void release_idle_tensor_blocks() { cpu_allocator().pool().release_idle(); }
 
 MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : previous_(t_category) { t_category = c; }

@@ -58,9 +58,13 @@ struct MemoryStats {
   int64_t current_total = 0;
   int64_t peak_total = 0;
   // What the device allocator holds: the bytes in use plus the free blocks it keeps for reuse (the
-  // cpu's pool; meta keeps none), and its peak. peak_reserved - peak_total is the pool's slack.
+  // pool; meta runs the same pool over made-up addresses), and its peak. peak_reserved - peak_total
+  // is the pool's slack.
   int64_t reserved = 0;
   int64_t peak_reserved = 0;
+  // Each category's bytes in use when the reserve was at its peak: of those moments, the one with
+  // the most in use (the reserve stays at its peak for a run's every later step).
+  PerCategory at_peak_reserved{};
   int64_t allocations = 0;  // requests since the allocator was created
   MemoryPhase peak_phase;   // the allocating thread's phase when the total reached peak_total
 
@@ -87,11 +91,16 @@ class Allocator {
   // Bytes accounted for a request of nbytes (its block size), the same on every device.
   static int64_t accounted_bytes(size_t nbytes);
 
-  // Storage for nbytes tagged `c`; throws tessel::Error when the device is out of memory. The meta
-  // allocator returns nullptr: it accounts and allocates nothing.
+  // A block of nbytes tagged `c`; throws tessel::Error when the device is out of memory. On meta
+  // the block is a made-up address that names it to the allocator and holds nothing: a meta
+  // Storage keeps it and has no data (Storage::ptr null).
   void* allocate(size_t nbytes, MemoryCategory c);
-  // Returns storage from allocate(nbytes, c), with the same nbytes and category.
-  void deallocate(void* p, size_t nbytes, MemoryCategory c) noexcept;
+  // Returns a block from allocate(nbytes, c), with the same nbytes and category.
+  void deallocate(void* block, size_t nbytes, MemoryCategory c) noexcept;
+  // Starts the device's pool afresh, as in a new process: blocks in use go back to the pool they
+  // came from, later requests to a new one (core/pool_generations.h). A measurement of the reserve
+  // starts with it, so that it does not depend on what ran before it in the process.
+  virtual void start_fresh_pool() {}
 
   MemoryStats stats() const;
   // Meta only: accounts `a` as allocations (positive entries) and frees (negative) of its categories
@@ -109,6 +118,7 @@ class Allocator {
  private:
   mutable std::mutex mu_;
   MemoryStats st_;
+  int64_t in_use_at_peak_reserved_ = 0;  // the sum of st_.at_peak_reserved
 };
 
 // The process-wide allocator of a device.

@@ -22,11 +22,12 @@ int64_t shape_numel(const Shape& s) {
 }
 
 Storage::Storage(size_t nbytes, Device d, MemoryCategory c) : bytes(nbytes), device(d), category(c) {
-  ptr = allocator(d).allocate(nbytes, c);
+  block = allocator(d).allocate(nbytes, c);
+  ptr = d == Device::meta ? nullptr : block;
 }
 Storage::Storage(void* external, size_t nbytes) : ptr(external), bytes(nbytes), owned(false) {}
 Storage::~Storage() {
-  if (owned) allocator(device).deallocate(ptr, bytes, category);
+  if (owned) allocator(device).deallocate(block, bytes, category);
 }
 
 // Checked before anything is allocated or viewed for the shape.

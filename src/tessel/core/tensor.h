@@ -30,7 +30,8 @@ struct Storage {
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  void* ptr = nullptr;  // nullptr on meta
+  void* ptr = nullptr;    // the data; nullptr on meta
+  void* block = nullptr;  // the allocator's block: ptr, or on meta the address the meta pool made up
   size_t bytes = 0;
   bool owned = true;
   Device device = Device::cpu;

@@ -76,6 +76,7 @@ StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& gr
     if (g) g->reset_stats();
   const LogSession ops(kernels::op_log());
   const LogSession collectives(comm::comm_log());
+  a.start_fresh_pool();
   a.reset_peak();
   const MemoryStats before = a.stats();
   StepMeasurement m;
@@ -104,6 +105,9 @@ StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& gr
     m.peak_requested_bytes += m.peak_requested_bytes_by_category[size_t(c)];
   }
   m.peak_at = describe(after.peak_phase);
+  m.peak_reserved_bytes = after.peak_reserved - before.reserved;
+  for (int c = 0; c < kMemoryCategories; ++c)
+    m.peak_reserved_bytes_by_category[size_t(c)] = after.at_peak_reserved[size_t(c)] - before.current[size_t(c)];
   m.ops = kernels::op_log().totals_by_op();
   for (const auto& [op, t] : m.ops) m.flops += t.flops;
   for (auto& [name, g] : groups.named_groups())

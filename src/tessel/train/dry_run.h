@@ -24,13 +24,20 @@
 namespace tessel::train {
 
 // One rank's training steps as measured (on any device): memory relative to before the Trainer was
-// set up, the kernels called and the collectives each group ran.
+// set up (the device's pool started afresh then), the kernels called and the collectives each group ran.
 struct StepMeasurement {
   int64_t peak_bytes = 0;                             // the highest total over setup and the steps
   MemoryStats::PerCategory peak_bytes_by_category{};  // each category's bytes at that moment (cpu pool blocks)
   int64_t peak_requested_bytes = 0;                   // the same moment's bytes as requested, before rounding
   MemoryStats::PerCategory peak_requested_bytes_by_category{};
   std::string peak_at;                                // the phase of the step it occurred in
+  // What the device's pool held at most (in use plus the free blocks it kept: the pool's slack),
+  // started afresh for the measurement, and the bytes in use of each category at that moment; the
+  // rest, peak_reserved_bytes minus their sum, is free blocks. The same on cpu and meta, whose pool
+  // runs over made-up addresses, when no collective or kernel queue frees blocks out of program
+  // order (not in strict cpu mode: its blocks go back as the queue reaches them).
+  int64_t peak_reserved_bytes = 0;
+  MemoryStats::PerCategory peak_reserved_bytes_by_category{};
   std::map<std::string, kernels::OpTotals> ops;       // per op family (kernels::OpRecord::op)
   double flops = 0;
   std::map<std::string, std::map<std::string, comm::CommStats>> comm_by_group;  // group -> kind -> totals
