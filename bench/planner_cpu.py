@@ -11,8 +11,9 @@ With R rounds, the layouts are measured R times in turn and each one's median co
 import json
 import os
 import statistics
-import subprocess
 import sys
+
+from tessel_runs import last_json
 
 build = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else "build"
 only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
@@ -52,13 +53,6 @@ layouts = [
 ]
 
 
-def run(cmd, env):
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
-
 selected = [layout for layout in layouts if not only or only in layout[0]]
 steps_ms = {layout[0]: [] for layout in selected}  # each round's median step
 heap_mib, predicted, failed = {}, {}, {}
@@ -75,9 +69,9 @@ for r in range(rounds):
             bench = ["mpirun", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", str(ranks),
                      "-x", "OMP_NUM_THREADS", "-x", "LD_PRELOAD"] + bench
         try:
-            measured = run(bench, dict(env, LD_PRELOAD=os.path.abspath(preload)))
+            measured = last_json(bench, dict(env, LD_PRELOAD=os.path.abspath(preload)))
             if name not in predicted:
-                predicted[name] = run([tessel, "plan", "estimate", cfg, "--hardware", hw, "--world", str(ranks)] + setargs, env)
+                predicted[name] = last_json([tessel, "plan", "estimate", cfg, "--hardware", hw, "--world", str(ranks)] + setargs, env)
         except RuntimeError as e:
             failed[name] = str(e)
             continue

@@ -11,8 +11,9 @@ Last line: JSON."""
 import json
 import os
 import statistics
-import subprocess
 import sys
+
+from tessel_runs import last_json, set_args
 
 args = sys.argv[1:]
 build = args.pop(0) if args and not args[0].startswith("--") else "build"
@@ -41,15 +42,6 @@ uses = [  # (name, ranks, threads per rank, profile)
 ]
 
 
-def last_json(cmd, env):
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
-
-def set_args(overrides):
-    return sum((["--set", s] for s in overrides), [])
 
 
 rows = []
