@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """`tessel plan estimate` against `tessel bench` on this machine: for a fixed list of layouts that
 really run here (one process at 1 and 2 threads; 2 ranks at 1 thread each), the predicted step time
-against the measured median, and the predicted peak memory against the real peak heap growth
-(counted by bench/heap_peak, an allocation interposer, not by tessel's allocator). The profiles are
+against the measured median, and the predicted peak memory (the reserve of tessel's pool: blocks in
+use and the free blocks it keeps) against the real peak heap growth (counted by bench/heap_peak, an
+allocation interposer, not by tessel's allocator). The profiles are
 configs/hardware/cpu-2core-*.json from `tessel plan calibrate`, whose GEMM grid ({128, 512,
 2048}^3) holds none of these models' GEMM shapes.
 
@@ -80,7 +81,7 @@ for r in range(rounds):
         heap_mib.setdefault(name, heap / 2**20 if heap else None)
 
 rows = []
-print(f"{'layout':46} {'measured ms':>11} {'predicted':>9} {'err':>7} | {'heap MiB':>8} {'predicted':>9} {'err':>7}"
+print(f"{'layout':46} {'measured ms':>11} {'predicted':>9} {'err':>7} | {'heap MiB':>8} {'reserve':>9} {'err':>7} {'in use':>8}"
       + ("  rounds (ms)" if rounds > 1 else ""))
 for name, cfg, sets, ranks, threads, hw in selected:
     if name in failed:
@@ -88,15 +89,17 @@ for name, cfg, sets, ranks, threads, hw in selected:
         rows.append({"layout": name, "error": failed[name]})
         continue
     t, tp = statistics.median(steps_ms[name]), predicted[name]["step_ms"]
-    mp = predicted[name]["peak_memory_gib"] * 1024
+    # The pool's reserve (in use plus its free blocks): what the process holds; the in-use peak beside it.
+    mp = (predicted[name].get("peak_reserved_memory_gib") or predicted[name]["peak_memory_gib"]) * 1024
+    mu = predicted[name]["peak_memory_gib"] * 1024
     hm = heap_mib[name]
     et = tp / t - 1
     em = mp / hm - 1 if hm else None
     print(f"{name:46} {t:11.1f} {tp:9.1f} {100 * et:+6.1f}% | " +
-          (f"{hm:8.1f} {mp:9.1f} {100 * em:+6.1f}%" if hm else f"{'n/a':>8} {mp:9.1f}") +
+          (f"{hm:8.1f} {mp:9.1f} {100 * em:+6.1f}% {mu:8.1f}" if hm else f"{'n/a':>8} {mp:9.1f}") +
           ("  " + " ".join(f"{x:.1f}" for x in steps_ms[name]) if rounds > 1 else ""))
     rows.append({"layout": name, "ranks": ranks, "threads": threads, "measured_ms": t, "rounds_ms": steps_ms[name],
-                 "predicted_ms": tp, "time_error": et, "heap_mib": hm, "predicted_mib": mp, "memory_error": em})
+                 "predicted_ms": tp, "time_error": et, "heap_mib": hm, "predicted_mib": mp, "predicted_in_use_mib": mu, "memory_error": em})
 ok = [r for r in rows if "error" not in r]
 if ok:
     te = [r["time_error"] for r in ok]

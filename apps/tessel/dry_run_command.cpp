@@ -46,18 +46,11 @@ nlohmann::json by_category_json(const MemoryStats::PerCategory& bytes) {
   return j;
 }
 
-// At the reserve's peak: what the pool held beyond the blocks in use.
-int64_t pool_free_bytes(const train::StepMeasurement& st) {
-  int64_t in_use = 0;
-  for (int64_t b : st.peak_reserved_bytes_by_category) in_use += b;
-  return st.peak_reserved_bytes - in_use;
-}
-
 void print_step(const train::StepMeasurement& st) {
   std::printf("  step peak %.2f GiB at %s (%s; %.2f GiB in the cpu pool's blocks)\n", gib(st.peak_requested_bytes),
               st.peak_at.c_str(), by_category_text(st.peak_requested_bytes_by_category).c_str(), gib(st.peak_bytes));
-  std::printf("  the cpu pool's reserve peaks at %.2f GiB (%.2f GiB of it free blocks)\n", gib(st.peak_reserved_bytes),
-              gib(pool_free_bytes(st)));
+  std::printf("  the cpu pool's reserve peaks at %.2f GiB at %s (%.2f GiB of it free blocks)\n",
+              gib(st.peak_reserved_bytes), st.peak_reserved_at.c_str(), gib(st.pool_free_bytes()));
   std::string ops;
   for (const auto& [op, t] : st.ops)
     if (t.flops > 0) ops += fmt::format("{}{} {:.3g}", ops.empty() ? "" : ", ", op, t.flops);
@@ -117,7 +110,8 @@ int run_dry_run(const DryRunOptions& o) {
       j["peak_requested_bytes_by_category"] = by_category_json(st.peak_requested_bytes_by_category);
       j["peak_reserved_bytes"] = st.peak_reserved_bytes;
       j["peak_reserved_bytes_by_category"] = by_category_json(st.peak_reserved_bytes_by_category);
-      j["peak_reserved_bytes_by_category"]["pool_free"] = pool_free_bytes(st);
+      j["peak_reserved_bytes_by_category"]["pool_free"] = st.pool_free_bytes();
+      j["peak_reserved_at"] = st.peak_reserved_at;
       j["peak_at"] = st.peak_at;
       j["flops"] = st.flops;
       j["flops_by_op"] = flops;

@@ -86,6 +86,9 @@ int run_estimate(const EstimateOptions& o) {
         cats += fmt::format("{}{} {:.2f}", cats.empty() ? "" : ", ", memory_category_name(MemoryCategory(c)),
                             gib(s.peak_bytes_by_category[size_t(c)]));
     std::printf("  peak memory %.2f GiB at %s (%s GiB)\n", gib(s.peak_bytes), s.peak_at.c_str(), cats.c_str());
+    if (s.peak_reserved_bytes > 0)
+      std::printf("  tessel's cpu pool holds at most %.2f GiB (%.2f GiB of it free blocks)\n", gib(s.peak_reserved_bytes),
+                  gib(s.peak_reserved_bytes - s.peak_bytes));
     if (o.ops) {
       double kernels = 0;
       for (const auto& [op, t] : s.kernel_s_by_op) kernels += t;
@@ -114,6 +117,7 @@ int run_estimate(const EstimateOptions& o) {
                       {"hidden_all_to_all_ms", 1e3 * s.hidden_all_to_all_s},
                       {"peak_memory_gib", gib(s.peak_bytes)},
                       {"peak_memory_gib_by_category", categories_json(s.peak_bytes_by_category)},
+                      {"peak_reserved_memory_gib", s.peak_reserved_bytes > 0 ? nlohmann::json(gib(s.peak_reserved_bytes)) : nlohmann::json()},
                       {"peak_at", s.peak_at}});
   }
   std::printf("step %.2f ms | %.1f tokens/s | MFU %.1f%% | peak memory %.2f GiB (max over ranks) | estimated in "
@@ -122,6 +126,7 @@ int run_estimate(const EstimateOptions& o) {
   for (const auto& line : too_big) std::fprintf(stderr, "does not fit: %s\n", line.c_str());
   const nlohmann::json out{{"step_ms", 1e3 * e.step_s},
                            {"peak_memory_gib", gib(e.peak_bytes)},
+                           {"peak_reserved_memory_gib", e.peak_reserved_bytes > 0 ? nlohmann::json(gib(e.peak_reserved_bytes)) : nlohmann::json()},
                            {"tokens_per_s", e.tokens_per_s},
                            {"mfu", e.mfu},
                            {"world", e.world},

@@ -3,6 +3,8 @@
 // assembly of a one-process step from the meta device's records re-priced independently.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -297,6 +299,39 @@ TEST(Estimate, OneProcessStepIsEveryKernelOfTheStepPricedByTheProfile) {
   EXPECT_NEAR(h.step_s, expected + priced * 3e-6, 1e-12 * expected);
 }
 
+// A cpu profile's reserve is what tessel's pool holds in a real cpu run of two steps: the planner's
+// meta run (with its shortcuts) against the same steps run on the cpu, over a meta world of the same
+// rank; dense layouts (MoE routing on meta is balanced, not the cpu run's).
+TEST(Estimate, ACpuProfilesReserveIsWhatThePoolHoldsInARealRun) {
+  HardwareProfile hw = simple_profile();
+  hw.device = "cpu";
+  hw.devices_per_node = 2;
+  const std::vector<std::pair<int, std::vector<std::string>>> layouts = {
+      {1, {"train.micro_batch_size=2", "train.global_batch_size=8", "model.recompute=true"}},  // 4 micro-batches
+      {2, {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"}},
+      {2, {"parallel.pipeline_model_parallel_size=2", "train.micro_batch_size=1", "train.global_batch_size=6"}},
+      {2, {"parallel.use_distributed_optimizer=true", "model.hidden_size=128", "model.ffn_hidden_size=512"}},
+      // llama-tiny's ZeRO-1 (bf16): a block freed and split in the first step leaves the second
+      // step's largest request no fit, so the reserve grows by 16 MiB in the second step, then holds.
+      {2, {"precision.compute=bf16", "parallel.use_distributed_optimizer=true", "train.global_batch_size=16"}}};
+  for (const auto& [world_size, sets] : layouts) {
+    const train::Config cfg = sets.front() == "precision.compute=bf16"
+                                  ? train::Config::load(std::string(TESSEL_CONFIG_DIR) + "/bench/llama-tiny.yaml", sets)
+                                  : tiny(sets);
+    const Estimate e = estimate_step(cfg, hw, world_size);
+    for (size_t stage = 0; stage < e.stages.size(); ++stage) {
+      const StageEstimate& st = e.stages[stage];
+      SCOPED_TRACE(fmt::format("{}: {}", fmt::join(sets, " "), st.role));
+      auto world = comm::make_meta_communicator(st.ranks.front(), int(e.world), Device::cpu);
+      comm::ParallelState groups(*world, cfg.parallel_sizes());
+      const train::StepMeasurement cpu = train::measure_training_step(cfg, groups, Device::cpu, 2);
+      EXPECT_EQ(st.peak_reserved_bytes, cpu.peak_reserved_bytes);
+      EXPECT_EQ(st.peak_bytes, cpu.peak_bytes);
+      EXPECT_GT(cpu.pool_free_bytes(), 0);  // the pool held free blocks at its peak
+    }
+  }
+}
+
 // Twice the peak and the bandwidth, no latencies: exactly half the time.
 TEST(Estimate, TwiceTheHardwareHalvesTheStep) {
   HardwareProfile hw = simple_profile(), fast = hw;
@@ -577,7 +612,9 @@ void expect_shortcuts_exact(const std::string& config, const std::vector<std::st
   for (const Estimate* e : {&fast, &fastest}) {
     EXPECT_NEAR(e->step_s, full.step_s, 1e-12 * full.step_s);
     EXPECT_EQ(e->peak_bytes, full.peak_bytes);
+    EXPECT_EQ(e->peak_reserved_bytes, full.peak_reserved_bytes);  // cpu profiles: the pool's reserve
   }
+  EXPECT_EQ(full.peak_reserved_bytes > 0, device == "cpu");
   for (size_t i = 0; i < full.stages.size(); ++i) {
     const StageEstimate &a = full.stages[i], &b = fast.stages[i], &c = fastest.stages[i];
     SCOPED_TRACE(a.role);

@@ -59,6 +59,7 @@ void* Allocator::allocate(size_t nbytes, MemoryCategory c) {
   if (reserved > st_.peak_reserved || (reserved == st_.peak_reserved && st_.current_total > in_use_at_peak_reserved_)) {
     st_.peak_reserved = reserved;
     st_.at_peak_reserved = st_.current;
+    st_.peak_reserved_phase = current_memory_phase();
     in_use_at_peak_reserved_ = st_.current_total;
   }
   return p;
@@ -158,6 +159,7 @@ void Allocator::reset_peak() {
   st_.at_peak_reserved = st_.current;
   in_use_at_peak_reserved_ = st_.current_total;
   st_.peak_phase = current_memory_phase();
+  st_.peak_reserved_phase = st_.peak_phase;
 }
 
 namespace {

@@ -65,6 +65,7 @@ struct MemoryStats {
   // Each category's bytes in use when the reserve was at its peak: of those moments, the one with
   // the most in use (the reserve stays at its peak for a run's every later step).
   PerCategory at_peak_reserved{};
+  MemoryPhase peak_reserved_phase;  // the allocating thread's phase at that moment
   int64_t allocations = 0;  // requests since the allocator was created
   MemoryPhase peak_phase;   // the allocating thread's phase when the total reached peak_total
 

@@ -45,6 +45,10 @@ struct StageEstimate {
   int64_t peak_bytes = 0;
   MemoryStats::PerCategory peak_bytes_by_category{};
   std::string peak_at;
+  // On a cpu profile, what tessel's pool holds at most over two steps: the blocks in use and the
+  // free blocks it keeps (its slack), from a meta run of its own of every micro-batch and expert
+  // (the meta device runs the same pool). 0 on other profiles, whose allocators are not tessel's.
+  int64_t peak_reserved_bytes = 0;
   double flops = 0;             // this rank's kernels, per step
   // Per step: kernel seconds by op family (gemm by its compute kind and variant: "gemm.bf16 NT"),
   // and collective seconds by group and kind ("tp all_gather"), exposed or not.
@@ -69,6 +73,7 @@ struct Estimate {
   double tokens_per_s = 0;
   double mfu = 0;                 // model FLOPs (ModelConfig::train_flops_per_token) over world x gemm peak
   int64_t peak_bytes = 0;         // max over ranks
+  int64_t peak_reserved_bytes = 0;  // max over ranks (cpu profiles)
   double seconds = 0;             // the estimate's own run time
 };
 

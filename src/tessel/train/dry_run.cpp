@@ -66,6 +66,12 @@ int64_t micro_batches_per_rank(const Config& cfg, int dp, int chunks) {
   return local;
 }
 
+int64_t StepMeasurement::pool_free_bytes() const {
+  int64_t in_use = 0;
+  for (const int64_t b : peak_reserved_bytes_by_category) in_use += b;
+  return peak_reserved_bytes - in_use;
+}
+
 StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& groups, Device device, int steps,
                                       nn::MoeRoutingTrace* routing, bool keep_records, int64_t held_micro_batches) {
   TESSEL_CHECK(steps >= 1, "measure_training_step: steps must be >= 1, got {}", steps);
@@ -108,6 +114,7 @@ StepMeasurement measure_training_step(const Config& cfg, comm::ParallelState& gr
   m.peak_reserved_bytes = after.peak_reserved - before.reserved;
   for (int c = 0; c < kMemoryCategories; ++c)
     m.peak_reserved_bytes_by_category[size_t(c)] = after.at_peak_reserved[size_t(c)] - before.current[size_t(c)];
+  m.peak_reserved_at = describe(after.peak_reserved_phase);
   m.ops = kernels::op_log().totals_by_op();
   for (const auto& [op, t] : m.ops) m.flops += t.flops;
   for (auto& [name, g] : groups.named_groups())

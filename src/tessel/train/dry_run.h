@@ -38,6 +38,8 @@ struct StepMeasurement {
   // order (not in strict cpu mode: its blocks go back as the queue reaches them).
   int64_t peak_reserved_bytes = 0;
   MemoryStats::PerCategory peak_reserved_bytes_by_category{};
+  std::string peak_reserved_at;  // the phase of the step the reserve's peak occurred in
+  int64_t pool_free_bytes() const;  // at the reserve's peak: peak_reserved_bytes less the bytes in use
   std::map<std::string, kernels::OpTotals> ops;       // per op family (kernels::OpRecord::op)
   double flops = 0;
   std::map<std::string, std::map<std::string, comm::CommStats>> comm_by_group;  // group -> kind -> totals
