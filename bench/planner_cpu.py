@@ -95,11 +95,13 @@ for name, cfg, sets, ranks, threads, hw in selected:
     hm = heap_mib[name]
     et = tp / t - 1
     em = mp / hm - 1 if hm else None
+    emu = mu / hm - 1 if hm else None
     print(f"{name:46} {t:11.1f} {tp:9.1f} {100 * et:+6.1f}% | " +
           (f"{hm:8.1f} {mp:9.1f} {100 * em:+6.1f}% {mu:8.1f}" if hm else f"{'n/a':>8} {mp:9.1f}") +
           ("  " + " ".join(f"{x:.1f}" for x in steps_ms[name]) if rounds > 1 else ""))
     rows.append({"layout": name, "ranks": ranks, "threads": threads, "measured_ms": t, "rounds_ms": steps_ms[name],
-                 "predicted_ms": tp, "time_error": et, "heap_mib": hm, "predicted_mib": mp, "predicted_in_use_mib": mu, "memory_error": em})
+                 "predicted_ms": tp, "time_error": et, "heap_mib": hm, "predicted_mib": mu, "memory_error": emu,
+                 "predicted_reserve_mib": mp, "reserve_error": em})
 ok = [r for r in rows if "error" not in r]
 if ok:
     te = [r["time_error"] for r in ok]

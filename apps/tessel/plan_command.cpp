@@ -87,8 +87,8 @@ int run_estimate(const EstimateOptions& o) {
                             gib(s.peak_bytes_by_category[size_t(c)]));
     std::printf("  peak memory %.2f GiB at %s (%s GiB)\n", gib(s.peak_bytes), s.peak_at.c_str(), cats.c_str());
     if (s.peak_reserved_bytes > 0)
-      std::printf("  tessel's cpu pool holds at most %.2f GiB (%.2f GiB of it free blocks)\n", gib(s.peak_reserved_bytes),
-                  gib(s.peak_reserved_bytes - s.peak_bytes));
+      std::printf("  tessel's cpu pool holds at most %.2f GiB over two steps (in use plus the free blocks it keeps)\n",
+                  gib(s.peak_reserved_bytes));
     if (o.ops) {
       double kernels = 0;
       for (const auto& [op, t] : s.kernel_s_by_op) kernels += t;

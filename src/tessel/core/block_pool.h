@@ -89,7 +89,7 @@ class BlockPool {
   struct Segment {
     char* base;
     size_t bytes;
-    uint64_t order;  // segments taken before this one, over the pool's life
+    uint64_t order;  // 1 for the pool's first segment, 2 for its second, ... (take_fitting's probe uses 0)
     bool small;
     Block* head;                          // the block at base: never merged away
     bool idle = false;                    // one free block spans it
@@ -125,10 +125,9 @@ class BlockPool {
   BlockPoolStats st_;
 };
 
-// Statistics of the process-wide pool that cpu tensor storage comes from (memory.cpp).
+// Statistics of the pools cpu tensor storage comes from (memory.cpp): the current one and those a
+// fresh start retired that still have blocks in use (core/pool_generations.h), added up; the peaks
+// and the cap are the current pool's.
 BlockPoolStats tensor_pool_stats();
-// Gives that pool's idle segments back to the heap (tessel bench, after measuring the GEMM peak,
-// so that the model's tensors do not start from free blocks of the measurement's sizes).
-void release_idle_tensor_blocks();
 
 }  // namespace tessel

@@ -247,8 +247,7 @@ Allocator& allocator(Device d) {
   return d == Device::meta ? static_cast<Allocator&>(*meta) : cpu_allocator();
 }
 
-BlockPoolStats tensor_pool_stats() { return cpu_allocator().pool().current_stats(); }
-void release_idle_tensor_blocks() { cpu_allocator().pool().release_idle(); }
+BlockPoolStats tensor_pool_stats() { return cpu_allocator().pool().stats(); }
 
 MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : previous_(t_category) { t_category = c; }
 MemoryCategoryScope::~MemoryCategoryScope() { t_category = previous_; }

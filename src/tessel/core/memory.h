@@ -100,7 +100,9 @@ class Allocator {
   void deallocate(void* block, size_t nbytes, MemoryCategory c) noexcept;
   // Starts the device's pool afresh, as in a new process: blocks in use go back to the pool they
   // came from, later requests to a new one (core/pool_generations.h). A measurement of the reserve
-  // starts with it, so that it does not depend on what ran before it in the process.
+  // starts with it, so that it does not depend on what ran before it in the process. (Not strict
+  // cpu mode's pool over the device arena, whose blocks go back in queue order: its reserve depends
+  // on timing and is not a measurement.)
   virtual void start_fresh_pool() {}
 
   MemoryStats stats() const;

@@ -44,6 +44,23 @@ BlockPoolStats PoolGenerations::current_stats() const {
   return current_->stats();
 }
 
+BlockPoolStats PoolGenerations::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  BlockPoolStats all = current_->stats();
+  for (const auto& r : retired_) {
+    const BlockPoolStats s = r->stats();
+    all.cached_bytes += s.cached_bytes;
+    all.cached_blocks += s.cached_blocks;
+    all.live_bytes += s.live_bytes;
+    all.segment_bytes += s.segment_bytes;
+    all.segments += s.segments;
+    all.reused += s.reused;
+    all.allocated += s.allocated;
+    all.released += s.released;
+  }
+  return all;
+}
+
 size_t PoolGenerations::segment_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = current_->stats().segment_bytes;

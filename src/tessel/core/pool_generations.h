@@ -23,6 +23,9 @@ class PoolGenerations {
   void start_fresh();                // retires the current pool (above)
   void release_idle();               // every pool's segments with nothing in use go back
   BlockPoolStats current_stats() const;
+  // Every pool's counts added up (bytes, blocks, segments, requests); the peaks and the cap are the
+  // current pool's.
+  BlockPoolStats stats() const;
   // Bytes every pool holds from the backing, and of those not in use (free blocks kept).
   size_t segment_bytes() const;
   size_t cached_bytes() const;

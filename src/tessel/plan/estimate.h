@@ -47,7 +47,9 @@ struct StageEstimate {
   std::string peak_at;
   // On a cpu profile, what tessel's pool holds at most over two steps: the blocks in use and the
   // free blocks it keeps (its slack), from a meta run of its own of every micro-batch and expert
-  // (the meta device runs the same pool). 0 on other profiles, whose allocators are not tessel's.
+  // (the meta device runs the same pool). A stage that shares another's measurement
+  // (share_equal_stages) takes its reserve too, which, unlike its in-use peak, need not bound its
+  // own. 0 on other profiles, whose allocators are not tessel's.
   int64_t peak_reserved_bytes = 0;
   double flops = 0;             // this rank's kernels, per step
   // Per step: kernel seconds by op family (gemm by its compute kind and variant: "gemm.bf16 NT"),
