@@ -158,6 +158,53 @@ TEST(KernelDispatch, EmbeddingTensorFormLooksRowsUpOnCpuAndRecordsOnMeta) {
             "embedding_fwd: rows must be a contiguous f32 [8, 16], got f32[8, 15] on meta");
 }
 
+// precision.fp32_embedding off: the lookups read the table's bf16 copy and widen its rows to f32. The
+// table's values are multiples of 1/8 below 32, exact in bf16, so each output row must be the fp32
+// table's row to the bit; a kernel reading the bf16 storage as floats would produce other values.
+TEST(KernelDispatch, EmbeddingLookupsReadABf16TableAndWidenItsRows) {
+  const tessel::testing::HostAccess host;
+  const int64_t V = 6, D = 5, N = 4, T = 2;
+  Tensor W32 = Tensor::empty({V, D}, DType::f32), W16 = Tensor::empty({V, D}, DType::bf16);
+  Tensor pos = Tensor::empty({T, D}, DType::f32), tok = Tensor::empty({N}, DType::i64);
+  for (int64_t i = 0; i < V * D; ++i) {
+    W32.data<float>()[i] = float((i * 37) % 251 - 125) / 8.0f;
+    W16.data<bf16>()[i] = bf16(W32.data<float>()[i]);
+  }
+  for (int64_t i = 0; i < T * D; ++i) pos.data<float>()[i] = 0.25f * float(i);
+  const int64_t ids[N] = {5, 0, 3, 5};
+  for (int64_t n = 0; n < N; ++n) tok.data<int64_t>()[n] = ids[n];
+  for (const bool with_positions : {false, true}) {
+    SCOPED_TRACE(with_positions ? "with positions" : "tokens only");
+    const Tensor p = with_positions ? pos : Tensor();
+    Tensor want = Tensor::empty({N, D}, DType::f32), got = Tensor::empty({N, D}, DType::f32);
+    kernels::embedding_forward(tok, W32, p, T, want);
+    kernels::embedding_forward(tok, W16, p, T, got);
+    for (int64_t i = 0; i < N * D; ++i) ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
+  }
+  // The vocabulary slice [2, 5) of the table: rows outside it are zero.
+  Tensor want = Tensor::empty({N, D}, DType::f32), got = Tensor::empty({N, D}, DType::f32);
+  kernels::embedding_forward_slice(tok, W32.slice(0, 2, 5), 2, want);
+  kernels::embedding_forward_slice(tok, W16.slice(0, 2, 5), 2, got);
+  for (int64_t i = 0; i < N * D; ++i) ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
+  EXPECT_EQ(got.data<float>()[2 * D + 1], W32.data<float>()[3 * D + 1]);  // token 3 is in the slice
+  EXPECT_EQ(got.data<float>()[0], 0.0f);                                   // token 5 is not
+  // A table in another narrow format, and a bf16 table where only f32 is read, are refused by name.
+  const auto meta = [](const Shape& s, DType t = DType::f32) { return Tensor::empty(s, t, Device::meta); };
+  EXPECT_EQ(tessel::testing::error_of([&] {
+              kernels::embedding_forward(meta({8}, DType::i64), meta({100, 16}, DType::f16), Tensor(), 4, meta({8, 16}));
+            }),
+            "embedding_fwd: the table must be a contiguous f32 or bf16 [V, D], got f16[100, 16] on meta");
+  EXPECT_EQ(tessel::testing::error_of([&] {
+              kernels::embedding_backward(meta({8}, DType::i64), meta({8, 16}), meta({100, 16}, DType::bf16), Tensor(), 4);
+            }),
+            "embedding_bwd: the table must be a contiguous f32 [V, D], got bf16[100, 16] on meta");
+  // On meta the record reads one bf16 row per token.
+  LogOn log;
+  kernels::embedding_forward(meta({2, 4}, DType::i64), meta({100, 16}, DType::bf16), Tensor(), 4, meta({8, 16}));
+  ASSERT_EQ(kernels::op_log().records().size(), 1u);
+  EXPECT_EQ(kernels::op_log().records()[0].bytes_read, 8 * 8 + 8 * 16 * 2);
+}
+
 TEST(KernelDispatch, CastAddAndBiasHelpersComputeOnCpuAndCheckShapes) {
   const tessel::testing::HostAccess host;  // the test reads and writes tensors in place: host code
   Tensor y = Tensor::zeros({2, 3}, DType::f32), v = Tensor::empty({3}, DType::f32), acc = Tensor::zeros({3}, DType::f32);

@@ -76,6 +76,15 @@ run 4 bf16-tp2-zero2 "${BF16[@]}" "${ZERO[@]}" --set parallel.overlap_grad_reduc
 DSV3=(--set train.train_iters=4 --set model.seq_length=64 --set train.global_batch_size=8 --set model.tie_embeddings=false)
 CONFIG=$CONFIGS/deepseek-v3-tiny.yaml run 2 dsv3-dp2 "${BF16[@]}" "${DSV3[@]}"
 CONFIG=$CONFIGS/deepseek-v3-tiny.yaml run 2 dsv3-zero2 "${BF16[@]}" "${DSV3[@]}" "${ZERO[@]}" "${PGATHER[@]}"
+# precision.fp32_embedding off (Megatron-LM's layout): the table is looked up from the bf16 copy and,
+# under the distributed optimizer, no rank keeps a whole fp32 copy of it: ZeRO = plain data
+# parallelism bit for bit again, also under tp2 (the vocabulary-parallel lookup); the losses are not
+# the fp32 lookup's.
+BF16EMB=(--set precision.fp32_embedding=false)
+run 2 bf16emb-dp2 "${BF16[@]}" "${BF16EMB[@]}"
+run 2 bf16emb-zero2 "${BF16[@]}" "${ZERO[@]}" "${BF16EMB[@]}" "${PGATHER[@]}"
+run 4 bf16emb-tp2-dp2 "${BF16[@]}" "${BF16EMB[@]}" --set $TP=2 --set train.train_iters=4
+run 4 bf16emb-tp2-zero2 "${BF16[@]}" "${ZERO[@]}" "${BF16EMB[@]}" --set $TP=2 --set train.train_iters=4
 run 2 bf16-zero2-at-3 "${BF16[@]}" "${ZERO[@]}" --set train.exit_interval=3
 run 2 bf16-dp2-at-3 "${BF16[@]}" --set train.exit_interval=3
 cp -r bf16-zero2-at-3/ckpt bf16-zero-ckpt-at-3  # each resumed run saves into its own copy
@@ -94,9 +103,12 @@ assert l('bf16-zero2-overlap') == ref, (l('bf16-zero2-overlap'), ref)
 assert l('bf16-fp8-zero2') == l('bf16-fp8-dp2') and len(l('bf16-fp8-dp2')) == 5, (l('bf16-fp8-zero2'), l('bf16-fp8-dp2'))
 assert l('dsv3-zero2') == l('dsv3-dp2') and len(l('dsv3-dp2')) == 4, (l('dsv3-zero2'), l('dsv3-dp2'))
 assert l('bf16-tp2-zero2') == l('bf16-tp2-dp2') and len(l('bf16-tp2-dp2')) == 4, (l('bf16-tp2-zero2'), l('bf16-tp2-dp2'))
+assert l('bf16emb-zero2') == l('bf16emb-dp2') and len(l('bf16emb-dp2')) == 5, (l('bf16emb-zero2'), l('bf16emb-dp2'))
+assert l('bf16emb-dp2') != ref, 'precision.fp32_embedding=false changed nothing'
+assert l('bf16emb-tp2-zero2') == l('bf16emb-tp2-dp2') and len(l('bf16emb-tp2-dp2')) == 4, (l('bf16emb-tp2-zero2'), l('bf16emb-tp2-dp2'))
 for resumed in ['bf16-zero2-resumed', 'bf16-dp2-from-zero', 'bf16-zero2-from-dp']:
     assert l(resumed)[-2:] == ref[-2:], (resumed, l(resumed), ref)
-print('bf16 zero2 (sharded masters, also with both overlaps, also FP8, also DeepSeek-V3-tiny, also under tp2) = dp2 bit for bit; its checkpoint resumes with and '
+print('bf16 zero2 (sharded masters, also with both overlaps, also FP8, also DeepSeek-V3-tiny, also under tp2, also with the embedding looked up in bf16) = dp2 bit for bit; its checkpoint resumes with and '
       'without ZeRO, bit for bit')"
 
 # tessel bench under mpirun reports the data-parallel traffic: one all-reduce of every fp32 gradient

@@ -10,6 +10,7 @@
 #include "support/error_of.h"
 #include "support/host_access.h"
 #include "tessel/core/rng.h"
+#include "tessel/nn/embedding.h"
 #include "tessel/nn/params.h"
 #include "tessel/optim/adamw.h"
 
@@ -93,6 +94,42 @@ TEST(ShardedMasters, TheShardsUpdateEqualsTheWholeStoresUpdateOfItsRangeToTheBit
   EXPECT_NE(testing::error_of([&] { optim::AdamW bad(sharded.ps, cfg, 0, 7); })
                 .find("AdamW: owned range [0, 7) of 21 is not the masters' shard [7, 14) of 21"),
             std::string::npos);
+}
+
+// precision.fp32_embedding off in a bf16 run (Megatron-LM's layout): the token table is looked up
+// from the bf16 copy, so each output row is the master row rounded to bf16, and a store with sharded
+// masters keeps no whole fp32 copy of the table. On (the default): the rows are the fp32 masters and
+// the whole table is kept in fp32. The reference is an unsharded store's masters.
+TEST(ShardedMasters, AnEmbeddingLookedUpInBf16KeepsNoWholeFp32Table) {
+  const tessel::testing::HostAccess host;
+  nn::ModelConfig cfg;
+  cfg.vocab_size = 10;
+  cfg.hidden_size = 6;
+  cfg.seq_length = 4;
+  cfg.compute = DType::bf16;
+  const int64_t ids[4] = {9, 0, 4, 9};
+  for (const bool fp32_embedding : {false, true}) {
+    SCOPED_TRACE(fp32_embedding ? "fp32 lookup" : "bf16 lookup");
+    cfg.fp32_embedding = fp32_embedding;
+    nn::ParamStore whole(DType::bf16), sharded(DType::bf16);
+    nn::Embedding e_whole(whole, cfg), e_sharded(sharded, cfg);
+    whole.finalize();
+    sharded.finalize(nn::MasterShard{1, 2});
+    whole.initialize(7);
+    sharded.initialize(7);
+    EXPECT_EQ(sharded.f32_copy().numel(), fp32_embedding ? 60 : 0);
+    const std::vector<float> masters = floats(whole.params_flat());
+    Tensor tokens = Tensor::empty({1, 4}, DType::i64);
+    for (int64_t n = 0; n < 4; ++n) tokens.data<int64_t>()[n] = ids[n];
+    nn::Activations saved;
+    const std::vector<float> got = floats(e_sharded.forward(tokens, saved));
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t j = 0; j < 6; ++j) {
+        const float master = masters[size_t(ids[n] * 6 + j)];
+        ASSERT_EQ(got[size_t(n * 6 + j)], fp32_embedding ? master : float(bf16(master))) << n << ", " << j;
+      }
+    EXPECT_EQ(got, floats(e_whole.forward(tokens, saved)));
+  }
 }
 
 }  // namespace

@@ -8,12 +8,18 @@ namespace tessel::kernels {
 
 namespace {
 
+// A lookup reads its table in f32 or bf16 (the compute copy, precision.fp32_embedding off); gradients
+// and position tables are f32.
+enum class Table { f32, f32_or_bf16 };
+
 void check_operands(const char* op, const Tensor& tokens, const Tensor& table, const Tensor& pos, int64_t T,
-                    const Tensor& rows) {
+                    const Tensor& rows, Table allowed = Table::f32) {
   TESSEL_CHECK(tokens.dtype() == DType::i64 && tokens.is_contiguous(), "{}: tokens must be contiguous i64, got {}", op,
                tokens.str());
-  TESSEL_CHECK(table.dim() == 2 && table.dtype() == DType::f32 && table.is_contiguous(),
-               "{}: the table must be a contiguous f32 [V, D], got {}", op, table.str());
+  const bool dtype_ok =
+      table.dtype() == DType::f32 || (allowed == Table::f32_or_bf16 && table.dtype() == DType::bf16);
+  TESSEL_CHECK(table.dim() == 2 && dtype_ok && table.is_contiguous(), "{}: the table must be a contiguous {} [V, D], got {}",
+               op, allowed == Table::f32 ? "f32" : "f32 or bf16", table.str());
   const int64_t N = tokens.numel(), D = table.size(1);
   TESSEL_CHECK(rows.dtype() == DType::f32 && rows.shape() == Shape({N, D}) && rows.is_contiguous(),
                "{}: rows must be a contiguous f32 [{}, {}], got {}", op, N, D, rows.str());
@@ -25,20 +31,25 @@ void check_operands(const char* op, const Tensor& tokens, const Tensor& table, c
 }  // namespace
 
 void embedding_forward(const Tensor& tokens, const Tensor& W, const Tensor& pos, int64_t T, const Tensor& out) {
-  check_operands("embedding_fwd", tokens, W, pos, T, out);
+  check_operands("embedding_fwd", tokens, W, pos, T, out, Table::f32_or_bf16);
   const Device device = common_device("embedding_fwd", {&tokens, &W, &pos, &out});
   // Reads one table row per token (and one position row), not the whole table.
   if (op_log().enabled()) {
     OpRecord r{"embedding_fwd", {{tokens.shape(), W.shape(), out.shape()}, {tokens.dtype(), W.dtype(), out.dtype()}},
-               pos.defined() ? double(out.numel()) : 0.0, int64_t(tokens.nbytes() + out.nbytes() * (pos.defined() ? 2 : 1)),
+               pos.defined() ? double(out.numel()) : 0.0,
+               int64_t(tokens.nbytes() + tokens.numel() * W.size(1) * dtype_size(W.dtype()) +
+                       (pos.defined() ? out.nbytes() : 0)),
                int64_t(out.nbytes())};
     op_log().add(std::move(r));
   }
   if (device == Device::meta) return;
   launch_cpu_kernel(
       [=](const Tensor& tokens, const Tensor& W, const Tensor& pos, const Tensor& out) {
-      embedding_fwd(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(),
-                    pos.defined() ? pos.data<float>() : nullptr, T, out.data<float>());
+      const float* p = pos.defined() ? pos.data<float>() : nullptr;
+      if (W.dtype() == DType::bf16)
+        embedding_fwd(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<bf16>(), p, T, out.data<float>());
+      else
+        embedding_fwd(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(), p, T, out.data<float>());
       },
       tokens, W, pos, out);
 }
@@ -74,14 +85,18 @@ void check_ids(const Tensor& ids, int64_t limit, bool allow_negative, const char
 }
 
 void embedding_forward_slice(const Tensor& tokens, const Tensor& W, int64_t vocab_begin, const Tensor& out) {
-  check_operands("embedding_fwd_slice", tokens, W, Tensor(), 0, out);
+  check_operands("embedding_fwd_slice", tokens, W, Tensor(), 0, out, Table::f32_or_bf16);
   const Device device = common_device("embedding_fwd_slice", {&tokens, &W, &out});
   record_op("embedding_fwd_slice", {&tokens}, {&out}, 0.0);  // one row read (or zeroed) per token
   if (device == Device::meta) return;
   launch_cpu_kernel(
       [=](const Tensor& tokens, const Tensor& W, const Tensor& out) {
-      embedding_fwd_slice(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(), vocab_begin,
-                          out.data<float>());
+      if (W.dtype() == DType::bf16)
+        embedding_fwd_slice(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<bf16>(), vocab_begin,
+                            out.data<float>());
+      else
+        embedding_fwd_slice(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(), vocab_begin,
+                            out.data<float>());
       },
       tokens, W, out);
 }

@@ -8,8 +8,10 @@
 namespace tessel::kernels {
 
 // The family's dispatch point (kernels/embedding.cpp), as tensors on one device: tokens i64 (any
-// shape, N elements), W [V, D] f32, pos [>= T, D] f32 or undefined (row n adds pos[n % T]), out and
-// dout [N, D] f32; backward accumulates into dW and dpos (undefined: no positions).
+// shape, N elements), W [V, D] f32 (forward: f32 or bf16, the table's compute copy when
+// precision.fp32_embedding is off; rows are widened to f32), pos [>= T, D] f32 or undefined (row n
+// adds pos[n % T]), out and dout [N, D] f32; backward accumulates into dW (f32) and dpos
+// (undefined: no positions).
 void embedding_forward(const Tensor& tokens, const Tensor& W, const Tensor& pos, int64_t T, const Tensor& out);
 void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dW, const Tensor& dpos, int64_t T);
 
@@ -18,7 +20,7 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& 
 void check_ids(const Tensor& ids, int64_t limit, bool allow_negative, const char* what, const char* op);
 // Vocabulary-parallel lookup from this rank's slice W [Vl, D] of rows [vocab_begin, vocab_begin + Vl):
 // out [N, D] = W[tok - vocab_begin] for ids in the slice, zero rows for the others; backward
-// accumulates dW[tok - vocab_begin] += dout[n] for ids in the slice.
+// accumulates dW[tok - vocab_begin] += dout[n] for ids in the slice. W f32 or bf16 (forward), dW f32.
 void embedding_forward_slice(const Tensor& tokens, const Tensor& W, int64_t vocab_begin, const Tensor& out);
 void embedding_backward_slice(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin, const Tensor& dW);
 // out [N, D] += table[index[n]] for every row n (index i64 [N]): learned positions when a row's
@@ -36,9 +38,13 @@ int64_t count_nonnegative(const Tensor& ids);
 // out[n] = W[tok[n]] (+ pos[n % T]). Token ids are checked against V.
 void embedding_fwd(int64_t N, int64_t D, int64_t V, const int64_t* tok, const float* W, const float* pos, int64_t T,
                    float* out);
+void embedding_fwd(int64_t N, int64_t D, int64_t V, const int64_t* tok, const bf16* W, const float* pos, int64_t T,
+                   float* out);
 // dW[tok[n]] += dout[n]; dpos[n % T] += dout[n] (dpos may be null).
 void embedding_bwd(int64_t N, int64_t D, const int64_t* tok, const float* dout, float* dW, float* dpos, int64_t T);
 void embedding_fwd_slice(int64_t N, int64_t D, int64_t Vl, const int64_t* tok, const float* W, int64_t vocab_begin,
+                         float* out);
+void embedding_fwd_slice(int64_t N, int64_t D, int64_t Vl, const int64_t* tok, const bf16* W, int64_t vocab_begin,
                          float* out);
 void embedding_bwd_slice(int64_t N, int64_t D, int64_t Vl, const int64_t* tok, const float* dout, int64_t vocab_begin,
                          float* dW);

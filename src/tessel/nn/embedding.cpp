@@ -26,7 +26,10 @@ Embedding::Embedding(ParamStore& ps, const ModelConfig& cfg, comm::Communicator*
   } else {
     w_offset_ = ps.add("model.embed_tokens.weight", {V_, D_}, Init::normal, float(cfg.init_method_std), true);
   }
-  ps.mark_f32_compute(w_offset_);  // looked up in fp32 (the tied head reads the compute copy)
+  // Looked up in fp32 (the tied head reads the compute copy), or with precision.fp32_embedding off from
+  // the compute copy: then a store with sharded masters keeps no whole fp32 copy of the table.
+  lookup_in_compute_ = cfg.embedding_in_compute_dtype();
+  if (!lookup_in_compute_) ps.mark_f32_compute(w_offset_);
   if (!cfg.is_llama()) {
     pos_offset_ = ps.add("model.embed_positions.weight", {T_, D_}, Init::normal, float(cfg.init_method_std), true);
     ps.mark_f32_compute(pos_offset_);
@@ -77,7 +80,7 @@ Tensor Embedding::forward(const Tensor& tokens, Activations& saved, const std::s
   Tensor out;
   if (tp_) {
     kernels::check_ids(tokens, V_, false, "token id", "embedding");
-    out = vocab_parallel_embedding_partial(tokens, ps_->f32_at(w_offset_, {V_local_, D_}), vocab_begin_);
+    out = vocab_parallel_embedding_partial(tokens, table(), vocab_begin_);
     if (sequence_parallel_)
       out = sequence_reduce_scatter(out, *tp_);  // this rank's rows of the sum
     else

@@ -35,10 +35,14 @@ class Embedding {
   Tensor position_index(int64_t rows) const;  // i64 [rows]: each output row's position (learned positions)
   void add_positions(Tensor& out) const;
   void add_position_grads(const Tensor& dout);
-  Tensor table() const { return ps_->f32_at(w_offset_, {V_local_, D_}); }  // this rank's rows of the weight
+  // This rank's rows of the weight as the lookup reads them: f32, or the compute copy.
+  Tensor table() const {
+    return lookup_in_compute_ ? ps_->compute_at(w_offset_, {V_local_, D_}) : ps_->f32_at(w_offset_, {V_local_, D_});
+  }
   Tensor positions() const { return pos_offset_ >= 0 ? ps_->f32_at(pos_offset_, {T_, D_}) : Tensor(); }
   comm::Communicator* tp_ = nullptr;  // set when the vocabulary is split
   bool sequence_parallel_ = false;
+  bool lookup_in_compute_ = false;  // precision.fp32_embedding off in a bf16 run
   int64_t vocab_begin_ = 0, V_local_;
   int64_t w_offset_, pos_offset_ = -1;
   std::string key_tokens_ = "model.embed_tokens.tokens";

@@ -69,6 +69,9 @@ struct ModelConfig {
   bool is_moe_layer(int64_t layer) const { return num_experts > 0 && layer >= moe_first_dense_layers; }
   int64_t expert_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn_hidden_size; }
   DType compute = DType::f32;       // f32 | bf16 (GEMM inputs; accumulation and master weights fp32)
+  // precision.fp32_embedding: the token table looked up in fp32; false, from the compute copy (bf16 runs).
+  bool fp32_embedding = true;
+  bool embedding_in_compute_dtype() const { return !fp32_embedding && compute != DType::f32; }
   // Runtime layout, not model shape (from the parallel section): activations outside the
   // tensor-parallel GEMMs split by rows over the tensor-parallel group (sequence_parallel.h).
   bool sequence_parallel = false;

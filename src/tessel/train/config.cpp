@@ -123,6 +123,7 @@ struct Schema {
 
     auto& pr = sections["precision"];
     pr["compute"] = bind_field(c.precision.compute, "precision.compute");
+    pr["fp32_embedding"] = bind_field(c.precision.fp32_embedding, "precision.fp32_embedding");
     pr["fp8.recipe"] = bind_field(c.precision.fp8_recipe, "precision.fp8.recipe");
     pr["fp8.format"] = bind_field(c.precision.fp8_format, "precision.fp8.format");
     pr["fp8.amax_history_len"] = bind_field(c.precision.fp8_amax_history_len, "precision.fp8.amax_history_len");
@@ -250,6 +251,7 @@ Config build_config(const YAML::Node& root, const std::vector<std::string>& over
     schema.field(section, key, "--set").read(value);
   }
   c.model.compute = c.precision.compute == "bf16" ? DType::bf16 : DType::f32;
+  c.model.fp32_embedding = c.precision.fp32_embedding;
   c.model.sequence_parallel = c.parallel.sequence_parallel;
   c.model.expert_tensor_parallel =
       c.parallel.tensor_model_parallel_size > 1 && c.parallel.expert_tensor_parallel_size != 1;

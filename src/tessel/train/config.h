@@ -86,6 +86,9 @@ struct ParallelConfig {
 
 struct PrecisionConfig {
   std::string compute = "fp32";  // fp32 | bf16
+  // The token embedding looked up in fp32 (PyTorch autocast's rule; with sharded masters a whole fp32
+  // copy of the table is kept). false: from the compute copy, as Megatron-LM's bf16 model does.
+  bool fp32_embedding = true;
   std::string fp8_recipe = "none";
   std::string fp8_format = "hybrid";
   int64_t fp8_amax_history_len = 1024;

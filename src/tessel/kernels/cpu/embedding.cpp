@@ -8,23 +8,60 @@
 
 namespace tessel::kernels {
 
-void embedding_fwd(int64_t N, int64_t D, int64_t V, const int64_t* tok, const float* W, const float* pos, int64_t T,
-                   float* out) {
-  for (int64_t n = 0; n < N; ++n)
-    TESSEL_CHECK(tok[n] >= 0 && tok[n] < V, "token id {} at position {} is outside the vocabulary [0, {})", tok[n], n,
-                 V);
+namespace {
+
+// Row n of `out` = float(W[tok[n]]) (+ pos[n % T]): W is the f32 table or its bf16 copy.
+template <class Table>
+void lookup_rows(int64_t N, int64_t D, const int64_t* tok, const Table* W, const float* pos, int64_t T, float* out) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const float* w = W + tok[n] * D;
+    const Table* w = W + tok[n] * D;
     float* o = out + n * D;
     if (pos) {
       const float* p = pos + (n % T) * D;
 #pragma omp simd
-      for (int64_t j = 0; j < D; ++j) o[j] = w[j] + p[j];
+      for (int64_t j = 0; j < D; ++j) o[j] = float(w[j]) + p[j];
     } else {
-      std::copy_n(w, D, o);
+      for (int64_t j = 0; j < D; ++j) o[j] = float(w[j]);
     }
   }
+}
+
+void check_tokens(int64_t N, int64_t V, const int64_t* tok) {
+  for (int64_t n = 0; n < N; ++n)
+    TESSEL_CHECK(tok[n] >= 0 && tok[n] < V, "token id {} at position {} is outside the vocabulary [0, {})", tok[n], n,
+                 V);
+}
+
+// Rows of the vocabulary slice [vocab_begin, vocab_begin + Vl) copied (converted to f32), others zero.
+template <class Table>
+void lookup_slice_rows(int64_t N, int64_t D, int64_t Vl, const int64_t* tok, const Table* W, int64_t vocab_begin,
+                       float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t local = tok[n] - vocab_begin;
+    float* o = out + n * D;
+    if (local >= 0 && local < Vl) {
+      const Table* w = W + local * D;
+      for (int64_t j = 0; j < D; ++j) o[j] = float(w[j]);
+    } else {
+      std::fill_n(o, D, 0.0f);
+    }
+  }
+}
+
+}  // namespace
+
+void embedding_fwd(int64_t N, int64_t D, int64_t V, const int64_t* tok, const float* W, const float* pos, int64_t T,
+                   float* out) {
+  check_tokens(N, V, tok);
+  lookup_rows(N, D, tok, W, pos, T, out);
+}
+
+void embedding_fwd(int64_t N, int64_t D, int64_t V, const int64_t* tok, const bf16* W, const float* pos, int64_t T,
+                   float* out) {
+  check_tokens(N, V, tok);
+  lookup_rows(N, D, tok, W, pos, T, out);
 }
 
 void embedding_bwd(int64_t N, int64_t D, const int64_t* tok, const float* dout, float* dW, float* dpos, int64_t T) {
@@ -50,14 +87,12 @@ void embedding_bwd(int64_t N, int64_t D, const int64_t* tok, const float* dout, 
 
 void embedding_fwd_slice(int64_t N, int64_t D, int64_t Vl, const int64_t* tok, const float* W, int64_t vocab_begin,
                          float* out) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t local = tok[n] - vocab_begin;
-    if (local >= 0 && local < Vl)
-      std::copy_n(W + local * D, D, out + n * D);
-    else
-      std::fill_n(out + n * D, D, 0.0f);
-  }
+  lookup_slice_rows(N, D, Vl, tok, W, vocab_begin, out);
+}
+
+void embedding_fwd_slice(int64_t N, int64_t D, int64_t Vl, const int64_t* tok, const bf16* W, int64_t vocab_begin,
+                         float* out) {
+  lookup_slice_rows(N, D, Vl, tok, W, vocab_begin, out);
 }
 
 void embedding_bwd_slice(int64_t N, int64_t D, int64_t Vl, const int64_t* tok, const float* dout, int64_t vocab_begin,
