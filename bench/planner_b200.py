@@ -4,6 +4,13 @@ on 8 B200s) with `tessel plan estimate`, as tessel would run that model and layo
 tessel's and SimuMax's errors side by side. Nothing is fitted to the measured times: the hardware is
 SimuMax's B200 system file as it is.
 
+Then the model state of pipeline stage 0 by category against Megatron-LM's, counted here from the
+model file: per parameter 2 bytes of bf16 weights, 4 of fp32 gradients (main_grad) and, with the
+distributed optimizer, 12 of fp32 master and Adam moments over the ranks sharing it (dp x cp for
+the replicated parameters, tp x dp x cp / ep for the routed experts). tessel files the fp32 master
+under parameters, Megatron under the optimizer, so their sums are compared. The activations are
+reported beside what Megatron's measured peak leaves after its model state.
+
 usage: bench/planner_b200.py [TESSEL] [SHARED]   (defaults: build/tessel, ../shared)
 Last line: JSON with per-row predictions and the error ranges."""
 import json
@@ -26,6 +33,39 @@ def model_path(name):
         if key in model_files:
             return os.path.join(simumax, "models", model_files[key])
     raise SystemExit(f"no model file for {name} in {simumax}/models")
+
+
+def megatron_stage0_state(m, r):
+    """Bytes of Megatron-LM's model state on a rank of pipeline stage 0 (tp rank 0, ep rank 0):
+    (weights and gradients, master and moments)."""
+    h, t = m["hidden_size"], r["tp"]
+    V = (m["vocab_size"] + 127) // 128 * 128
+    heads = m["head_num"]
+    if m.get("attention_type", "mha") == "mla":
+        qk, rope, v = m["qk_head_dim"], m["qk_pos_emb_head_dim"], m["v_head_dim"]
+        ql, kvl = m.get("q_lora_rank", 0), m["kv_lora_rank"]
+        q = (h * ql + ql + ql * heads * (qk + rope) // t) if ql else h * heads * (qk + rope) // t
+        attn = q + h * (kvl + rope) + kvl + kvl * heads * (qk + v) // t + heads * v * h // t
+    else:
+        hd, kv = m["head_size"], m["kv_head_num"]
+        attn = (2 * h * heads * hd + 2 * h * kv * hd) // t
+    replicated = experts = 0
+    layers = range(0, r["layers"] // r["pp"])
+    for layer in layers:
+        replicated += attn + 2 * h
+        if m["model_type"] == "moe" and layer >= m.get("dense_layers", 0):
+            E, ffn = m["expert_num"], m.get("moe_ffn_hidden_size", m["intermediate_size"])
+            replicated += h * E + 3 * h * m.get("moe_shared_expert_intermediate_size", 0) // t
+            experts += E // r["ep"] * 3 * h * ffn
+        else:
+            replicated += 3 * h * m["intermediate_size"] // t
+    replicated += V * h // t  # the embedding
+    if r["pp"] == 1:
+        replicated += h + V * h // t  # final norm, untied output head
+    dp_cp = r["dp"] * r["cp"]
+    edp = r["tp"] * dp_cp // r["ep"]
+    P = replicated + experts
+    return 2 * P, 4 * P, 12 * replicated / dp_cp + 12 * experts / edp
 
 
 out = []
@@ -55,13 +95,35 @@ for r in rows:
     print(f"{r['case']:52} {r['real_ms']:8.1f} {t:8.1f} {100 * et:+6.1f}% {r['simumax_ms']:8.1f} {100 * es:+6.1f}% | "
           f"{r['real_alloc_gib']:8.2f} {m:7.2f} {100 * em:+6.1f}% {r['simumax_alloc_gib']:7.2f} {100 * esm:+5.1f}%")
     cats = est["stages"][0]["peak_memory_gib_by_category"]
+    with open(model_path(r["model"])) as f:
+        weights, grads, optimizer = (b / 2**30 for b in megatron_stage0_state(json.load(f), r))
+    state = {"megatron_gradients_gib": grads, "megatron_weights_and_optimizer_gib": weights + optimizer,
+             "tessel_gradients_gib": cats["gradients"],
+             "tessel_weights_and_optimizer_gib": cats["parameters"] + cats["optimizer_state"],
+             "megatron_activations_gib": r["real_alloc_gib"] - (weights + grads + optimizer),
+             "tessel_activations_gib": cats["activations"]}
     out.append({"case": r["case"], "real_ms": r["real_ms"], "tessel_ms": t, "simumax_ms": r["simumax_ms"],
                 "real_gib": r["real_alloc_gib"], "tessel_gib": m, "simumax_gib": r["simumax_alloc_gib"],
-                "time_error": et, "memory_error": em, "stage0_gib_by_category": cats})
+                "time_error": et, "memory_error": em, "stage0_gib_by_category": cats, "stage0_state": state})
 ok = [o for o in out if "error" not in o]
 if ok:
     te = [o["time_error"] for o in ok]
     me = [o["memory_error"] for o in ok]
     print(f"tessel time error {100 * min(te):+.1f}% .. {100 * max(te):+.1f}% over {len(ok)} rows "
           f"(within 10%: {sum(abs(e) <= 0.10 for e in te)}); memory error {100 * min(me):+.1f}% .. {100 * max(me):+.1f}%")
+print(f"\npipeline stage 0's model state, GiB: tessel against Megatron-LM's counted from the model file")
+print(f"{'case':52} {'grads':>7} {'Megatron':>8} {'err':>7} | {'weights+opt':>11} {'Megatron':>8} {'err':>7} | "
+      f"{'activations':>11} {'Megatron (measured - state)':>27}")
+for o in ok:
+    st = o["stage0_state"]
+    eg = st["tessel_gradients_gib"] / st["megatron_gradients_gib"] - 1
+    ew = st["tessel_weights_and_optimizer_gib"] / st["megatron_weights_and_optimizer_gib"] - 1
+    o["stage0_state"]["gradients_error"], o["stage0_state"]["weights_and_optimizer_error"] = eg, ew
+    print(f"{o['case']:52} {st['tessel_gradients_gib']:7.2f} {st['megatron_gradients_gib']:8.2f} {100 * eg:+6.2f}% | "
+          f"{st['tessel_weights_and_optimizer_gib']:11.2f} {st['megatron_weights_and_optimizer_gib']:8.2f} {100 * ew:+6.2f}% | "
+          f"{st['tessel_activations_gib']:11.2f} {st['megatron_activations_gib']:27.2f}")
+if ok:
+    errs = [e for o in ok for e in (o["stage0_state"]["gradients_error"], o["stage0_state"]["weights_and_optimizer_error"])]
+    print(f"model state error {100 * min(errs):+.2f}% .. {100 * max(errs):+.2f}% "
+          f"(within 3%: {sum(abs(e) <= 0.03 for e in errs)} of {len(errs)})")
 print(json.dumps({"rows": out}))

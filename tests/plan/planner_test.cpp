@@ -8,6 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
 
 #include "support/error_of.h"
 #include "tessel/comm/communicator.h"
@@ -15,6 +19,7 @@
 #include "tessel/plan/cost_model.h"
 #include "tessel/plan/estimate.h"
 #include "tessel/plan/hardware_profile.h"
+#include "tessel/plan/planner_config.h"
 #include "tessel/plan/search.h"
 #include "tessel/train/dry_run.h"
 
@@ -339,6 +344,40 @@ TEST(Estimate, ACpuProfilesReserveIsWhatThePoolHoldsInARealRun) {
 }
 
 // Twice the peak and the bandwidth, no latencies: exactly half the time.
+// A SimuMax model is planned with Megatron-LM's state layout (bf16, the distributed optimizer): per
+// parameter 2 bytes of bf16 weights, 4 of fp32 gradients and 12 / dp of fp32 master and Adam moments,
+// counted here from the model's shape. tessel files the master under parameters and Megatron under
+// the optimizer, so their sum is compared; tessel's norms also keep their fp32 values whole (they
+// compute in fp32; 4 bytes each). With precision.fp32_embedding on, the embedding table's whole fp32
+// copy comes on top: 4 bytes per entry.
+TEST(Estimate, ASimuMaxModelHoldsMegatronsModelStatePerParameter) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("tessel_planner_megatron_state_" + std::to_string(::getpid()) + ".json")).string();
+  {
+    std::ofstream f(path);
+    f << R"({"model_type": "dense", "hidden_size": 64, "head_num": 4, "kv_head_num": 2, "head_size": 16,
+             "intermediate_size": 128, "layer_num": 2, "vocab_size": 250})";
+  }
+  const int64_t h = 64, V = 256 /* padded to 128 */, kv = 2 * 16, ffn = 128, layers = 2, dp = 4;
+  const int64_t per_layer = h * h + 2 * h * kv + h * h + 3 * h * ffn + 2 * h;
+  const int64_t norms = 2 * h * layers + h;
+  const int64_t P = 2 * V * h /* embedding, untied head */ + layers * per_layer + h;
+  ASSERT_EQ(P % dp, 0);
+  const auto state = [&](const std::string& fp32_embedding) {
+    const train::Config cfg = load_plan_config(path, {"model.seq_length=32", "train.global_batch_size=4",
+                                                      "precision.fp32_embedding=" + fp32_embedding});
+    const Estimate e = estimate_step(cfg, simple_profile(), dp);
+    return e.stages.at(0).peak_bytes_by_category;
+  };
+  const auto megatron = state("false");
+  EXPECT_EQ(megatron[size_t(MemoryCategory::gradients)], 4 * P);
+  EXPECT_EQ(megatron[size_t(MemoryCategory::parameters)] + megatron[size_t(MemoryCategory::optimizer_state)],
+            2 * P + 12 * P / dp + 4 * norms);
+  const auto fp32_table = state("true");
+  EXPECT_EQ(fp32_table[size_t(MemoryCategory::parameters)] - megatron[size_t(MemoryCategory::parameters)], 4 * V * h);
+  std::filesystem::remove(path);
+}
+
 TEST(Estimate, TwiceTheHardwareHalvesTheStep) {
   HardwareProfile hw = simple_profile(), fast = hw;
   for (auto& [k, c] : fast.compute) c.peak_flops *= 2;

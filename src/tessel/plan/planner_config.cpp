@@ -51,7 +51,9 @@ std::string simumax_model_yaml(const std::string& path) {
     // DeepSeek-V2 routes by softmax, V3 by sigmoid: the name says which.
     if (f.string_or("model_name", "").find("v3") != std::string::npos) y += "  moe_router_score_function: sigmoid\n";
   }
-  y += "train:\n  micro_batch_size: 1\n  global_batch_size: 1\nprecision:\n  compute: bf16\n"
+  // Megatron-LM's bf16 model: the embedding table is a bf16 parameter, looked up in bf16, with its
+  // fp32 master sharded like every other (no whole fp32 copy on each rank).
+  y += "train:\n  micro_batch_size: 1\n  global_batch_size: 1\nprecision:\n  compute: bf16\n  fp32_embedding: false\n"
        "parallel:\n  use_distributed_optimizer: true\ndata:\n  path: synthetic:uniform\n";
   return y;
 }

@@ -1,8 +1,9 @@
 #pragma once
 // The model a plan is made for: a tessel YAML config, or a SimuMax model JSON
-// (../shared/simumax/models/) read with SimuMax's common strategy (bf16, micro-batch 1, sequence
-// parallelism wherever tensor parallelism is on, the distributed optimizer, sequence length 4096, vocabulary padded to a multiple of
-// 128), each of which --set overrides like any key.
+// (../shared/simumax/models/) read with SimuMax's common strategy, which is Megatron-LM's: bf16 with
+// the embedding looked up in bf16 (precision.fp32_embedding off), micro-batch 1, sequence parallelism
+// wherever tensor parallelism is on, the distributed optimizer, sequence length 4096, the vocabulary
+// padded to a multiple of 128; --set overrides each like any key.
 #include <string>
 #include <vector>
 
