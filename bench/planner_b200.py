@@ -39,7 +39,7 @@ def megatron_stage0_state(m, r):
     """Bytes of Megatron-LM's model state on a rank of pipeline stage 0 (tp rank 0, ep rank 0):
     (weights and gradients, master and moments)."""
     h, t = m["hidden_size"], r["tp"]
-    V = (m["vocab_size"] + 127) // 128 * 128
+    V = (m["vocab_size"] + 128 * t - 1) // (128 * t) * (128 * t)  # Megatron pads to 128 x tp
     heads = m["head_num"]
     if m.get("attention_type", "mha") == "mla":
         qk, rope, v = m["qk_head_dim"], m["qk_pos_emb_head_dim"], m["v_head_dim"]

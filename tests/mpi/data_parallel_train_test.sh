@@ -106,6 +106,7 @@ assert l('bf16-tp2-zero2') == l('bf16-tp2-dp2') and len(l('bf16-tp2-dp2')) == 4,
 assert l('bf16emb-zero2') == l('bf16emb-dp2') and len(l('bf16emb-dp2')) == 5, (l('bf16emb-zero2'), l('bf16emb-dp2'))
 assert l('bf16emb-dp2') != ref, 'precision.fp32_embedding=false changed nothing'
 assert l('bf16emb-tp2-zero2') == l('bf16emb-tp2-dp2') and len(l('bf16emb-tp2-dp2')) == 4, (l('bf16emb-tp2-zero2'), l('bf16emb-tp2-dp2'))
+assert l('bf16emb-tp2-dp2') != l('bf16-tp2-dp2'), 'precision.fp32_embedding=false changed nothing under tp2'
 for resumed in ['bf16-zero2-resumed', 'bf16-dp2-from-zero', 'bf16-zero2-from-dp']:
     assert l(resumed)[-2:] == ref[-2:], (resumed, l(resumed), ref)
 print('bf16 zero2 (sharded masters, also with both overlaps, also FP8, also DeepSeek-V3-tiny, also under tp2, also with the embedding looked up in bf16) = dp2 bit for bit; its checkpoint resumes with and '

@@ -343,7 +343,6 @@ TEST(Estimate, ACpuProfilesReserveIsWhatThePoolHoldsInARealRun) {
   }
 }
 
-// Twice the peak and the bandwidth, no latencies: exactly half the time.
 // A SimuMax model is planned with Megatron-LM's state layout (bf16, the distributed optimizer): per
 // parameter 2 bytes of bf16 weights, 4 of fp32 gradients and 12 / dp of fp32 master and Adam moments,
 // counted here from the model's shape. tessel files the master under parameters and Megatron under
@@ -353,6 +352,10 @@ TEST(Estimate, ACpuProfilesReserveIsWhatThePoolHoldsInARealRun) {
 TEST(Estimate, ASimuMaxModelHoldsMegatronsModelStatePerParameter) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("tessel_planner_megatron_state_" + std::to_string(::getpid()) + ".json")).string();
+  struct Remove {
+    std::string path;
+    ~Remove() { std::filesystem::remove(path); }
+  } remove_after{path};
   {
     std::ofstream f(path);
     f << R"({"model_type": "dense", "hidden_size": 64, "head_num": 4, "kv_head_num": 2, "head_size": 16,
@@ -375,9 +378,15 @@ TEST(Estimate, ASimuMaxModelHoldsMegatronsModelStatePerParameter) {
             2 * P + 12 * P / dp + 4 * norms);
   const auto fp32_table = state("true");
   EXPECT_EQ(fp32_table[size_t(MemoryCategory::parameters)] - megatron[size_t(MemoryCategory::parameters)], 4 * V * h);
-  std::filesystem::remove(path);
+  // Megatron pads the vocabulary (250) to a multiple of 128 x tp.
+  for (const auto& [tp, padded] : {std::pair<int, int64_t>{2, 256}, {4, 512}}) {
+    const train::Config cfg = load_plan_config(path, {"parallel.tensor_model_parallel_size=" + std::to_string(tp)});
+    EXPECT_EQ(cfg.model.vocab_size, padded) << "tp " << tp;
+    EXPECT_TRUE(cfg.parallel.sequence_parallel);
+  }
 }
 
+// Twice the peak and the bandwidth, no latencies: exactly half the time.
 TEST(Estimate, TwiceTheHardwareHalvesTheStep) {
   HardwareProfile hw = simple_profile(), fast = hw;
   for (auto& [k, c] : fast.compute) c.peak_flops *= 2;

@@ -87,7 +87,11 @@ void check_ids(const Tensor& ids, int64_t limit, bool allow_negative, const char
 void embedding_forward_slice(const Tensor& tokens, const Tensor& W, int64_t vocab_begin, const Tensor& out) {
   check_operands("embedding_fwd_slice", tokens, W, Tensor(), 0, out, Table::f32_or_bf16);
   const Device device = common_device("embedding_fwd_slice", {&tokens, &W, &out});
-  record_op("embedding_fwd_slice", {&tokens}, {&out}, 0.0);  // one row read (or zeroed) per token
+  if (op_log().enabled()) {  // the ids and one table row per token of the slice (at most); every row written
+    op_log().add({"embedding_fwd_slice", {{tokens.shape(), W.shape(), out.shape()}, {tokens.dtype(), W.dtype(), out.dtype()}},
+                  0.0, int64_t(tokens.nbytes() + tokens.numel() * W.size(1) * dtype_size(W.dtype())),
+                  int64_t(out.nbytes())});
+  }
   if (device == Device::meta) return;
   launch_cpu_kernel(
       [=](const Tensor& tokens, const Tensor& W, const Tensor& out) {

@@ -8,8 +8,8 @@
 // Sharded masters (the distributed optimizer in bf16 runs, as Megatron-LM's): the store holds the
 // fp32 masters of its shard of the flat range only (shard(): flat_shard.h, packed), with the whole
 // bf16 copy and the whole fp32 gradients: 2 + 4 + 4/dp bytes per parameter before the moments. The
-// parameters compute reads in fp32 (norm weights, biases, the embedding table, the MoE router:
-// mark_f32_compute) keep a whole fp32 copy besides, packed in flat order (f32_at); the trainer
+// parameters compute reads in fp32 (norm weights, biases, the embedding table unless
+// precision.fp32_embedding is off, the MoE router: mark_f32_compute) keep a whole fp32 copy besides, packed in flat order (f32_at); the trainer
 // gathers both copies from the shards after each step. (FP8 Linears quantise the bf16 copy.)
 #include <algorithm>
 #include <cstdint>

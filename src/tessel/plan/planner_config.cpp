@@ -7,7 +7,8 @@
 
 namespace tessel::plan {
 
-std::string simumax_model_yaml(const std::string& path) {
+std::string simumax_model_yaml(const std::string& path, int64_t tensor_parallel) {
+  TESSEL_CHECK(tensor_parallel >= 1, "SimuMax model {}: tensor parallel size {} must be >= 1", path, tensor_parallel);
   const nlohmann::json j = ckpt::read_json_file(path, "SimuMax model");
   const ckpt::JsonFields f(j, "SimuMax model " + path);
   constexpr int64_t kBig = int64_t(1) << 40;
@@ -25,7 +26,9 @@ std::string simumax_model_yaml(const std::string& path) {
   TESSEL_CHECK(f.boolean_or("use_swiglu", true), "{}: use_swiglu false is not supported (tessel's llama MLP is SwiGLU)",
                f.where());
   const int64_t vocab = f.integer("vocab_size", 1, kBig);
-  const int64_t padded = (vocab + 127) / 128 * 128;  // Megatron pads to a multiple of 128 (make_vocab_size_divisible_by)
+  // Megatron pads to a multiple of 128 x tp (make_vocab_size_divisible_by times the tensor-parallel size).
+  const int64_t multiple = 128 * tensor_parallel;
+  const int64_t padded = (vocab + multiple - 1) / multiple * multiple;
   std::string arch = "llama";
   if (mla) arch = "deepseek_v3";
   else if (type == "moe") arch = "mixtral";
@@ -43,6 +46,8 @@ std::string simumax_model_yaml(const std::string& path) {
                        f.integer("moe_shared_expert_intermediate_size", 1, kBig));
     if (f.has("dense_layers")) y += fmt::format("  moe_first_dense_layers: {}\n", f.integer("dense_layers", 0, kBig));
   }
+  std::string parallel = "parallel:\n  use_distributed_optimizer: true\n";
+  if (type == "moe") parallel += "  expert_tensor_parallel_size: 1\n";  // SimuMax's strategy: experts whole on each rank
   if (mla) {
     y += fmt::format("  q_lora_rank: {}\n  kv_lora_rank: {}\n  qk_head_dim: {}\n  qk_pos_emb_head_dim: {}\n  v_head_dim: {}\n",
                      f.integer_or("q_lora_rank", 0, 0, kBig), f.integer("kv_lora_rank", 1, kBig),
@@ -54,21 +59,22 @@ std::string simumax_model_yaml(const std::string& path) {
   // Megatron-LM's bf16 model: the embedding table is a bf16 parameter, looked up in bf16, with its
   // fp32 master sharded like every other (no whole fp32 copy on each rank).
   y += "train:\n  micro_batch_size: 1\n  global_batch_size: 1\nprecision:\n  compute: bf16\n  fp32_embedding: false\n"
-       "parallel:\n  use_distributed_optimizer: true\ndata:\n  path: synthetic:uniform\n";
+       + parallel + "data:\n  path: synthetic:uniform\n";
   return y;
 }
 
 train::Config load_plan_config(const std::string& path, const std::vector<std::string>& overrides) {
   if (path.size() > 5 && path.substr(path.size() - 5) == ".json") {
-    const std::string yaml = simumax_model_yaml(path);
-    train::Config cfg = train::Config::from_yaml_text(yaml, overrides, path);
-    // SimuMax's strategy runs sequence parallelism wherever tensor parallelism is on.
-    bool sp_given = false;
-    for (const std::string& o : overrides) sp_given |= o.rfind("parallel.sequence_parallel=", 0) == 0;
-    if (cfg.parallel.tensor_model_parallel_size > 1 && !sp_given) {
+    train::Config cfg = train::Config::from_yaml_text(simumax_model_yaml(path, 1), overrides, path);
+    const int64_t tp = cfg.parallel.tensor_model_parallel_size;
+    if (tp > 1) {
+      // Read again with the vocabulary padded for this tensor-parallel size, and sequence parallelism
+      // on unless given: SimuMax's strategy runs it wherever tensor parallelism is on.
+      bool sp_given = false;
+      for (const std::string& o : overrides) sp_given |= o.rfind("parallel.sequence_parallel=", 0) == 0;
       std::vector<std::string> with_sp = overrides;
-      with_sp.push_back("parallel.sequence_parallel=true");
-      cfg = train::Config::from_yaml_text(yaml, with_sp, path);
+      if (!sp_given) with_sp.push_back("parallel.sequence_parallel=true");
+      cfg = train::Config::from_yaml_text(simumax_model_yaml(path, tp), with_sp, path);
     }
     return cfg;
   }

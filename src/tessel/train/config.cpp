@@ -454,6 +454,9 @@ std::vector<std::string> Config::warnings() const {
                                 "it cannot resume where it stopped",
                                 train.exit_interval));
   }
+  if (!precision.fp32_embedding && precision.compute == "fp32")
+    out.push_back("precision.fp32_embedding=false has no effect with precision.compute=fp32: the embedding is "
+                  "looked up in fp32 either way");
   const nn::Fp8Recipe fp8 = precision.fp8_recipe_parsed();
   if (fp8.enabled() && fp8.bf16_layers_at_start + fp8.bf16_layers_at_end >= model.num_layers)
     out.push_back(fmt::format("precision.fp8.recipe={}: num_layers_at_start_in_bf16 ({}) + num_layers_at_end_in_bf16 "
