@@ -28,6 +28,11 @@ void check_operands(const char* op, const Tensor& tokens, const Tensor& table, c
                  "{}: positions must be a contiguous f32 [>= {}, {}], got {}", op, T, D, pos.str());
 }
 
+// The bytes a lookup reads: the ids and one table row per token, in the table's dtype.
+int64_t lookup_bytes_read(const Tensor& tokens, const Tensor& table) {
+  return int64_t(tokens.nbytes()) + tokens.numel() * table.size(1) * int64_t(dtype_size(table.dtype()));
+}
+
 }  // namespace
 
 void embedding_forward(const Tensor& tokens, const Tensor& W, const Tensor& pos, int64_t T, const Tensor& out) {
@@ -37,8 +42,7 @@ void embedding_forward(const Tensor& tokens, const Tensor& W, const Tensor& pos,
   if (op_log().enabled()) {
     OpRecord r{"embedding_fwd", {{tokens.shape(), W.shape(), out.shape()}, {tokens.dtype(), W.dtype(), out.dtype()}},
                pos.defined() ? double(out.numel()) : 0.0,
-               int64_t(tokens.nbytes() + tokens.numel() * W.size(1) * dtype_size(W.dtype()) +
-                       (pos.defined() ? out.nbytes() : 0)),
+               lookup_bytes_read(tokens, W) + int64_t(pos.defined() ? out.nbytes() : 0),
                int64_t(out.nbytes())};
     op_log().add(std::move(r));
   }
@@ -46,10 +50,9 @@ void embedding_forward(const Tensor& tokens, const Tensor& W, const Tensor& pos,
   launch_cpu_kernel(
       [=](const Tensor& tokens, const Tensor& W, const Tensor& pos, const Tensor& out) {
       const float* p = pos.defined() ? pos.data<float>() : nullptr;
-      if (W.dtype() == DType::bf16)
-        embedding_fwd(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<bf16>(), p, T, out.data<float>());
-      else
-        embedding_fwd(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(), p, T, out.data<float>());
+      with_elements(W, [&](const auto* w) {
+        embedding_fwd(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), w, p, T, out.data<float>());
+      });
       },
       tokens, W, pos, out);
 }
@@ -89,18 +92,15 @@ void embedding_forward_slice(const Tensor& tokens, const Tensor& W, int64_t voca
   const Device device = common_device("embedding_fwd_slice", {&tokens, &W, &out});
   if (op_log().enabled()) {  // the ids and one table row per token of the slice (at most); every row written
     op_log().add({"embedding_fwd_slice", {{tokens.shape(), W.shape(), out.shape()}, {tokens.dtype(), W.dtype(), out.dtype()}},
-                  0.0, int64_t(tokens.nbytes() + tokens.numel() * W.size(1) * dtype_size(W.dtype())),
-                  int64_t(out.nbytes())});
+                  0.0, lookup_bytes_read(tokens, W), int64_t(out.nbytes())});
   }
   if (device == Device::meta) return;
   launch_cpu_kernel(
       [=](const Tensor& tokens, const Tensor& W, const Tensor& out) {
-      if (W.dtype() == DType::bf16)
-        embedding_fwd_slice(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<bf16>(), vocab_begin,
+      with_elements(W, [&](const auto* w) {
+        embedding_fwd_slice(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), w, vocab_begin,
                             out.data<float>());
-      else
-        embedding_fwd_slice(tokens.numel(), W.size(1), W.size(0), tokens.data<int64_t>(), W.data<float>(), vocab_begin,
-                            out.data<float>());
+      });
       },
       tokens, W, out);
 }

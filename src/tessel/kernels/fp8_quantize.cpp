@@ -25,15 +25,6 @@ void check_codes(const char* op, const Fp8Tensor& q, const Shape& shape, const S
 
 int64_t tiles(int64_t n) { return (n + kFp8Tile - 1) / kFp8Tile; }
 
-// fn(const T*) with x's elements, T = bf16 or float.
-template <class Fn>
-void with_elements(const Tensor& x, Fn&& fn) {
-  if (x.dtype() == DType::bf16)
-    fn(x.data<bf16>());
-  else
-    fn(x.data<float>());
-}
-
 // A pass over x computing a scale per element group and the codes: about 3 operations per element.
 double quantize_flops(const Tensor& x) { return 3.0 * double(x.numel()); }
 

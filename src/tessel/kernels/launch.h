@@ -15,6 +15,15 @@
 
 namespace tessel::kernels {
 
+// fn(const T*) with x's elements, T = bf16 or float: a kernel templated over its input's dtype.
+template <class Fn>
+void with_elements(const Tensor& x, Fn&& fn) {
+  if (x.dtype() == DType::bf16)
+    fn(x.data<bf16>());
+  else
+    fn(x.data<float>());
+}
+
 // A kernel whose result the host reads as it returns (a loss, a norm, an amax, a count), and every
 // kernel that runs where it is launched: it runs before the call returns, in strict mode after the
 // queue has drained, and is timed when the op log times kernels (`tessel plan calibrate` fits each
