@@ -6,6 +6,8 @@
 // over several steps, with and without weight decay. Plus sum_squares.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -106,6 +108,34 @@ TEST(AdamW, FirstStepIsSignedLr) {
   // The hyperparameters are fp32: 1 - beta2 is 1 - float(0.999) (exact by Sterbenz), 1.3e-5 below 1e-3.
   EXPECT_NEAR(m[0], 3.0 * (1.0 - double(0.9f)), 1e-8);
   EXPECT_NEAR(v[0], 9.0 * (1.0 - double(0.999f)), 1e-9);
+}
+
+// With a bf16 compute copy (bf16 runs): the fp32 update is the one without a copy, bit for bit, and
+// the copy is each updated master rounded to nearest even (bf16's own conversion, dtype.h), on
+// sizes around the kernel's blocks of 2,048 and with a NaN master (the copy stays NaN).
+TEST(AdamW, TheBf16CopyIsTheUpdatedMasterRoundedToNearestEven) {
+  for (int64_t n : {1, 2047, 2048, 2049, 100003}) {
+    SCOPED_TRACE(n);
+    Rand rng{uint64_t(n) + 7};
+    std::vector<float> p = rng.normals(sz(n), 0.1), m = rng.normals(sz(n), 1e-2), v(sz(n));
+    for (float& e : v) e = float(rng.uniform(0, 1e-3));
+    if (n > 2048) p[2048] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> g = gradients(sz(n), rng);
+    std::vector<float> p2 = p, m2 = m, v2 = v;
+    std::vector<bf16> copy(sz(n));
+    const kernels::AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+    kernels::adamw_update(n, p.data(), g.data(), m.data(), v.data(), h);
+    kernels::adamw_update(n, p2.data(), g.data(), m2.data(), v2.data(), h, 1.0f, copy.data());
+    int64_t differ = 0;
+    for (size_t i = 0; i < sz(n); ++i) {
+      differ += f32_bits(p[i]) != f32_bits(p2[i]) || f32_bits(m[i]) != f32_bits(m2[i]) ||
+                f32_bits(v[i]) != f32_bits(v2[i]) || copy[i].bits != bf16(p2[i]).bits;
+    }
+    EXPECT_EQ(differ, 0) << "elements whose update or bf16 copy differ";
+    if (n > 2048) {
+      EXPECT_TRUE(std::isnan(float(copy[2048])));
+    }
+  }
 }
 
 TEST(AdamW, SumSquares) {
