@@ -98,6 +98,11 @@ run 4 bf16emb-pp2-zero2 "${BF16[@]}" "${BF16EMB[@]}" "${ZERO[@]}" --set $PP=2 --
 run 4 bf16emb-pp2-zero2 "${BF16[@]}" "${BF16EMB[@]}" "${ZERO[@]}" --set $PP=2 \
   --set checkpoint.dir=bf16emb-pp2-zero2/ckpt
 grep -q "resumed from checkpoint.dir bf16emb-pp2-zero2/ckpt at step 3" bf16emb-pp2-zero2.log
+# And under context parallelism (each rank looks up its own chunks of the sequence), also with the
+# masters sharded over the 2 context-parallel ranks: the single-process losses as above, and the
+# sharded run the unsharded one's bit for bit.
+run 2 bf16emb-cp2 "${BF16[@]}" "${BF16EMB[@]}" --set $CP=2
+run 2 bf16emb-cp2-zero "${BF16[@]}" "${BF16EMB[@]}" "${ZERO[@]}" --set $CP=2
 run 2 bf16-zero2-at-3 "${BF16[@]}" "${ZERO[@]}" --set train.exit_interval=3
 run 2 bf16-dp2-at-3 "${BF16[@]}" --set train.exit_interval=3
 cp -r bf16-zero2-at-3/ckpt bf16-zero-ckpt-at-3  # each resumed run saves into its own copy
@@ -121,12 +126,13 @@ assert l('bf16emb-dp2') != ref, 'precision.fp32_embedding=false changed nothing'
 assert l('bf16emb-tp2-zero2') == l('bf16emb-tp2-dp2') and len(l('bf16emb-tp2-dp2')) == 4, (l('bf16emb-tp2-zero2'), l('bf16emb-tp2-dp2'))
 assert l('bf16emb-tp2-dp2') != l('bf16-tp2-dp2'), 'precision.fp32_embedding=false changed nothing under tp2'
 single_emb = l('bf16emb-single')
-for d in ['bf16emb-dp2', 'bf16emb-pp2', 'bf16emb-pp2-zero2']:
+assert l('bf16emb-cp2-zero') == l('bf16emb-cp2'), (l('bf16emb-cp2-zero'), l('bf16emb-cp2'))
+for d in ['bf16emb-dp2', 'bf16emb-pp2', 'bf16emb-pp2-zero2', 'bf16emb-cp2']:
     got = l(d)
     assert len(got) == 5 and all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(got, single_emb)), (d, got, single_emb)
 for resumed in ['bf16-zero2-resumed', 'bf16-dp2-from-zero', 'bf16-zero2-from-dp']:
     assert l(resumed)[-2:] == ref[-2:], (resumed, l(resumed), ref)
-print('bf16 zero2 (sharded masters, also with both overlaps, also FP8, also DeepSeek-V3-tiny, also under tp2, also with the embedding looked up in bf16) = dp2 bit for bit; its checkpoint resumes with and '
+print('bf16 zero2 (sharded masters, also with both overlaps, also FP8, also DeepSeek-V3-tiny, also under tp2, also with the embedding looked up in bf16, also under cp2) = dp2 bit for bit; its checkpoint resumes with and '
       'without ZeRO, bit for bit')"
 
 # tessel bench under mpirun reports the data-parallel traffic: one all-reduce of every fp32 gradient
