@@ -39,7 +39,7 @@ layouts = [
     ("tiny fp32, 1 thread", tiny, [], 1, 1, hw1),
     ("tiny fp32, 2 threads", tiny, [], 1, 2, hw2),
     ("tiny bf16, 2 threads", tiny, bf16, 1, 2, hw2),
-    ("134m bf16, 2 threads", m134, ["train.global_batch_size=2", "train.micro_batch_size=2"], 1, 2, hw2),
+    ("134m fp32, 2 threads", m134, ["train.global_batch_size=2", "train.micro_batch_size=2"], 1, 2, hw2),
     ("mixtral-tiny, 2 threads", moe, [], 1, 2, hw2),
     ("deepseek-v3-tiny (MLA, MoE, MTP), 2 threads", dsv3, [], 1, 2, hw2),
     ("tiny bf16 dp2", tiny, bf16 + ["train.global_batch_size=16"], 2, 1, hwr),
@@ -55,7 +55,7 @@ layouts = [
     ("mixtral-tiny ep2", moe, ["parallel.expert_model_parallel_size=2", "train.global_batch_size=16"], 2, 1, hwr),
     # FP8: the emulated FP8 GEMM is on the calibration grid (per-tensor scales); these models' shapes are not.
     ("tiny bf16 + fp8 delayed, 2 threads", tiny, bf16 + ["precision.fp8.recipe=delayed"], 1, 2, hw2),
-    ("134m bf16 + fp8 block, 2 threads", m134, ["train.global_batch_size=2", "train.micro_batch_size=2",
+    ("134m fp32 + fp8 block, 2 threads", m134, ["train.global_batch_size=2", "train.micro_batch_size=2",
                                                 "precision.fp8.recipe=block"], 1, 2, hw2),
     ("tiny bf16 + fp8 current tp2", tiny, bf16 + ["parallel.tensor_model_parallel_size=2",
                                                   "precision.fp8.recipe=current"], 2, 1, hwr),
