@@ -27,6 +27,24 @@ inline void store_as(bf16* p, float v) {
   p->bits = uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
+// max(init, x[0], ..., x[n-1]), NaNs passed over as std::max(m, x) passes them. GCC 12 leaves an
+// `omp simd reduction(max)` over std::max scalar (one vmaxss after another, each waiting for the
+// last); 16 running maxima of `x > m ? x : m` (vmaxps's own rule) vectorise. The maximum of the
+// numbers is the same in any order (but for the sign of a zero maximum).
+inline float max_of(int64_t n, const float* x, float init) {
+  constexpr int kLanes = 16;
+  float part[kLanes];
+  for (float& p : part) p = init;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+#pragma omp simd
+    for (int k = 0; k < kLanes; ++k) part[k] = x[j + k] > part[k] ? x[j + k] : part[k];
+  float m = init;
+  for (float p : part) m = p > m ? p : m;
+  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
 // exp(x) for x <= 88, relative error < 2e-7 on the range softmax uses; underflows to 0 below -87.
 // exp(x) = 2^n * exp(r), n = round(x / ln2), |r| <= ln2 / 2, exp(r) by a degree-6 Taylor polynomial.
 inline float fast_exp(float x) {

@@ -22,9 +22,7 @@ double softmax_xent(int64_t N, int64_t V, const float* logits, const int64_t* ta
   for (int64_t i = 0; i < N; ++i) {
     const float* x = logits + i * V;
     const int64_t t = targets[i];
-    float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
+    const float mx = max_of(V, x, -std::numeric_limits<float>::infinity());
     const float xt = t >= 0 ? x[t] : 0.0f;  // read before an aliased write overwrites it
     float sum = 0.0f;
     if (dlogits) {

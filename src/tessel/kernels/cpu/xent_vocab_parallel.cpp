@@ -16,9 +16,7 @@ void xent_local_max_and_target(int64_t N, int64_t Vl, const float* logits, const
                                int64_t vocab_begin, float* row_max, float* target_logit) {
   for (int64_t i = 0; i < N; ++i) {
     const float* x = logits + i * Vl;
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < Vl; ++j) m = std::max(m, x[j]);
-    row_max[i] = m;
+    row_max[i] = max_of(Vl, x, -std::numeric_limits<float>::infinity());
     target_logit[i] = target_here(targets[i], vocab_begin, Vl) ? x[targets[i] - vocab_begin] : 0.0f;
   }
 }
