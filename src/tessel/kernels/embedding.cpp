@@ -91,8 +91,9 @@ void embedding_forward_slice(const Tensor& tokens, const Tensor& W, int64_t voca
   check_operands("embedding_fwd_slice", tokens, W, Tensor(), 0, out, Table::f32_or_bf16);
   const Device device = common_device("embedding_fwd_slice", {&tokens, &W, &out});
   if (op_log().enabled()) {  // the ids and one table row per token of the slice (at most); every row written
-    op_log().add({"embedding_fwd_slice", {{tokens.shape(), W.shape(), out.shape()}, {tokens.dtype(), W.dtype(), out.dtype()}},
-                  0.0, lookup_bytes_read(tokens, W), int64_t(out.nbytes())});
+    op_log().add({"embedding_fwd_slice",
+                  {{tokens.shape(), W.shape(), out.shape()}, {tokens.dtype(), W.dtype(), out.dtype()}}, 0.0,
+                  lookup_bytes_read(tokens, W), int64_t(out.nbytes())});
   }
   if (device == Device::meta) return;
   launch_cpu_kernel(

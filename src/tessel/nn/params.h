@@ -9,8 +9,9 @@
 // fp32 masters of its shard of the flat range only (shard(): flat_shard.h, packed), with the whole
 // bf16 copy and the whole fp32 gradients: 2 + 4 + 4/dp bytes per parameter before the moments. The
 // parameters compute reads in fp32 (norm weights, biases, the embedding table unless
-// precision.fp32_embedding is off, the MoE router: mark_f32_compute) keep a whole fp32 copy besides, packed in flat order (f32_at); the trainer
-// gathers both copies from the shards after each step. (FP8 Linears quantise the bf16 copy.)
+// precision.fp32_embedding is off, the MoE router: mark_f32_compute) keep a whole fp32 copy
+// besides, packed in flat order (f32_at); the trainer gathers both copies from the shards after
+// each step. (FP8 Linears quantise the bf16 copy.)
 #include <algorithm>
 #include <cstdint>
 #include <string>

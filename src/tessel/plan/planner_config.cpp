@@ -47,7 +47,8 @@ std::string simumax_model_yaml(const std::string& path, int64_t tensor_parallel)
     if (f.has("dense_layers")) y += fmt::format("  moe_first_dense_layers: {}\n", f.integer("dense_layers", 0, kBig));
   }
   std::string parallel = "parallel:\n  use_distributed_optimizer: true\n";
-  if (type == "moe") parallel += "  expert_tensor_parallel_size: 1\n";  // SimuMax's strategy: experts whole on each rank
+  // SimuMax's strategy keeps experts whole on each rank.
+  if (type == "moe") parallel += "  expert_tensor_parallel_size: 1\n";
   if (mla) {
     y += fmt::format("  q_lora_rank: {}\n  kv_lora_rank: {}\n  qk_head_dim: {}\n  qk_pos_emb_head_dim: {}\n  v_head_dim: {}\n",
                      f.integer_or("q_lora_rank", 0, 0, kBig), f.integer("kv_lora_rank", 1, kBig),

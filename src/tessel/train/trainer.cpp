@@ -256,8 +256,9 @@ StepResult Trainer::step(const std::vector<data::Batch>& whole_micro_batches, in
       // rest comes from the other shards, in bf16 (half the bytes of gathering the masters).
       const Tensor copy = ps.compute_at(0, {ps.numel()});
       const Tensor& f32 = ps.f32_copy();
-      // The fp32 copy (norms, biases, router, the embedding unless precision.fp32_embedding is off) of unit u over its group: in place, each
-      // rank's block of the unit's packed part at its place. Null when there is nothing to gather.
+      // The fp32 copy (norms, biases, router, the embedding unless precision.fp32_embedding is off)
+      // of unit u over its group: in place, each rank's block of the unit's packed part at its place.
+      // Null when there is nothing to gather.
       const auto& units = ps.shard().units();
       const auto gather_f32_unit = [&](size_t u, bool async) -> std::unique_ptr<comm::Work> {
         comm::Communicator* g = unit_group(units[u]);
