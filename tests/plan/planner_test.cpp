@@ -16,6 +16,8 @@
 #include "support/error_of.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/core/device.h"
+#include "tessel/kernels/gemm.h"
+#include "tessel/kernels/gemm_primitive_census.h"
 #include "tessel/plan/cost_model.h"
 #include "tessel/plan/estimate.h"
 #include "tessel/plan/hardware_profile.h"
@@ -320,6 +322,7 @@ TEST(Estimate, ACpuProfilesReserveIsWhatThePoolHoldsInARealRun) {
       // llama-tiny's ZeRO-1 (bf16): a block freed and split in the first step leaves the second
       // step's largest request no fit, so the reserve grows by 16 MiB in the second step, then holds.
       {2, {"precision.compute=bf16", "parallel.use_distributed_optimizer=true", "train.global_batch_size=16"}}};
+  bool first = true;
   for (const auto& [world_size, sets] : layouts) {
     const train::Config cfg = sets.front() == "precision.compute=bf16"
                                   ? train::Config::load(std::string(TESSEL_CONFIG_DIR) + "/bench/llama-tiny.yaml", sets)
@@ -334,10 +337,26 @@ TEST(Estimate, ACpuProfilesReserveIsWhatThePoolHoldsInARealRun) {
       // as the kernel queue reaches their free, so the reserve depends on timing.
       const bool strict = strict_cpu();
       set_strict_cpu(false);
-      const train::StepMeasurement cpu = train::measure_training_step(cfg, groups, Device::cpu, 2);
+      const size_t cached = kernels::gemm_cached_primitives();
+      int64_t used = 0;
+      const train::StepMeasurement cpu = [&] {
+        const kernels::GemmPrimitiveCensus census;
+        const train::StepMeasurement m = train::measure_training_step(cfg, groups, Device::cpu, 2);
+        used = census.primitives();
+        return m;
+      }();
       set_strict_cpu(strict);
-      EXPECT_EQ(st.peak_reserved_bytes, cpu.peak_reserved_bytes);
-      EXPECT_EQ(st.peak_bytes, cpu.peak_bytes);
+      // The primitives: those the cpu run's GEMMs used, the cache growing by as many in this
+      // process's first run (the later layouts share some of its problems).
+      EXPECT_EQ(st.gemm_primitives, used);
+      if (first) {
+        EXPECT_EQ(int64_t(kernels::gemm_cached_primitives() - cached), used);
+      }
+      first = false;
+      EXPECT_GT(st.gemm_primitive_bytes, st.gemm_primitives * 1000);
+      // The pool: the run's, byte for byte; the primitives come on top, outside it.
+      EXPECT_EQ(st.peak_reserved_bytes - st.gemm_primitive_bytes, cpu.peak_reserved_bytes);
+      EXPECT_EQ(st.peak_bytes - st.gemm_primitive_bytes, cpu.peak_bytes);
       EXPECT_GT(cpu.pool_free_bytes(), 0);  // the pool held free blocks at its peak
     }
   }

@@ -4,11 +4,13 @@
 #include <cctype>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "tessel/comm/communicator.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/core/check.h"
+#include "tessel/kernels/gemm_primitive_census.h"
 #include "tessel/nn/alike_calls.h"
 #include "tessel/nn/stage_plan.h"
 #include "tessel/pipeline/executor.h"
@@ -261,11 +263,19 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
       const int rank = comm::ParallelState::rank_of({0, 0, 0, stage}, s, dp);
       auto w = comm::make_meta_communicator(rank, world);
       comm::ParallelState groups(*w, s);
+      const bool cpu = hw.device == "cpu";
+      // On cpu, oneDNN's GEMM primitives too: one per distinct problem, held from its first call on.
+      std::optional<kernels::GemmPrimitiveCensus> census;
+      if (cpu) census.emplace();
       const train::StepMeasurement m =
           train::measure_training_step(measured, groups, Device::meta, 1, nullptr, true, mbs.real);
       st = price_stage(hw, s, dp, m, mbs);
-      const bool cpu = hw.device == "cpu";
-      st.out.peak_bytes = cpu ? m.peak_bytes : m.peak_requested_bytes;
+      if (census) {
+        st.out.gemm_primitives = census->primitives();
+        st.out.gemm_primitive_bytes = census->heap_bytes();
+        census.reset();
+      }
+      st.out.peak_bytes = (cpu ? m.peak_bytes : m.peak_requested_bytes) + st.out.gemm_primitive_bytes;
       st.out.peak_bytes_by_category = cpu ? m.peak_bytes_by_category : m.peak_requested_bytes_by_category;
       st.out.peak_at = with_real_micro_batch(m.peak_at, mbs);
       if (cpu) {
@@ -275,7 +285,8 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
         // other free blocks; and a block freed and split in one step can leave the next step's
         // request no fit (llama-tiny ZeRO-1's reserve grows by 16 MiB in its second step, then holds).
         const nn::AlikeCallsOnceScope every_expert(false);
-        st.out.peak_reserved_bytes = train::measure_training_step(cfg, groups, Device::meta, 2).peak_reserved_bytes;
+        st.out.peak_reserved_bytes =
+            train::measure_training_step(cfg, groups, Device::meta, 2).peak_reserved_bytes + st.out.gemm_primitive_bytes;
       }
       for (int c = 0; c < V; ++c) {
         st.out.forward_s += pass_sum(st.pass_s, Part::forward, c) / local_mbs;

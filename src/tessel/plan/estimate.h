@@ -51,6 +51,10 @@ struct StageEstimate {
   // (share_equal_stages) takes its reserve too, which, unlike its in-use peak, need not bound its
   // own. 0 on other profiles, whose allocators are not tessel's.
   int64_t peak_reserved_bytes = 0;
+  // On a cpu profile, the GEMM primitives oneDNN holds (kernels/gemm_primitive_census.h): one per
+  // distinct problem of the step, outside tessel's allocator; included in peak_bytes and
+  // peak_reserved_bytes (not in a category). 0 on other profiles.
+  int64_t gemm_primitives = 0, gemm_primitive_bytes = 0;
   double flops = 0;             // this rank's kernels, per step
   // Per step: kernel seconds by op family (gemm by its compute kind and variant: "gemm.bf16 NT"),
   // and collective seconds by group and kind ("tp all_gather"), exposed or not.

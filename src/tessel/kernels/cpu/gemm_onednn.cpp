@@ -26,6 +26,7 @@
 // fp32 (exact) and multiplied by the fp32 kernels. That is still a bf16 GEMM with fp32 accumulation:
 // a product of two bf16 values (8-bit significands) is exact in fp32 (24 bits), as in the bf16
 // kernels, and the sum is fp32; only the summation order differs, as between any two ISAs.
+#include <malloc.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
@@ -34,12 +35,14 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 
 #include "tessel/core/check.h"
 #include "tessel/core/size_class.h"
 #include "tessel/kernels/gemm.h"
+#include "tessel/kernels/gemm_primitive_census.h"
 #include "tessel/kernels/workspace.h"
 
 namespace tessel::kernels {
@@ -66,6 +69,10 @@ struct Context {
   dnnl::stream stream{engine};
   std::map<Key, Entry> cache;
   std::map<Key, size_t> scratch_sizes;  // scratchpads of shapes asked for but not run (dry runs)
+  std::map<Key, int64_t> heap_bytes_of;  // the heap a primitive held when this process first made it
+  bool census_open = false;              // GemmPrimitiveCensus
+  std::set<Key> census;
+  int64_t census_bytes = 0;
   uint64_t uses = 0;
   std::mutex mu;
 };
@@ -89,6 +96,12 @@ void evict_least_recently_used(Context& cx) {
   for (auto it = cx.cache.begin(); it != cx.cache.end(); ++it)
     if (it->second.last_use < oldest->second.last_use) oldest = it;
   cx.cache.erase(oldest);
+}
+
+// Bytes the process holds from malloc, every arena (glibc), chunk headers included.
+int64_t heap_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return int64_t(m.uordblks + m.hblkhd);
 }
 
 Key key_of(int64_t M, int64_t N, int64_t K, DType ab_dtype, int64_t lda, bool ta, int64_t ldb, bool tb, int64_t ldc,
@@ -138,6 +151,16 @@ size_t scratchpad_bytes(int64_t M, int64_t N, int64_t K, DType ab_dtype, int64_t
   Context& cx = ctx();
   const Key key = key_of(M, N, K, ab_dtype, lda, ta, ldb, tb, ldc, accumulate, bias);
   std::lock_guard<std::mutex> lock(cx.mu);
+  if (cx.census_open && cx.census.insert(key).second) {
+    auto known = cx.heap_bytes_of.find(key);
+    if (known == cx.heap_bytes_of.end()) {  // a problem this process has not made: make one, held while measured
+      const Descs d(M, N, K, to_dnnl(ab_dtype), lda, ta, ldb, tb, ldc);
+      const int64_t before = heap_in_use();
+      const dnnl::matmul prim(make_primitive_desc(cx, d, M, N, K, ab_dtype, accumulate, bias));
+      known = cx.heap_bytes_of.emplace(key, std::max<int64_t>(0, heap_in_use() - before)).first;
+    }
+    cx.census_bytes += known->second;
+  }
   if (auto it = cx.cache.find(key); it != cx.cache.end()) return it->second.scratchpad.get_size();
   if (auto it = cx.scratch_sizes.find(key); it != cx.scratch_sizes.end()) return it->second;
   const Descs d(M, N, K, to_dnnl(ab_dtype), lda, ta, ldb, tb, ldc);
@@ -160,9 +183,13 @@ void run_primitive(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand 
     std::lock_guard<std::mutex> lock(cx.mu);
     auto it = cx.cache.find(key);
     if (it == cx.cache.end()) {
-      const auto pd = make_primitive_desc(cx, d, M, N, K, ab_dtype, accumulate, bias != nullptr);
       if (cx.cache.size() >= kMaxPrimitives) evict_least_recently_used(cx);
-      it = cx.cache.emplace(key, Entry{dnnl::matmul(pd), 0, pd.scratchpad_desc()}).first;
+      const int64_t before = heap_in_use();
+      {
+        const auto pd = make_primitive_desc(cx, d, M, N, K, ab_dtype, accumulate, bias != nullptr);
+        it = cx.cache.emplace(key, Entry{dnnl::matmul(pd), 0, pd.scratchpad_desc()}).first;
+      }  // the descriptor is gone: what stays is the primitive (the first one made counts)
+      cx.heap_bytes_of.emplace(key, std::max<int64_t>(0, heap_in_use() - before));
     }
     it->second.last_use = ++cx.uses;
     prim = it->second.prim;  // a handle: stays valid if another thread evicts the entry
@@ -341,6 +368,32 @@ void gemm(int64_t M, int64_t N, int64_t K, DType ab_dtype, GemmOperand a, GemmOp
     run_primitive(call.M, N, call.K, p.dt, {a_rows, a.ld, a.trans}, b, c + call.row * ldc, ldc, accumulate, bias,
                   scratch);
   }
+}
+
+GemmPrimitiveCensus::GemmPrimitiveCensus() {
+  Context& cx = ctx();
+  std::lock_guard<std::mutex> lock(cx.mu);
+  TESSEL_CHECK(!cx.census_open, "GemmPrimitiveCensus: one is open already (one at a time in a process)");
+  cx.census_open = true;
+  cx.census.clear();
+  cx.census_bytes = 0;
+}
+
+GemmPrimitiveCensus::~GemmPrimitiveCensus() {
+  Context& cx = ctx();
+  std::lock_guard<std::mutex> lock(cx.mu);
+  cx.census_open = false;
+  cx.census.clear();
+}
+
+int64_t GemmPrimitiveCensus::primitives() const {
+  std::lock_guard<std::mutex> lock(ctx().mu);
+  return int64_t(ctx().census.size());
+}
+
+int64_t GemmPrimitiveCensus::heap_bytes() const {
+  std::lock_guard<std::mutex> lock(ctx().mu);
+  return ctx().census_bytes;
 }
 
 size_t gemm_cached_primitives() {
