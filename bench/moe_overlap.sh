@@ -11,6 +11,7 @@
 # Usage: bench/moe_overlap.sh [TESSEL] [DELAY_MS] [KINDS] [MICRO_BATCHES_PER_RANK] [LAYERS]
 # LAYERS (default 4): at pp 2 DualPipe's passes then run 2 layers each, DualPipeV's 1 (its V has 4
 # chunks); 8 gives DualPipeV's passes DualPipe's 2 layers, so as much compute beside each transfer.
+# REPEATS=R (environment): each cell the median of R runs, and the on / off ratio of the growths.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/overlap_table.sh"

@@ -6,6 +6,7 @@
 # with parallel.overlap_p2p_comm off and on. The overlap hides the delay where the step grows by less
 # than it does with the overlap off.
 # Usage: bench/pipeline_overlap.sh [TESSEL] [DELAY_MS] [KINDS] [MICRO_BATCHES]
+# REPEATS=R (environment): each cell the median of R runs, and the on / off ratio of the growths.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/overlap_table.sh"
