@@ -61,6 +61,7 @@ int run_estimate(const EstimateOptions& o) {
   std::printf("tessel plan estimate: %s on %d ranks of %s (%s)\n", o.config.c_str(), e.world, hw.name.c_str(),
               e.layout.c_str());
   const double memory_limit = o.memory_gib > 0 ? o.memory_gib : hw.memory_gib;
+  const bool cpu = hw.device == "cpu";  // its memory holds oneDNN's GEMM primitives
   nlohmann::json stages = nlohmann::json::array();
   std::vector<std::string> too_big;
   for (const plan::StageEstimate& s : e.stages) {
@@ -86,10 +87,12 @@ int run_estimate(const EstimateOptions& o) {
         cats += fmt::format("{}{} {:.2f}", cats.empty() ? "" : ", ", memory_category_name(MemoryCategory(c)),
                             gib(s.peak_bytes_by_category[size_t(c)]));
     if (s.gemm_primitives > 0)
-      cats += fmt::format(" GiB; and oneDNN's {} GEMM primitives {:.4f}", s.gemm_primitives, gib(s.gemm_primitive_bytes));
+      cats += fmt::format("{}oneDNN's {} GEMM primitives {:.4f}", cats.empty() ? "" : " GiB; and ", s.gemm_primitives,
+                          gib(s.gemm_primitive_bytes));
     std::printf("  peak memory %.2f GiB at %s (%s GiB)\n", gib(s.peak_bytes), s.peak_at.c_str(), cats.c_str());
     if (s.peak_reserved_bytes > 0)
-      std::printf("  tessel's cpu pool holds at most %.2f GiB over two steps (in use plus the free blocks it keeps)\n",
+      std::printf("  tessel's cpu pool holds at most %.2f GiB over two steps (in use plus the free blocks it keeps; with "
+                  "the GEMM primitives)\n",
                   gib(s.peak_reserved_bytes));
     if (o.ops) {
       double kernels = 0;
@@ -120,8 +123,8 @@ int run_estimate(const EstimateOptions& o) {
                       {"peak_memory_gib", gib(s.peak_bytes)},
                       {"peak_memory_gib_by_category", categories_json(s.peak_bytes_by_category)},
                       {"peak_reserved_memory_gib", s.peak_reserved_bytes > 0 ? nlohmann::json(gib(s.peak_reserved_bytes)) : nlohmann::json()},
-                      {"gemm_primitives", s.gemm_primitives},
-                      {"gemm_primitive_memory_gib", gib(s.gemm_primitive_bytes)},
+                      {"gemm_primitives", cpu ? nlohmann::json(s.gemm_primitives) : nlohmann::json()},
+                      {"gemm_primitive_memory_gib", cpu ? nlohmann::json(gib(s.gemm_primitive_bytes)) : nlohmann::json()},
                       {"peak_at", s.peak_at}});
   }
   std::printf("step %.2f ms | %.1f tokens/s | MFU %.1f%% | peak memory %.2f GiB (max over ranks) | estimated in "

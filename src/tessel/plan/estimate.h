@@ -49,7 +49,7 @@ struct StageEstimate {
   // free blocks it keeps (its slack), from a meta run of its own of every micro-batch and expert
   // (the meta device runs the same pool). A stage that shares another's measurement
   // (share_equal_stages) takes its reserve too, which, unlike its in-use peak, need not bound its
-  // own. 0 on other profiles, whose allocators are not tessel's.
+  // own. With the GEMM primitives below. 0 on other profiles, whose allocators are not tessel's.
   int64_t peak_reserved_bytes = 0;
   // On a cpu profile, the GEMM primitives oneDNN holds (kernels/gemm_primitive_census.h): one per
   // distinct problem of the step, outside tessel's allocator; included in peak_bytes and

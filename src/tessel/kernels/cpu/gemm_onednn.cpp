@@ -73,6 +73,7 @@ struct Context {
   bool census_open = false;              // GemmPrimitiveCensus
   std::set<Key> census;
   int64_t census_bytes = 0;
+  int64_t census_made = 0;               // primitives it made to measure them
   uint64_t uses = 0;
   std::mutex mu;
 };
@@ -151,14 +152,22 @@ size_t scratchpad_bytes(int64_t M, int64_t N, int64_t K, DType ab_dtype, int64_t
   Context& cx = ctx();
   const Key key = key_of(M, N, K, ab_dtype, lda, ta, ldb, tb, ldc, accumulate, bias);
   std::lock_guard<std::mutex> lock(cx.mu);
-  if (cx.census_open && cx.census.insert(key).second) {
+  if (cx.census_open && !cx.census.count(key)) {
     auto known = cx.heap_bytes_of.find(key);
     if (known == cx.heap_bytes_of.end()) {  // a problem this process has not made: make one, held while measured
       const Descs d(M, N, K, to_dnnl(ab_dtype), lda, ta, ldb, tb, ldc);
+      const auto pd = make_primitive_desc(cx, d, M, N, K, ab_dtype, accumulate, bias);
       const int64_t before = heap_in_use();
-      const dnnl::matmul prim(make_primitive_desc(cx, d, M, N, K, ab_dtype, accumulate, bias));
-      known = cx.heap_bytes_of.emplace(key, std::max<int64_t>(0, heap_in_use() - before)).first;
+      try {
+        const dnnl::matmul prim(pd);
+        known = cx.heap_bytes_of.emplace(key, std::max<int64_t>(0, heap_in_use() - before)).first;
+      } catch (const dnnl::error& e) {
+        TESSEL_FAIL("oneDNN could not make the {} matmul [{}x{}x{}] whose memory a GEMM primitive census measures: {}",
+                    dtype_name(ab_dtype), M, N, K, e.what());
+      }
+      ++cx.census_made;
     }
+    cx.census.insert(key);
     cx.census_bytes += known->second;
   }
   if (auto it = cx.cache.find(key); it != cx.cache.end()) return it->second.scratchpad.get_size();
@@ -377,6 +386,7 @@ GemmPrimitiveCensus::GemmPrimitiveCensus() {
   cx.census_open = true;
   cx.census.clear();
   cx.census_bytes = 0;
+  cx.census_made = 0;
 }
 
 GemmPrimitiveCensus::~GemmPrimitiveCensus() {
@@ -384,6 +394,14 @@ GemmPrimitiveCensus::~GemmPrimitiveCensus() {
   std::lock_guard<std::mutex> lock(cx.mu);
   cx.census_open = false;
   cx.census.clear();
+  if (cx.census_made > 0) {
+    // oneDNN's own primitive cache keeps what the census made: emptied, so that a planner in a
+    // training process (parallel.auto) holds none of the layouts it tried. The primitives gemm()
+    // runs stay: its cache holds them itself.
+    const int capacity = dnnl::get_primitive_cache_capacity();
+    dnnl::set_primitive_cache_capacity(0);
+    dnnl::set_primitive_cache_capacity(capacity);
+  }
 }
 
 int64_t GemmPrimitiveCensus::primitives() const {
