@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "support/glibc_heap.h"
 #include "tessel/core/block_pool.h"
 #include "tessel/core/device.h"
 #include "tessel/core/tensor.h"
 #include "tessel/kernels/gemm.h"
-#include "support/glibc_heap.h"
 #include "tessel/kernels/gemm_primitive_census.h"
 
 namespace tessel {
