@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -29,25 +30,6 @@ namespace tessel::plan {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Runs `run` once (a warm-up: primitive creation, first touch), then `repeats` times, each after
-// `before` (not timed); the fastest run counts.
-template <class F, class G>
-double best_seconds(int repeats, F&& run, G&& before) {
-  run();
-  double best = 1e30;
-  for (int i = 0; i < repeats; ++i) {
-    before();
-    const auto t0 = Clock::now();
-    run();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
-template <class F>
-double best_seconds(int repeats, F&& run) {
-  return best_seconds(repeats, run, [] {});
-}
 
 // The last-level cache of the cpus this process may run on, in bytes: each distinct L3 counted
 // once (/sys/devices/system/cpu/cpuN/cache/index3: its shared_cpu_list names it, size its bytes),
@@ -101,7 +83,7 @@ kernels::Fp8Tensor fp8_operand(const Shape& shape) {
 // The GEMM grid: {128, 512, 2048}^3 x variants, per compute kind: gemm.bf16, gemm.f32 and fp8_gemm
 // (on the cpu emulated: the operands decoded to bf16, then the bf16 GEMM). Each kind's peak is its
 // fastest point, its efficiencies relative to that.
-void measure_gemms(HardwareProfile& p, int repeats) {
+void measure_gemms(comm::Communicator& world, HardwareProfile& p, int repeats) {
   const CacheEvictor evict;
   const std::vector<int64_t> sizes = {128, 512, 2048};
   struct Variant {
@@ -120,11 +102,11 @@ void measure_gemms(HardwareProfile& p, int repeats) {
             double t = 0;
             if (kind == "fp8_gemm") {
               const kernels::Fp8Tensor a = fp8_operand(sa), b = fp8_operand(sb);
-              t = best_seconds(repeats, [&] { kernels::fp8_gemm(a, v.ta, b, v.tb, c, v.acc); }, evict);
+              t = best_seconds_in_step(world, repeats, [&] { kernels::fp8_gemm(a, v.ta, b, v.tb, c, v.acc); }, evict);
             } else {
               const DType dt = kind == "gemm.bf16" ? DType::bf16 : DType::f32;
               const Tensor a = Tensor::zeros(sa, dt), b = Tensor::zeros(sb, dt);
-              t = best_seconds(repeats, [&] { kernels::matmul(a, v.ta, b, v.tb, c, v.acc, Tensor()); }, evict);
+              t = best_seconds_in_step(world, repeats, [&] { kernels::matmul(a, v.ta, b, v.tb, c, v.acc, Tensor()); }, evict);
             }
             points.push_back({{double(M), double(N), double(K)}, kernels::gemm_variant(v.ta, v.tb, v.acc), 0});
             flops_per_s.push_back(2.0 * double(M) * double(N) * double(K) / t);
@@ -143,14 +125,14 @@ void measure_gemms(HardwareProfile& p, int repeats) {
   }
 }
 
-void measure_memory(HardwareProfile& p, int repeats) {
+void measure_memory(comm::Communicator& world, HardwareProfile& p, int repeats) {
   const int64_t big = int64_t(1) << 24;  // 64 MiB per operand
   const Tensor a = Tensor::zeros({big}, DType::f32), b = Tensor::zeros({big}, DType::f32);
-  const double t = best_seconds(repeats, [&] { kernels::add(a, b, a); });
+  const double t = best_seconds_in_step(world, repeats, [&] { kernels::add(a, b, a); });
   p.memory_bandwidth = 3.0 * 4.0 * double(big) / t;
   const Tensor s = Tensor::zeros({16}, DType::f32);
   std::vector<double> small;
-  for (int i = 0; i < 200; ++i) small.push_back(best_seconds(1, [&] { kernels::add(s, s, s); }));
+  for (int i = 0; i < 200; ++i) small.push_back(best_seconds_in_step(world, 1, [&] { kernels::add(s, s, s); }));
   std::nth_element(small.begin(), small.begin() + long(small.size() / 2), small.end());
   p.kernel_latency_s = small[small.size() / 2];
 }
@@ -182,7 +164,7 @@ const char* kCalibrationModels[] = {
 // efficiency = its bytes (attention: FLOPs) over its time less the kernel latency. And the host's
 // time between kernels (dispatch, allocation, the modules' own code): the last step's wall time less
 // its kernels' times, per kernel call, over all the models.
-void measure_step_kernels(HardwareProfile& p) {
+void measure_step_kernels(comm::Communicator& world, HardwareProfile& p) {
   struct Sum {
     double work = 0, seconds = 0;
   };
@@ -255,6 +237,7 @@ void measure_step_kernels(HardwareProfile& p) {
     c.efficiency.fallback = sum / double(c.efficiency.points.size());
     p.compute[kind] = std::move(c);
   }
+  keep_slowest_rank(world, p);
 }
 
 // One kind of collective over message sizes; a line t = fixed + bus bytes / bandwidth, fitted by
@@ -271,19 +254,19 @@ CollectiveProfile fit_collective(comm::Communicator& w, const std::string& kind,
     double t = 0;
     double bus = 0;
     if (kind == "all_reduce") {
-      t = best_seconds(repeats, [&] { w.all_reduce(a.data(), count, DType::f32, comm::ReduceOp::sum); });
+      t = best_seconds_in_step(w, repeats, [&] { w.all_reduce(a.data(), count, DType::f32, comm::ReduceOp::sum); });
       bus = double(bytes) * 2 * (n - 1) / n;
     } else if (kind == "all_gather") {
-      t = best_seconds(repeats, [&] { w.all_gather(a.data(), b.data(), count / n, DType::f32); });
+      t = best_seconds_in_step(w, repeats, [&] { w.all_gather(a.data(), b.data(), count / n, DType::f32); });
       bus = double(bytes) * (n - 1) / n;
     } else if (kind == "reduce_scatter") {
-      t = best_seconds(repeats, [&] { w.reduce_scatter(a.data(), b.data(), count / n, DType::f32, comm::ReduceOp::sum); });
+      t = best_seconds_in_step(w, repeats, [&] { w.reduce_scatter(a.data(), b.data(), count / n, DType::f32, comm::ReduceOp::sum); });
       bus = double(bytes) * (n - 1) / n;
     } else if (kind == "all2all") {
-      t = best_seconds(repeats, [&] { w.all_to_all(a.data(), b.data(), count / n, DType::f32); });
+      t = best_seconds_in_step(w, repeats, [&] { w.all_to_all(a.data(), b.data(), count / n, DType::f32); });
       bus = double(bytes) * (n - 1) / n;
     } else {  // p2p: rank 0 to rank 1 and back (half the round trip)
-      t = best_seconds(repeats, [&] {
+      t = best_seconds_in_step(w, repeats, [&] {
             if (w.rank() == 0) {
               w.send(a.data(), count, DType::f32, 1, 7);
               w.recv(b.data(), count, DType::f32, 1, 8);
@@ -294,10 +277,6 @@ CollectiveProfile fit_collective(comm::Communicator& w, const std::string& kind,
           }) / 2;
       bus = double(bytes);
     }
-    // The slowest rank's time counts; every rank learns it (the fit must agree everywhere).
-    float slowest = float(t);
-    w.all_reduce(&slowest, 1, DType::f32, comm::ReduceOp::max);
-    t = double(slowest);
     xs.push_back(bus);
     ys.push_back(std::max(t, 1e-9));  // weighted by 1 / t^2 below
   }
@@ -326,6 +305,44 @@ CollectiveProfile fit_collective(comm::Communicator& w, const std::string& kind,
 
 }  // namespace
 
+double best_seconds_in_step(comm::Communicator& world, int repeats, const std::function<void()>& run,
+                            const std::function<void()>& before) {
+  run();
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    if (before) before();
+    if (world.size() > 1) world.barrier();
+    const auto t0 = Clock::now();
+    run();
+    float seconds = float(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (world.size() > 1) world.all_reduce(&seconds, 1, DType::f32, comm::ReduceOp::max);
+    best = std::min(best, double(seconds));
+  }
+  return best;
+}
+
+void keep_slowest_rank(comm::Communicator& world, HardwareProfile& p) {
+  if (world.size() == 1) return;
+  std::vector<double*> efficiencies;
+  for (auto& [op, m] : p.memory) efficiencies.push_back(&m.efficiency);
+  for (const char* kind : {"attention_fwd", "attention_bwd"}) {
+    ComputeOpProfile& c = p.compute.at(kind);
+    efficiencies.push_back(&c.efficiency.fallback);
+    for (ShapePoint& point : c.efficiency.points) efficiencies.push_back(&point.efficiency);
+  }
+  // A different count on another rank would make the next reduction mismatch: checked first.
+  float fewest = float(efficiencies.size()), most = fewest;
+  world.all_reduce(&fewest, 1, DType::f32, comm::ReduceOp::min);
+  world.all_reduce(&most, 1, DType::f32, comm::ReduceOp::max);
+  TESSEL_CHECK(fewest == most, "calibrate: the ranks measured different kernel lists ({} and {} figures)", fewest, most);
+  // Negated, the host's time joins the minimum.
+  std::vector<float> least{float(-p.host_seconds_per_kernel)};
+  for (const double* e : efficiencies) least.push_back(float(*e));
+  world.all_reduce(least.data(), int64_t(least.size()), DType::f32, comm::ReduceOp::min);
+  p.host_seconds_per_kernel = -double(least[0]);
+  for (size_t i = 0; i < efficiencies.size(); ++i) *efficiencies[i] = double(least[i + 1]);
+}
+
 HardwareProfile calibrate_machine(comm::Communicator& world, const CalibrateOptions& o) {
   TESSEL_CHECK(o.repeats >= 1, "calibrate: --repeats must be >= 1, got {}", o.repeats);
   TESSEL_CHECK(!strict_cpu(),
@@ -345,11 +362,11 @@ HardwareProfile calibrate_machine(comm::Communicator& world, const CalibrateOpti
     if (world.rank() == 0) std::printf("calibrate: %s\n", what.c_str()), std::fflush(stdout);
   };
   say("GEMM grid {128, 512, 2048}^3 x NT, NN, TN+acc, bf16, f32 and fp8 (e4m3, per-tensor scales)");
-  measure_gemms(p, o.repeats);
+  measure_gemms(world, p, o.repeats);
   say("memory bandwidth and kernel latency");
-  measure_memory(p, o.repeats);
+  measure_memory(world, p, o.repeats);
   say("the other kernels, in training steps of 5 calibration models (two of them FP8)");
-  measure_step_kernels(p);
+  measure_step_kernels(world, p);
   if (world.size() >= 2) {
     say(fmt::format("collectives over {} ranks", world.size()));
     NetworkProfile net;

@@ -14,8 +14,9 @@
 //   - collectives, when run under mpirun with 2 or more ranks: each kind over message sizes from
 //     4 KiB to 16 MiB, a line (fixed latency + bus bytes / bandwidth) per kind, least squares in
 //     relative error.
-// Every rank measures at once (a 2-rank profile is measured as 2 ranks share the machine); rank 0
-// writes the file.
+// Every rank measures at once and in step (a 2-rank profile is measured as 2 ranks share the
+// machine in a training step, and its figures are the slowest rank's); rank 0 writes the file.
+#include <functional>
 #include <string>
 
 #include "tessel/comm/communicator.h"
@@ -30,5 +31,21 @@ struct CalibrateOptions {
 };
 
 HardwareProfile calibrate_machine(comm::Communicator& world, const CalibrateOptions& o);
+
+// Runs `run` once (a warm-up: primitive creation, first touch), then `repeats` times, each after
+// `before` (not timed); the fastest run counts. Every rank of `world` calls it at once: a barrier
+// starts each run on all ranks together and a run takes its slowest rank's time, the same on every
+// rank. A step whose ranks meet in collectives (tensor, context, expert, data parallel) goes at the
+// pace of the slowest rank at each meeting; on a 2-vCPU VM the slower is often 5-20% behind (two
+// copies of one single-thread run at once: 353 and 432 ms a step), so each rank's own best priced
+// those layouts 4-7% lower still (docs/planner.md).
+double best_seconds_in_step(comm::Communicator& world, int repeats, const std::function<void()>& run,
+                            const std::function<void()>& before = {});
+
+// The figures that calibration's training steps measure (every memory-bound family's efficiency,
+// attention's, the host's time per kernel call), replaced on every rank by the slowest rank's:
+// each efficiency the least of the ranks', the host time the greatest. The ranks must hold the
+// same families and attention points in the same order (they ran the same calibration models).
+void keep_slowest_rank(comm::Communicator& world, HardwareProfile& p);
 
 }  // namespace tessel::plan
