@@ -146,7 +146,9 @@ class Runner {
 
  private:
   // Op i of this rank, traced as part of an F&B pair or not; then the sends it vouches for are freed.
-  void run_op(size_t i, bool in_pair) {
+  // `own_transfers`: the MoE transfers recorded since the last op are this op's (not where a send is
+  // posted inside a fused pair, whose transfers the pair draws itself).
+  void run_op(size_t i, bool in_pair, bool own_transfers = true) {
     const Op& op = s_.ranks[size_t(pp_.rank())][i];
     current_ = i;
     if (prefetch_ && is_compute(op)) post_receives_after(i);
@@ -154,7 +156,8 @@ class Runner {
     execute(op);
     if (trace_) {
       trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), in_pair, start, steady_seconds()});
-      for (const TransferSpan& t : transfers_->take()) trace_transfer(op, in_pair, t);
+      if (own_transfers)
+        for (const TransferSpan& t : transfers_->take()) trace_transfer(op, in_pair, t);
     }
     release_sends_after(i);
   }
@@ -195,9 +198,13 @@ class Runner {
 
   // The F&B pair whose F is op f, run fused (RunOptions::fused_pairs): the receives between its F and
   // its B first (the pair starts once both its inputs are here, as simulate() times it), then F and B
-  // interleaved at each MoE all-to-all (core/paired_tasks.h), then the pair's sends, then its W.
-  // Returns the index of the W. The order of the sends and receives differs from the unfused run
-  // only as the simulator's pair rule allows, so a schedule the simulator completes cannot deadlock.
+  // interleaved at each MoE all-to-all (core/paired_tasks.h), each pass posting its own output's send
+  // as soon as it ends (so the transfer runs while the other pass still computes), then the pair's
+  // other sends, then its W. Returns the index of the W. Sends are non-blocking and matched by tag
+  // (micro-batch, chunk, direction), so posting one earlier only makes its receive complete sooner;
+  // receives move only as the simulator's pair rule allows, so a schedule the simulator completes
+  // cannot deadlock. (The simulator posts a pair's sends at its end: it times a fused pair's sends
+  // no earlier than they run.)
   size_t run_fused_pair(size_t f) {
     const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
     const size_t b = next_compute(f), w = next_compute(b);
@@ -205,12 +212,25 @@ class Runner {
       TESSEL_CHECK(ops[j].kind == OpKind::send_fwd || ops[j].kind == OpKind::send_bwd,
                    "pipeline executor: rank {}: a receive between the B and the W of an F&B pair ({}), which a fused "
                    "pair cannot place", pp_.rank(), s_.kind);
+    // The sends of F's output (send_fwd of F's micro-batch and chunk) and of B's input gradient
+    // (send_bwd of B's): each posted by its pass; any other send between F and W after the pair.
+    std::vector<size_t> f_sends, b_sends, later_sends;
+    for (size_t j = f + 1; j < w; ++j) {
+      const Op& o = ops[j];
+      if (o.kind == OpKind::send_fwd && o.mb == ops[f].mb && o.chunk == ops[f].chunk) f_sends.push_back(j);
+      else if (o.kind == OpKind::send_bwd && o.mb == ops[b].mb && o.chunk == ops[b].chunk) b_sends.push_back(j);
+      else if (o.kind == OpKind::send_fwd || o.kind == OpKind::send_bwd) later_sends.push_back(j);
+    }
     if (prefetch_) post_receives_after(f);
     for (size_t j = f + 1; j < b; ++j)
       if (ops[j].kind == OpKind::recv_fwd || ops[j].kind == OpKind::recv_bwd) run_op(j, true);
     if (prefetch_) post_receives_after(b);
+    const auto pass_then_sends = [&](size_t pass, const std::vector<size_t>& sends) {
+      execute(ops[pass]);
+      for (const size_t j : sends) run_op(j, true, false);
+    };
     std::vector<PairedTurn> turns;
-    run_paired([&] { execute(ops[f]); }, [&] { execute(ops[b]); }, trace_ ? &turns : nullptr);
+    run_paired([&] { pass_then_sends(f, f_sends); }, [&] { pass_then_sends(b, b_sends); }, trace_ ? &turns : nullptr);
     if (trace_) {
       // The two passes ran in turns: each turn is drawn as a span of its pass, and each all-to-all as
       // made by the pass whose turn it started in, from its start until its wait returned (the other
@@ -229,8 +249,7 @@ class Runner {
     }
     release_sends_after(f);
     release_sends_after(b);
-    for (size_t j = f + 1; j < w; ++j)
-      if (ops[j].kind == OpKind::send_fwd || ops[j].kind == OpKind::send_bwd) run_op(j, true);
+    for (const size_t j : later_sends) run_op(j, true);
     run_op(w, true);
     return w;
   }
