@@ -124,16 +124,20 @@ for rank in (0, 1):
             if c["name"] in ("F", "B") and c["args"]["pair"] and c["name"] != t["args"]["made_by"]
             and t["ts"] <= c["ts"] and c["ts"] + c["dur"] <= t["ts"] + t["dur"]]
     assert over, f"rank {rank}: no all-to-all in flight over the other pass's turn"
-    # Each pass posts its own output's send as it ends: some pair's F's send_fwd comes before a turn of
-    # its B (before the pair's W), so the transfer runs while the B still computes.
-    ops = sorted((e for e in mine if e["name"] in ("B", "W", "send_fwd")), key=lambda e: e["ts"])
+    # Each pass posts its own output's send as it ends: some fused pair's send_fwd of its F's output
+    # (the last F turn before it, same micro-batch and chunk) comes before a turn of its B (before the
+    # pair's W), so the transfer runs while the B still computes.
+    ops = sorted((e for e in mine if e["name"] in ("F", "B", "W", "send_fwd")), key=lambda e: e["ts"])
     early = []
     for i, e in enumerate(ops):
         if e["name"] != "send_fwd" or not e["args"]["pair"]:
             continue
+        f = next((x for x in reversed(ops[:i]) if x["name"] == "F"), None)
+        if f is None or (f["args"]["mb"], f["args"]["chunk"]) != (e["args"]["mb"], e["args"]["chunk"]):
+            continue
         rest = ops[i + 1:]
         until_w = rest[:next((j for j, x in enumerate(rest) if x["name"] == "W"), len(rest))]
-        if any(x["name"] == "B" for x in until_w):
+        if any(x["name"] == "B" and x["args"]["pair"] for x in until_w):
             early.append(e["args"]["mb"])
     assert early, f"rank {rank}: no pair posted its F's send before its B's last turn"
     print(f"rank {rank}: {len(moved)} all-to-alls traced, {len(over)} turns of the other pass computed while one "

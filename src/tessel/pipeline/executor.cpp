@@ -201,7 +201,9 @@ class Runner {
   // interleaved at each MoE all-to-all (core/paired_tasks.h), each pass posting its own output's send
   // as soon as it ends (so the transfer runs while the other pass still computes), then the pair's
   // other sends, then its W. Returns the index of the W. Sends are non-blocking and matched by tag
-  // (micro-batch, chunk, direction), so posting one earlier only makes its receive complete sooner;
+  // (micro-batch, chunk, direction), so posting one earlier only makes its receive complete sooner
+  // (under the test-only TESSEL_TEST_P2P_DELAY_MS each also makes a blocking 8-byte send of its
+  // time, which MPI delivers eagerly, so it does not wait on the receiver either);
   // receives move only as the simulator's pair rule allows, so a schedule the simulator completes
   // cannot deadlock. (The simulator posts a pair's sends at its end: it times a fused pair's sends
   // no earlier than they run.)

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/ranges.h>
 
@@ -314,9 +316,13 @@ double best_seconds_in_step(comm::Communicator& world, int repeats, const std::f
     if (world.size() > 1) world.barrier();
     const auto t0 = Clock::now();
     run();
-    float seconds = float(std::chrono::duration<double>(Clock::now() - t0).count());
-    if (world.size() > 1) world.all_reduce(&seconds, 1, DType::f32, comm::ReduceOp::max);
-    best = std::min(best, double(seconds));
+    double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (world.size() > 1) {
+      float slowest = float(seconds);
+      world.all_reduce(&slowest, 1, DType::f32, comm::ReduceOp::max);
+      seconds = double(slowest);
+    }
+    best = std::min(best, seconds);
   }
   return best;
 }
@@ -324,17 +330,28 @@ double best_seconds_in_step(comm::Communicator& world, int repeats, const std::f
 void keep_slowest_rank(comm::Communicator& world, HardwareProfile& p) {
   if (world.size() == 1) return;
   std::vector<double*> efficiencies;
-  for (auto& [op, m] : p.memory) efficiencies.push_back(&m.efficiency);
+  // What the figures are (family names, attention points' dims), hashed (FNV-1a) so that the ranks
+  // can check that they line up.
+  uint64_t what = 1469598103934665603ull;
+  const auto mix = [&](uint64_t v) { what = (what ^ v) * 1099511628211ull; };
+  for (auto& [op, m] : p.memory) {
+    efficiencies.push_back(&m.efficiency);
+    for (const char ch : op) mix(uint64_t(static_cast<unsigned char>(ch)));
+  }
   for (const char* kind : {"attention_fwd", "attention_bwd"}) {
     ComputeOpProfile& c = p.compute.at(kind);
     efficiencies.push_back(&c.efficiency.fallback);
-    for (ShapePoint& point : c.efficiency.points) efficiencies.push_back(&point.efficiency);
+    for (ShapePoint& point : c.efficiency.points) {
+      efficiencies.push_back(&point.efficiency);
+      for (const double d : point.dims) mix(uint64_t(d));
+    }
   }
-  // A different count on another rank would make the next reduction mismatch: checked first.
-  float fewest = float(efficiencies.size()), most = fewest;
-  world.all_reduce(&fewest, 1, DType::f32, comm::ReduceOp::min);
-  world.all_reduce(&most, 1, DType::f32, comm::ReduceOp::max);
-  TESSEL_CHECK(fewest == most, "calibrate: the ranks measured different kernel lists ({} and {} figures)", fewest, most);
+  // Other lists on another rank would make the next reduction mismatch or mix figures: checked first.
+  std::vector<int64_t> fewest{int64_t(efficiencies.size()), int64_t(what)}, most = fewest;
+  world.all_reduce(fewest.data(), 2, DType::i64, comm::ReduceOp::min);
+  world.all_reduce(most.data(), 2, DType::i64, comm::ReduceOp::max);
+  TESSEL_CHECK(fewest == most, "calibrate: the ranks measured different kernel lists ({} and {} figures{})", fewest[0],
+               most[0], fewest[0] == most[0] ? ", of other families or shapes" : "");
   // Negated, the host's time joins the minimum.
   std::vector<float> least{float(-p.host_seconds_per_kernel)};
   for (const double* e : efficiencies) least.push_back(float(*e));

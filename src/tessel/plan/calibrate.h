@@ -45,7 +45,8 @@ double best_seconds_in_step(comm::Communicator& world, int repeats, const std::f
 // The figures that calibration's training steps measure (every memory-bound family's efficiency,
 // attention's, the host's time per kernel call), replaced on every rank by the slowest rank's:
 // each efficiency the least of the ranks', the host time the greatest. The ranks must hold the
-// same families and attention points in the same order (they ran the same calibration models).
+// same families and attention points in the same order (they ran the same calibration models);
+// where they do not, every rank throws the same error.
 void keep_slowest_rank(comm::Communicator& world, HardwareProfile& p);
 
 }  // namespace tessel::plan
