@@ -166,7 +166,7 @@ const char* kCalibrationModels[] = {
 // efficiency = its bytes (attention: FLOPs) over its time less the kernel latency. And the host's
 // time between kernels (dispatch, allocation, the modules' own code): the last step's wall time less
 // its kernels' times, per kernel call, over all the models.
-void measure_step_kernels(comm::Communicator& world, HardwareProfile& p) {
+void measure_step_kernels(HardwareProfile& p) {
   struct Sum {
     double work = 0, seconds = 0;
   };
@@ -239,7 +239,6 @@ void measure_step_kernels(comm::Communicator& world, HardwareProfile& p) {
     c.efficiency.fallback = sum / double(c.efficiency.points.size());
     p.compute[kind] = std::move(c);
   }
-  keep_slowest_rank(world, p);
 }
 
 // One kind of collective over message sizes; a line t = fixed + bus bytes / bandwidth, fitted by
@@ -383,7 +382,8 @@ HardwareProfile calibrate_machine(comm::Communicator& world, const CalibrateOpti
   say("memory bandwidth and kernel latency");
   measure_memory(world, p, o.repeats);
   say("the other kernels, in training steps of 5 calibration models (two of them FP8)");
-  measure_step_kernels(world, p);
+  measure_step_kernels(p);  // each rank in a process of its own, not in step: then the slowest's figures
+  keep_slowest_rank(world, p);
   if (world.size() >= 2) {
     say(fmt::format("collectives over {} ranks", world.size()));
     NetworkProfile net;
