@@ -81,9 +81,10 @@ run 4 deepseek-pp2-ep2-dualpipev-overlap "${DS[@]}" --set $PP=2 --set $EP=2 --se
   --set parallel.overlap_p2p_comm=true
 compare deepseek deepseek-pp2-ep2-dualpipev-overlap
 # parallel.overlap_moe_expert_parallel_comm: each F&B pair's F and B run interleaved at their MoE
-# all-to-alls (core/paired_tasks.h), the pair's receives first. Each pass makes the same calls in the
-# same order as unfused, so the losses and gradient norms are the unfused run's bit for bit; with every
-# all-to-all and pipeline message held back by the test-only transfer times, still the same.
+# all-to-alls (core/paired_tasks.h), the B waiting for its input in its own first turn. Each pass
+# makes the same calls in the same order as unfused, so the losses and gradient norms are the unfused
+# run's bit for bit; with every all-to-all and pipeline message held back by the test-only transfer
+# times, still the same.
 run 4 deepseek-pp2-ep2-dualpipe-moe-overlap "${DS[@]}" --set $PP=2 --set $EP=2 --set $KIND=dualpipe \
   --set parallel.overlap_moe_expert_parallel_comm=true --set log.pipeline_trace=true
 compare deepseek deepseek-pp2-ep2-dualpipe-moe-overlap
@@ -102,15 +103,16 @@ for kind in ("dualpipe", "dualpipev"):
     fused, plain = f"deepseek-pp2-ep2-{kind}-moe-overlap", f"deepseek-pp2-ep2-{kind}"
     for key in ("loss", "grad_norm"):
         assert col(fused, key) == col(plain, key), (kind, key, col(fused, key), col(plain, key))
-# The pairs did run fused: a pair's B's gradient is received before its F, which its B follows at once
-# (unfused, the receive comes after the F), on every rank.
+# The pairs did run fused: in time, a turn of a pair's B is followed by a turn of its F before the
+# pair's W (unfused, each pair runs F, B, W), on every rank.
 spans = [e for e in json.load(open("deepseek-pp2-ep2-dualpipe-moe-overlap/pipeline_trace.json"))["traceEvents"]
          if e["ph"] == "X" and "made_by" not in e["args"]]  # the ops, not the transfers they made
 for rank in sorted({e["tid"] for e in spans}):
-    mine = [(e["name"], e["args"]["mb"], e["args"]["chunk"]) for e in spans if e["tid"] == rank]
-    fused = [i for i in range(len(mine) - 2)
-             if mine[i][0] == "recv_bwd" and mine[i + 1][0] == "F" and mine[i + 2] == ("B",) + mine[i][1:]]
-    assert fused, f"rank {rank}: no F&B pair ran fused: {mine[:12]}..."
+    paired = sorted((e for e in spans if e["tid"] == rank and e["name"] in ("F", "B", "W") and e["args"]["pair"]),
+                    key=lambda e: e["ts"])
+    names = [e["name"] for e in paired]
+    fused = [i for i in range(len(names) - 1) if names[i] == "B" and names[i + 1] == "F"]
+    assert fused, f"rank {rank}: no F&B pair ran fused: {names[:12]}..."
 # The trace shows the all-to-alls in flight while the other pass of their pair computes: on each rank's
 # transfer track, an all-to-all made by one pass whose span holds a whole turn of the other pass.
 events = json.load(open("deepseek-pp2-ep2-dualpipev-moe-overlap/pipeline_trace.json"))["traceEvents"]
@@ -140,8 +142,21 @@ for rank in (0, 1):
         if any(x["name"] == "B" and x["args"]["pair"] for x in until_w):
             early.append(e["args"]["mb"])
     assert early, f"rank {rank}: no pair posted its F's send before its B's last turn"
+    # The B waits for its input gradient in its own turn, after the F's first turn began, so the F
+    # computes while that gradient is in flight: each fused pair's receive (recorded before the pair's
+    # turns) starts after the first of its F's turns that follow it in the record.
+    late_receives = 0
+    for i, e in enumerate(mine):
+        if e["name"] != "recv_bwd" or not e["args"]["pair"]:
+            continue
+        f = next((x for x in mine[i + 1:] if x["name"] in ("F", "W")), None)
+        if f is not None and f["name"] == "F":  # a fused pair's turns (unfused, its W comes first)
+            assert f["ts"] < e["ts"], f"rank {rank}: a fused pair waited for its B's input before its F began: {e}"
+            late_receives += 1
+    assert late_receives, f"rank {rank}: no fused pair's receive found"
     print(f"rank {rank}: {len(moved)} all-to-alls traced, {len(over)} turns of the other pass computed while one "
-          f"was in flight; {len(early)} pairs posted their F's send while their B computed")
+          f"was in flight; {len(early)} pairs posted their F's send while their B computed; {late_receives} B "
+          f"inputs received after their F began")
 print("overlap_moe_expert_parallel_comm: dualpipe and dualpipev give the unfused runs' losses and grad norms bit for "
       "bit, and the pairs ran fused")
 PY

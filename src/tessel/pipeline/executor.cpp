@@ -196,17 +196,21 @@ class Runner {
     return i;
   }
 
-  // The F&B pair whose F is op f, run fused (RunOptions::fused_pairs): the receives between its F and
-  // its B first (the pair starts once both its inputs are here, as simulate() times it), then F and B
-  // interleaved at each MoE all-to-all (core/paired_tasks.h), each pass posting its own output's send
-  // as soon as it ends (so the transfer runs while the other pass still computes), then the pair's
-  // other sends, then its W. Returns the index of the W. Sends are non-blocking and matched by tag
-  // (micro-batch, chunk, direction), so posting one earlier only makes its receive complete sooner
-  // (under the test-only TESSEL_TEST_P2P_DELAY_MS each also makes a blocking 8-byte send of its
-  // time, which MPI delivers eagerly, so it does not wait on the receiver either);
-  // receives move only as the simulator's pair rule allows, so a schedule the simulator completes
-  // cannot deadlock. (The simulator posts a pair's sends at its end: it times a fused pair's sends
-  // no earlier than they run.)
+  // The F&B pair whose F is op f, run fused (RunOptions::fused_pairs): F and B interleaved at each MoE
+  // all-to-all (core/paired_tasks.h), the B waiting for its input gradient (the receives between F
+  // and B) in its own first turn, each pass posting its own output's send as soon as it ends (so the
+  // transfer runs while the other pass still computes), then the pair's other sends, then its W.
+  // Returns the index of the W. Sends are non-blocking and matched by tag (micro-batch, chunk,
+  // direction), so posting one earlier only makes its receive complete sooner (under the test-only
+  // TESSEL_TEST_P2P_DELAY_MS each also makes a blocking 8-byte send of its time, which MPI delivers
+  // eagerly, so it does not wait on the receiver either).
+  // Why this cannot deadlock: the simulator's pair rule (simulate()) starts a pair once both its
+  // inputs are here, and the executor runs only schedules the simulator completes. Here the F starts
+  // as soon as its own input is here and the B no later than under that rule, each rank's collectives
+  // on every group keep their order (the B's receive is a point-to-point message of the pipeline
+  // group), and no send is posted later: every wait ends no later than under the rule. (The
+  // simulator keeps its rule and posts a pair's sends at its end: it times a fused pair no earlier
+  // than it runs.)
   size_t run_fused_pair(size_t f) {
     const std::vector<Op>& ops = s_.ranks[size_t(pp_.rank())];
     const size_t b = next_compute(f), w = next_compute(b);
@@ -223,16 +227,21 @@ class Runner {
       else if (o.kind == OpKind::send_bwd && o.mb == ops[b].mb && o.chunk == ops[b].chunk) b_sends.push_back(j);
       else if (o.kind == OpKind::send_fwd || o.kind == OpKind::send_bwd) later_sends.push_back(j);
     }
-    if (prefetch_) post_receives_after(f);
+    // The receives between F and B (the B's input gradient) are the B's: it waits for them in its
+    // own first turn, so the F's compute up to its first all-to-all runs while they are in flight.
+    std::vector<size_t> b_receives;
     for (size_t j = f + 1; j < b; ++j)
-      if (ops[j].kind == OpKind::recv_fwd || ops[j].kind == OpKind::recv_bwd) run_op(j, true);
+      if (ops[j].kind == OpKind::recv_fwd || ops[j].kind == OpKind::recv_bwd) b_receives.push_back(j);
+    if (prefetch_) post_receives_after(f);
     if (prefetch_) post_receives_after(b);
-    const auto pass_then_sends = [&](size_t pass, const std::vector<size_t>& sends) {
+    const auto pass_then_sends = [&](const std::vector<size_t>& receives, size_t pass, const std::vector<size_t>& sends) {
+      for (const size_t j : receives) run_op(j, true, false);
       execute(ops[pass]);
       for (const size_t j : sends) run_op(j, true, false);
     };
     std::vector<PairedTurn> turns;
-    run_paired([&] { pass_then_sends(f, f_sends); }, [&] { pass_then_sends(b, b_sends); }, trace_ ? &turns : nullptr);
+    run_paired([&] { pass_then_sends({}, f, f_sends); }, [&] { pass_then_sends(b_receives, b, b_sends); },
+               trace_ ? &turns : nullptr);
     if (trace_) {
       // The two passes ran in turns: each turn is drawn as a span of its pass, and each all-to-all as
       // made by the pass whose turn it started in, from its start until its wait returned (the other
