@@ -7,13 +7,16 @@ allocation interposer, not by tessel's allocator). The profiles are
 configs/hardware/cpu-2core-*.json from `tessel plan calibrate`, whose GEMM grid ({128, 512,
 2048}^3) holds none of these models' GEMM shapes.
 
-usage: bench/planner_cpu.py [BUILD_DIR] [--only NAME] [--rounds R] [--calibrate]   Last line: JSON.
-With R rounds, the layouts are measured R times in turn and each one's median counts.
+usage: bench/planner_cpu.py [BUILD_DIR] [--only NAME] [--rounds R] [--calibrate | --calibrate-each]
+Last line: JSON. With R rounds, the layouts are measured R times in turn and each one's median counts.
 --calibrate: each round first calibrates the three profiles afresh (`tessel plan calibrate
 --repeats 5`, the 2-rank one under mpirun), as `parallel.auto` measures the machine at start-up, and
 predicts that round's runs with them; the prediction counted is the median of the rounds'. This VM
 drifts 10-40% between minutes, so a profile measured in another phase than the runs is off by that
-much whatever the model; the committed profiles (the default) keep that error in."""
+much whatever the model; the committed profiles (the default) keep that error in.
+--calibrate-each: as --calibrate, but the profile a layout is predicted with is calibrated just
+before that layout's run (seconds, not minutes, before it), as `parallel.auto` does for the one run
+it starts."""
 import json
 import os
 import statistics
@@ -26,7 +29,8 @@ from tessel_runs import last_json
 build = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else "build"
 only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
 rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 1
-recalibrate = "--calibrate" in sys.argv
+calibrate_each = "--calibrate-each" in sys.argv
+recalibrate = "--calibrate" in sys.argv or calibrate_each
 tessel = os.path.join(build, "tessel")
 preload = os.path.join(build, "libtessel_heap_peak.so")
 hw1, hw2, hwr = ("configs/hardware/cpu-2core-1thread.json", "configs/hardware/cpu-2core-2threads.json",
@@ -62,11 +66,13 @@ layouts = [
 ]
 
 
-def calibrate_profiles(into):
-    """The three profiles measured now: {committed path: fresh path}."""
+def calibrate_profiles(into, which=(hw1, hw2, hwr)):
+    """The profiles `which` (committed paths) measured now: {committed path: fresh path}."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     fresh = {}
     for hw, threads, ranks in ((hw1, 1, 1), (hw2, 2, 1), (hwr, 1, 2)):
+        if hw not in which:
+            continue
         out = os.path.join(into, os.path.basename(hw))
         cmd = [tessel, "plan", "calibrate", "--repeats", "5", "--out", out]
         if ranks > 1:
@@ -86,13 +92,17 @@ profiles_dir = tempfile.mkdtemp(prefix="planner_cpu_profiles_")
 # the median of its rounds.
 for r in range(rounds):
     profile = {}  # committed profile -> this round's, with --calibrate
-    if recalibrate:
-        round_dir = os.path.join(profiles_dir, str(r))
-        os.makedirs(round_dir)
+    round_dir = os.path.join(profiles_dir, str(r))
+    os.makedirs(round_dir)
+    if recalibrate and not calibrate_each:
         profile = calibrate_profiles(round_dir)
-    for name, cfg, sets, ranks, threads, hw in selected:
+    for i, (name, cfg, sets, ranks, threads, hw) in enumerate(selected):
         if name in failed:
             continue
+        if calibrate_each:
+            layout_dir = os.path.join(round_dir, str(i))
+            os.makedirs(layout_dir)
+            profile = calibrate_profiles(layout_dir, (hw,))
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         setargs = sum((["--set", s] for s in sets), [])
         bench = [tessel, "bench", cfg, "--steps", "5", "--warmup", "2"] + setargs
