@@ -266,7 +266,7 @@ Action add_plan_command(CLI::App& app) {
                                                 "it also measures the collectives)");
   cal->add_option("--out", c->out, "profile to write (JSON)")->required();
   cal->add_option("--name", c->name, "the profile's name (default: the CPU model)");
-  cal->add_option("--repeats", c->repeats, "timed repetitions per point (the best counts)")->check(integer_at_least(1));
+  cal->add_option("--repeats", c->repeats, "timed repetitions per point (the median counts)")->check(integer_at_least(1));
   auto s = std::make_shared<SearchCliOptions>();
   auto* sea = cmd->add_subcommand("search", "Estimate every layout of N ranks and rank those that fit by tokens/s");
   sea->add_option("config", s->config, "tessel YAML config, or a SimuMax model JSON")->required();

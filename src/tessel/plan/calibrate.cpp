@@ -104,11 +104,11 @@ void measure_gemms(comm::Communicator& world, HardwareProfile& p, int repeats) {
             double t = 0;
             if (kind == "fp8_gemm") {
               const kernels::Fp8Tensor a = fp8_operand(sa), b = fp8_operand(sb);
-              t = best_seconds_in_step(world, repeats, [&] { kernels::fp8_gemm(a, v.ta, b, v.tb, c, v.acc); }, evict);
+              t = typical_seconds_in_step(world, repeats, [&] { kernels::fp8_gemm(a, v.ta, b, v.tb, c, v.acc); }, evict);
             } else {
               const DType dt = kind == "gemm.bf16" ? DType::bf16 : DType::f32;
               const Tensor a = Tensor::zeros(sa, dt), b = Tensor::zeros(sb, dt);
-              t = best_seconds_in_step(world, repeats, [&] { kernels::matmul(a, v.ta, b, v.tb, c, v.acc, Tensor()); }, evict);
+              t = typical_seconds_in_step(world, repeats, [&] { kernels::matmul(a, v.ta, b, v.tb, c, v.acc, Tensor()); }, evict);
             }
             points.push_back({{double(M), double(N), double(K)}, kernels::gemm_variant(v.ta, v.tb, v.acc), 0});
             flops_per_s.push_back(2.0 * double(M) * double(N) * double(K) / t);
@@ -130,11 +130,11 @@ void measure_gemms(comm::Communicator& world, HardwareProfile& p, int repeats) {
 void measure_memory(comm::Communicator& world, HardwareProfile& p, int repeats) {
   const int64_t big = int64_t(1) << 24;  // 64 MiB per operand
   const Tensor a = Tensor::zeros({big}, DType::f32), b = Tensor::zeros({big}, DType::f32);
-  const double t = best_seconds_in_step(world, repeats, [&] { kernels::add(a, b, a); });
+  const double t = typical_seconds_in_step(world, repeats, [&] { kernels::add(a, b, a); });
   p.memory_bandwidth = 3.0 * 4.0 * double(big) / t;
   const Tensor s = Tensor::zeros({16}, DType::f32);
   std::vector<double> small;
-  for (int i = 0; i < 200; ++i) small.push_back(best_seconds_in_step(world, 1, [&] { kernels::add(s, s, s); }));
+  for (int i = 0; i < 200; ++i) small.push_back(typical_seconds_in_step(world, 1, [&] { kernels::add(s, s, s); }));
   std::nth_element(small.begin(), small.begin() + long(small.size() / 2), small.end());
   p.kernel_latency_s = small[small.size() / 2];
 }
@@ -162,7 +162,7 @@ const char* kCalibrationModels[] = {
 };
 
 // Every op family other than the GEMMs, timed inside real training steps: per distinct call
-// (family, shapes) the fastest of its calls (the first step's are cold), then per family
+// (family, shapes) the median of its calls after the first step (whose calls are cold), then per family
 // efficiency = its bytes (attention: FLOPs) over its time less the kernel latency. And the host's
 // time between kernels (dispatch, allocation, the modules' own code): the last step's wall time less
 // its kernels' times, per kernel call, over all the models.
@@ -192,19 +192,23 @@ void measure_step_kernels(HardwareProfile& p) {
       host_calls += m.op_records[i].count;
     }
     host_seconds += std::max(0.0, m.step_seconds.back() - kernel_seconds);
-    std::map<std::string, std::pair<kernels::OpRecord, double>> fastest;  // by family and shapes
-    for (const kernels::OpRecord& r : m.op_records) {
+    // By family and shapes: the call, and the times of its calls after the first step.
+    std::map<std::string, std::pair<kernels::OpRecord, std::vector<double>>> calls;
+    for (size_t i = m.records_at_step_end.front(); i < m.op_records.size(); ++i) {
+      const kernels::OpRecord& r = m.op_records[i];
       if (r.seconds < 0 || r.op == "gemm" || r.op == "fp8_gemm") continue;
       std::string key = fmt::format("{} {}", r.op, r.variant);
-      for (size_t i = 0; i < r.operands.size(); ++i) key += fmt::format(" [{}]", fmt::join(r.operands.shape(i), ","));
-      auto it = fastest.find(key);
-      if (it == fastest.end()) fastest.emplace(key, std::make_pair(r, r.seconds));
-      else it->second.second = std::min(it->second.second, r.seconds);
+      for (size_t k = 0; k < r.operands.size(); ++k) key += fmt::format(" [{}]", fmt::join(r.operands.shape(k), ","));
+      auto it = calls.try_emplace(key, r, std::vector<double>{}).first;
+      it->second.second.push_back(r.seconds);
     }
-    for (auto& [key, rec] : fastest) {
+    for (auto& [key, rec] : calls) {
+      std::vector<double>& times = rec.second;
+      std::nth_element(times.begin(), times.begin() + long(times.size() / 2), times.end());
+      const double typical = times[times.size() / 2];
       // Less the latency, but never below half the call: a call shorter than the latency measured
       // elsewhere says the latency varies, not that the kernel is infinitely fast.
-      const double t = std::max(rec.second - p.kernel_latency_s, 0.5 * rec.second);
+      const double t = std::max(typical - p.kernel_latency_s, 0.5 * typical);
       if (compute_kind(rec.first).empty()) {
         Sum& s = memory_ops[std::string(rec.first.op)];
         s.work += double(rec.first.bytes_read + rec.first.bytes_written);
@@ -255,19 +259,19 @@ CollectiveProfile fit_collective(comm::Communicator& w, const std::string& kind,
     double t = 0;
     double bus = 0;
     if (kind == "all_reduce") {
-      t = best_seconds_in_step(w, repeats, [&] { w.all_reduce(a.data(), count, DType::f32, comm::ReduceOp::sum); });
+      t = typical_seconds_in_step(w, repeats, [&] { w.all_reduce(a.data(), count, DType::f32, comm::ReduceOp::sum); });
       bus = double(bytes) * 2 * (n - 1) / n;
     } else if (kind == "all_gather") {
-      t = best_seconds_in_step(w, repeats, [&] { w.all_gather(a.data(), b.data(), count / n, DType::f32); });
+      t = typical_seconds_in_step(w, repeats, [&] { w.all_gather(a.data(), b.data(), count / n, DType::f32); });
       bus = double(bytes) * (n - 1) / n;
     } else if (kind == "reduce_scatter") {
-      t = best_seconds_in_step(w, repeats, [&] { w.reduce_scatter(a.data(), b.data(), count / n, DType::f32, comm::ReduceOp::sum); });
+      t = typical_seconds_in_step(w, repeats, [&] { w.reduce_scatter(a.data(), b.data(), count / n, DType::f32, comm::ReduceOp::sum); });
       bus = double(bytes) * (n - 1) / n;
     } else if (kind == "all2all") {
-      t = best_seconds_in_step(w, repeats, [&] { w.all_to_all(a.data(), b.data(), count / n, DType::f32); });
+      t = typical_seconds_in_step(w, repeats, [&] { w.all_to_all(a.data(), b.data(), count / n, DType::f32); });
       bus = double(bytes) * (n - 1) / n;
     } else {  // p2p: rank 0 to rank 1 and back (half the round trip)
-      t = best_seconds_in_step(w, repeats, [&] {
+      t = typical_seconds_in_step(w, repeats, [&] {
             if (w.rank() == 0) {
               w.send(a.data(), count, DType::f32, 1, 7);
               w.recv(b.data(), count, DType::f32, 1, 8);
@@ -306,10 +310,11 @@ CollectiveProfile fit_collective(comm::Communicator& w, const std::string& kind,
 
 }  // namespace
 
-double best_seconds_in_step(comm::Communicator& world, int repeats, const std::function<void()>& run,
-                            const std::function<void()>& before) {
+double typical_seconds_in_step(comm::Communicator& world, int repeats, const std::function<void()>& run,
+                               const std::function<void()>& before) {
+  TESSEL_CHECK(repeats >= 1, "calibrate: repeats must be at least 1, got {}", repeats);
   run();
-  double best = 1e30;
+  std::vector<double> runs;
   for (int i = 0; i < repeats; ++i) {
     if (before) before();
     if (world.size() > 1) world.barrier();
@@ -321,9 +326,10 @@ double best_seconds_in_step(comm::Communicator& world, int repeats, const std::f
       world.all_reduce(&slowest, 1, DType::f32, comm::ReduceOp::max);
       seconds = double(slowest);
     }
-    best = std::min(best, seconds);
+    runs.push_back(seconds);
   }
-  return best;
+  std::nth_element(runs.begin(), runs.begin() + long(runs.size() / 2), runs.end());
+  return runs[runs.size() / 2];
 }
 
 void keep_slowest_rank(comm::Communicator& world, HardwareProfile& p) {
