@@ -170,8 +170,8 @@ class Runner {
   void release_sends_after(size_t i) {
     for (const size_t send : release_[i]) {  // complete already: their receiver has moved past them
       auto it = sends_.find(send);
-      // A fused pair runs its receives before its sends: a receive that vouched for one of the
-      // pair's own sends would come before it (no DualPipe schedule has one; checked, not assumed).
+      // A fused pair may run its B's receive before its F's sends: a receive that vouched for one of
+      // the pair's own sends could come before it (no DualPipe schedule has one; checked, not assumed).
       TESSEL_CHECK(it != sends_.end(), "pipeline executor: rank {}: op {} completes a send not made yet (an F&B pair "
                    "run fused reorders its transfers; run without parallel.overlap_moe_expert_parallel_comm)",
                    pp_.rank(), i);
@@ -208,7 +208,9 @@ class Runner {
   // inputs are here, and the executor runs only schedules the simulator completes. Here the F starts
   // as soon as its own input is here and the B no later than under that rule, each rank's collectives
   // on every group keep their order (the B's receive is a point-to-point message of the pipeline
-  // group), and no send is posted later: every wait ends no later than under the rule. (The
+  // group), and no send is posted later: every wait ends no later than under the rule. That holds
+  // because every group a pass makes collectives on (tensor, sequence, context, expert parallel)
+  // lies within one pipeline stage, whose ranks run the same ops in the same order. (The
   // simulator keeps its rule and posts a pair's sends at its end: it times a fused pair no earlier
   // than it runs.)
   size_t run_fused_pair(size_t f) {
@@ -227,15 +229,18 @@ class Runner {
       else if (o.kind == OpKind::send_bwd && o.mb == ops[b].mb && o.chunk == ops[b].chunk) b_sends.push_back(j);
       else if (o.kind == OpKind::send_fwd || o.kind == OpKind::send_bwd) later_sends.push_back(j);
     }
-    // The receives between F and B (the B's input gradient) are the B's: it waits for them in its
-    // own first turn, so the F's compute up to its first all-to-all runs while they are in flight.
+    // The receives between F and B (the B's input gradient) are the B's: posted now, with or without
+    // parallel.overlap_p2p_comm, and waited for in the B's own first turn, so the F's compute up to
+    // its first all-to-all runs while they are in flight.
     std::vector<size_t> b_receives;
     for (size_t j = f + 1; j < b; ++j)
       if (ops[j].kind == OpKind::recv_fwd || ops[j].kind == OpKind::recv_bwd) b_receives.push_back(j);
-    if (prefetch_) post_receives_after(f);
+    post_receives_after(f);
     if (prefetch_) post_receives_after(b);
+    double b_inputs_here = 0;  // when the B's receives returned (steady clock; traced runs)
     const auto pass_then_sends = [&](const std::vector<size_t>& receives, size_t pass, const std::vector<size_t>& sends) {
       for (const size_t j : receives) run_op(j, true, false);
+      if (trace_ && !receives.empty()) b_inputs_here = steady_seconds();
       execute(ops[pass]);
       for (const size_t j : sends) run_op(j, true, false);
     };
@@ -245,11 +250,18 @@ class Runner {
     if (trace_) {
       // The two passes ran in turns: each turn is drawn as a span of its pass, and each all-to-all as
       // made by the pass whose turn it started in, from its start until its wait returned (the other
-      // pass's turns between are computing while it is in flight).
+      // pass's turns between are computing while it is in flight). The B's first turn began with the
+      // wait for its input, drawn as the receive's span: its compute span starts where that ended.
       const auto pass_of = [&](int task) -> const Op& { return ops[task == 0 ? f : b]; };
+      bool b_started = false;
       for (const PairedTurn& turn : turns) {
         const Op& op = pass_of(turn.task);
-        trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), true, turn.start, turn.end});
+        double start = turn.start;
+        if (turn.task == 1 && !b_started) {
+          b_started = true;
+          start = std::min(std::max(start, b_inputs_here), turn.end);
+        }
+        trace_->push_back({op.kind, op.mb, op.chunk, stage(op.chunk), true, start, turn.end});
       }
       for (const TransferSpan& t : transfers_->take()) {
         int task = 0;
@@ -414,8 +426,9 @@ double run_schedule(const Schedule& s, nn::Model& model, comm::Communicator& pp,
   TESSEL_CHECK(s.pp == pp.size() && s.vpp == model.num_chunks() && s.micro_batches == int(micro_batches.size()),
                "pipeline schedule for pp {} x vpp {} with {} micro-batches; this run has pp {}, {} chunks, {} "
                "micro-batches", s.pp, s.vpp, s.micro_batches, pp.size(), model.num_chunks(), micro_batches.size());
-  // Fused pairs wait for both their inputs before either pass starts: the simulator's pair rule, so a
-  // schedule it completes runs without deadlock (it names the waiting ranks otherwise).
+  // The simulator starts a pair once both its inputs are here; a fused pair's waits end no later
+  // (run_fused_pair), so a schedule the simulator completes runs without deadlock (it names the
+  // waiting ranks otherwise).
   if (options.fused_pairs) {
     simulate(s, Costs{});
     TESSEL_CHECK(std::string(pp.backend()) != "mpi" || comm::mpi_threads_serialized(),

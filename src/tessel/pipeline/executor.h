@@ -28,9 +28,10 @@ struct LocalPart {
 // How the executor runs: trace (optional) receives this rank's spans, one per operation, on the
 // steady clock; prefetch posts each receive before the compute operation that precedes it, so the
 // transfer is in flight during that computation (parallel.overlap_p2p_comm).
-// fused_pairs runs each F&B pair's F and B interleaved (core/paired_tasks.h): the pair's receives
-// first, then its F and B, each MoE all-to-all of one in flight while the other computes, then its
-// sends and its W (parallel.overlap_moe_expert_parallel_comm). Real devices only: a meta run prices
+// fused_pairs runs each F&B pair's F and B interleaved (core/paired_tasks.h): the F once its input is
+// here, the B after waiting for its own in its first turn, each MoE all-to-all of one in flight while
+// the other computes, each pass sending its output as it ends; then the pair's W
+// (parallel.overlap_moe_expert_parallel_comm). Real devices only: a meta run prices
 // a pair as its F, B and W one after the other, and runs them so.
 struct RunOptions {
   RankTrace* trace = nullptr;

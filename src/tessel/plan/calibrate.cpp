@@ -162,7 +162,9 @@ const char* kCalibrationModels[] = {
 };
 
 // Every op family other than the GEMMs, timed inside real training steps: per distinct call
-// (family, shapes) the median of its calls after the first step (whose calls are cold), then per family
+// (family, shapes) the median of its calls after the first step (whose calls are cold; of an even
+// count the upper middle one, as typical_seconds_in_step takes it: a call made once a step is the
+// slower of its two), then per family
 // efficiency = its bytes (attention: FLOPs) over its time less the kernel latency. And the host's
 // time between kernels (dispatch, allocation, the modules' own code): the last step's wall time less
 // its kernels' times, per kernel call, over all the models.
@@ -194,7 +196,7 @@ void measure_step_kernels(HardwareProfile& p) {
     host_seconds += std::max(0.0, m.step_seconds.back() - kernel_seconds);
     // By family and shapes: the call, and the times of its calls after the first step.
     std::map<std::string, std::pair<kernels::OpRecord, std::vector<double>>> calls;
-    for (size_t i = m.records_at_step_end.front(); i < m.op_records.size(); ++i) {
+    for (size_t i = m.records_at_step_end.front(); i < m.records_at_step_end.back(); ++i) {
       const kernels::OpRecord& r = m.op_records[i];
       if (r.seconds < 0 || r.op == "gemm" || r.op == "fp8_gemm") continue;
       std::string key = fmt::format("{} {}", r.op, r.variant);
