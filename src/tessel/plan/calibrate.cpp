@@ -33,6 +33,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The median of `v` (not empty; reordered): of an even count the upper middle value.
+double upper_median(std::vector<double>& v) {
+  std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 // The last-level cache of the cpus this process may run on, in bytes: each distinct L3 counted
 // once (/sys/devices/system/cpu/cpuN/cache/index3: its shared_cpu_list names it, size its bytes),
 // so a machine with one L3 per core complex counts them all; sysconf's one L3 where sysfs says
@@ -135,8 +141,7 @@ void measure_memory(comm::Communicator& world, HardwareProfile& p, int repeats) 
   const Tensor s = Tensor::zeros({16}, DType::f32);
   std::vector<double> small;
   for (int i = 0; i < 200; ++i) small.push_back(typical_seconds_in_step(world, 1, [&] { kernels::add(s, s, s); }));
-  std::nth_element(small.begin(), small.begin() + long(small.size() / 2), small.end());
-  p.kernel_latency_s = small[small.size() / 2];
+  p.kernel_latency_s = upper_median(small);
 }
 
 // The calibration models: fixed here, small enough for a few seconds a step on 2 cores.
@@ -205,9 +210,7 @@ void measure_step_kernels(HardwareProfile& p) {
       it->second.second.push_back(r.seconds);
     }
     for (auto& [key, rec] : calls) {
-      std::vector<double>& times = rec.second;
-      std::nth_element(times.begin(), times.begin() + long(times.size() / 2), times.end());
-      const double typical = times[times.size() / 2];
+      const double typical = upper_median(rec.second);
       // Less the latency, but never below half the call: a call shorter than the latency measured
       // elsewhere says the latency varies, not that the kernel is infinitely fast.
       const double t = std::max(typical - p.kernel_latency_s, 0.5 * typical);
@@ -330,8 +333,7 @@ double typical_seconds_in_step(comm::Communicator& world, int repeats, const std
     }
     runs.push_back(seconds);
   }
-  std::nth_element(runs.begin(), runs.begin() + long(runs.size() / 2), runs.end());
-  return runs[runs.size() / 2];
+  return upper_median(runs);
 }
 
 void keep_slowest_rank(comm::Communicator& world, HardwareProfile& p) {
