@@ -196,7 +196,9 @@ TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
     "accelerator": {"mem_gbs": 80, "op": {
       "matmul": {"tflops": 1000, "efficient_factor": 0.5, "accurate_efficient_factor": {
         "b=1, m=4096, k=8192, n=1024, layout=TN, accumulate=False, out_dtype=bf16": 0.6,
-        "b=1, m=1024, k=4096, n=8192, layout=NT, accumulate=True, out_dtype=fp32": 0.7}},
+        "b=1, m=1024, k=4096, n=8192, layout=NT, accumulate=True, out_dtype=bf16": 0.9,
+        "b=1, m=1024, k=4096, n=8192, layout=NT, accumulate=True, out_dtype=fp32": 0.7,
+        "b=1, m=64, k=64, n=64, layout=NT, accumulate=True, out_dtype=bf16": 0.05}},
       "sdp_fwd": {"tflops": 1000, "efficient_factor": 0.4, "accurate_efficient_factor": {
         "batch=1, seq_len=32768, head_num=8, kv_head_num=1, qk_head_dim=128, v_head_dim=128, qkv_contiguous=True": 1.2}},
       "sdp_bwd": {"tflops": 1000, "efficient_factor": 0.3}},
@@ -212,6 +214,10 @@ TEST(HardwareProfile, SimuMaxSystemReadsAsAProfile) {
   // cuBLAS's column-major "TN" is tessel's row-major "NT"; "NT" with accumulation is "TN+acc".
   EXPECT_DOUBLE_EQ(hw.compute.at("gemm.bf16").efficiency.at({4096, 1024, 8192}, "NT"), 0.6);
   EXPECT_DOUBLE_EQ(hw.compute.at("gemm.bf16").efficiency.at({1024, 8192, 4096}, "TN+acc"), 0.7);
+  // tessel accumulates into f32 (its matmul writes f32 only): a shape measured accumulating into
+  // both dtypes is priced by its fp32 entry, and an accumulation into bf16 alone is no tessel
+  // kernel, so a shape near it blends the fp32 entries.
+  EXPECT_DOUBLE_EQ(hw.compute.at("gemm.bf16").efficiency.at({64, 64, 64}, "TN+acc"), 0.7);
   EXPECT_DOUBLE_EQ(hw.compute.at("gemm.f32").peak_flops, 0.5e15);
   // SimuMax counts a causal attention's FLOPs as if unmasked (its efficiencies reach 1.2 at 32k
   // tokens); tessel counts the work done, half of that: the efficiencies are halved.
