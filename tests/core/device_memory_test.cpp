@@ -92,6 +92,40 @@ TEST(MemoryAccounting, CpuAndMetaAccountTheSameBytesForTheSameAllocations) {
   EXPECT_GT(meta.stats().of(MemoryCategory::workspace) - m0, 0);
 }
 
+TEST(MemoryAccounting, WithoutTheMetaPoolTheBytesAreTheSameAndNoFreeBlockIsKept) {
+  Allocator& meta = allocator(Device::meta);
+  // A 1 MiB block freed, then 64 KiB taken: with the pool, the freed block stays reserved (split
+  // or whole, with the rest of its segment); without it, the reserve grows only by what is in use.
+  struct Growth {
+    int64_t in_use, peak, free_kept, peak_reserved;
+  };
+  const auto run = [&] {
+    meta.start_fresh_pool();
+    meta.reset_peak();
+    const MemoryStats before = meta.stats();
+    { Tensor big = Tensor::empty({1 << 18}, DType::f32, Device::meta); }
+    Tensor small = Tensor::empty({1 << 14}, DType::f32, Device::meta);
+    const MemoryStats after = meta.stats();
+    return Growth{after.current_total - before.current_total, after.peak_total - before.current_total,
+                  (after.reserved - after.current_total) - (before.reserved - before.current_total),
+                  after.peak_reserved - before.reserved};
+  };
+  const Growth pooled = run();
+  EXPECT_EQ(pooled.in_use, 65536);
+  EXPECT_EQ(pooled.peak, 1 << 20);
+  EXPECT_GE(pooled.free_kept, (1 << 20) - 65536);
+  {
+    const MetaPoolOffScope off;
+    const Growth unpooled = run();
+    EXPECT_EQ(unpooled.in_use, pooled.in_use);
+    EXPECT_EQ(unpooled.peak, pooled.peak);
+    EXPECT_EQ(unpooled.free_kept, 0);
+    EXPECT_EQ(unpooled.peak_reserved, unpooled.peak);
+  }
+  // The pool again once the scope is gone.
+  EXPECT_EQ(run().free_kept, pooled.free_kept);
+}
+
 TEST(MetaTensor, HasNoDataAndSaysSoWhenTouched) {
   Tensor t = Tensor::zeros({2, 3}, DType::f32, Device::meta);  // zeros on meta writes nothing
   EXPECT_EQ(t.str(), "f32[2, 3] on meta");

@@ -217,14 +217,20 @@ void* meta_segment(size_t bytes) {
 
 // Allocates nothing: the same pool as the cpu's runs over made-up addresses, so the requests of a
 // meta run leave the same free blocks, and reach the same reserve, as on the cpu.
+// How many MetaPoolOffScope are alive.
+std::atomic<int> meta_pool_off{0};
+
 class MetaAllocator final : public Allocator {
  public:
   Device device() const override { return Device::meta; }
   void start_fresh_pool() override { pool_.start_fresh(); }
 
  protected:
-  void* raw_allocate(size_t nbytes) override { return pool_.get(nbytes); }
-  void raw_deallocate(void* p, size_t nbytes) noexcept override { pool_.put(p, nbytes); }
+  // Without the pool a block is null: nothing to name, and nothing to give back.
+  void* raw_allocate(size_t nbytes) override { return meta_pool_off.load() > 0 ? nullptr : pool_.get(nbytes); }
+  void raw_deallocate(void* p, size_t nbytes) noexcept override {
+    if (p) pool_.put(p, nbytes);
+  }
   int64_t cached_bytes() const override { return int64_t(pool_.cached_bytes()); }
 
  private:
@@ -246,6 +252,9 @@ Allocator& allocator(Device d) {
   static MetaAllocator* meta = new MetaAllocator;
   return d == Device::meta ? static_cast<Allocator&>(*meta) : cpu_allocator();
 }
+
+MetaPoolOffScope::MetaPoolOffScope() { meta_pool_off.fetch_add(1); }
+MetaPoolOffScope::~MetaPoolOffScope() { meta_pool_off.fetch_sub(1); }
 
 BlockPoolStats tensor_pool_stats() { return cpu_allocator().pool().stats(); }
 

@@ -127,6 +127,19 @@ class Allocator {
 // The process-wide allocator of a device.
 Allocator& allocator(Device d);
 
+// While one is alive (in any thread), meta allocations skip the pool: their bytes, categories and
+// peaks are accounted as ever (Allocator::accounted_bytes), but they leave no free blocks, so
+// stats().reserved is what is in use. For a meta run that does not read the reserve: a plan on a
+// profile other than this cpu's prices the bytes requested, and the pool's bookkeeping was a fifth
+// of a DeepSeek-V3 estimate's time. Blocks taken from the pool before go back to it when freed.
+class MetaPoolOffScope {
+ public:
+  MetaPoolOffScope();
+  ~MetaPoolOffScope();
+  MetaPoolOffScope(const MetaPoolOffScope&) = delete;
+  MetaPoolOffScope& operator=(const MetaPoolOffScope&) = delete;
+};
+
 // Bytes held on the meta allocator on behalf of allocations that were never made: a meta run that
 // runs one of several alike calls (nn/alike_calls.h) holds here what the calls it did not run would
 // have left allocated, and gives it back when it is destroyed (as those allocations would have been

@@ -10,6 +10,7 @@
 #include "tessel/comm/communicator.h"
 #include "tessel/comm/parallel_state.h"
 #include "tessel/core/check.h"
+#include "tessel/core/memory.h"
 #include "tessel/kernels/gemm_primitive_census.h"
 #include "tessel/nn/alike_calls.h"
 #include "tessel/nn/stage_plan.h"
@@ -267,6 +268,9 @@ Estimate estimate_step(const train::Config& cfg, const HardwareProfile& hw, int 
       // On cpu, oneDNN's GEMM primitives too: one per distinct problem, held from its first call on.
       std::optional<kernels::GemmPrimitiveCensus> census;
       if (cpu) census.emplace();
+      // Elsewhere the bytes requested are priced, not the cpu pool's reserve: no pool to run.
+      std::optional<MetaPoolOffScope> no_pool;
+      if (!cpu) no_pool.emplace();
       const train::StepMeasurement m =
           train::measure_training_step(measured, groups, Device::meta, 1, nullptr, true, mbs.real);
       st = price_stage(hw, s, dp, m, mbs);
