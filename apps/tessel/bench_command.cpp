@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -358,6 +359,12 @@ int run_bench(const BenchOptions& o) {
                 grad_label, exposed, blocking, 100 * hidden);
   }
 
+  // (After the collectives above were counted.) The JSON is rank 0's: a pipeline's ranks hold
+  // different amounts (under the zero-bubble schedules the last stage holds the most), so the peaks
+  // also go out as the most any rank held, which is what `tessel plan estimate` predicts (max over
+  // ranks). -1: no heap interposer.
+  std::array<int64_t, 3> most{mem.peak_total, mem.peak_reserved, heap.present() ? heap_growth.get<int64_t>() : -1};
+  ctx.world->all_reduce(most.data(), int64_t(most.size()), DType::i64, comm::ReduceOp::max);
   nlohmann::json j = {{"config", o.config},
                       {"world_size", ctx.world->size()},
                       {"data_parallel", ctx.dp},
@@ -386,6 +393,9 @@ int run_bench(const BenchOptions& o) {
                       {"accounted_reserved_heap_coverage", reserved_coverage},
                       {"heap_peak_growth_bytes", heap_growth},
                       {"accounted_heap_coverage", coverage},
+                      {"accounted_peak_bytes_max_over_ranks", most[0]},
+                      {"accounted_peak_reserved_bytes_max_over_ranks", most[1]},
+                      {"heap_peak_growth_bytes_max_over_ranks", most[2] >= 0 ? nlohmann::json(most[2]) : nlohmann::json()},
                       {"params", local},
                       {"param_mb", param_bytes / 1e6},
                       {"activation_mb_per_micro_batch", activation_mb},

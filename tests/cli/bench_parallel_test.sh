@@ -26,6 +26,7 @@ bench tp2-pp2 4 --set $TP=2 --set $PP=2
 bench tp2-sp 2 --set $TP=2 --set parallel.sequence_parallel=true --set precision.compute=fp32
 bench tp2-sp-bf16 2 --set $TP=2 --set parallel.sequence_parallel=true
 bench cp2 2 --set parallel.context_parallel_size=2
+bench pp2-vocab 2 --set $PP=2 --set model.vocab_size=8192
 if grep -q gemm_fwd dp2.log; then echo "operator table printed without --profile"; exit 1; fi
 
 /usr/bin/python3 - <<'PY'
@@ -85,6 +86,19 @@ close(cp2["dp_cp_comm_mb_per_step"], 4 * P / 1e6)
 print(f"traffic: dp {dp2['dp_comm_mb_per_step']:.3f} MB, tp {tp2['tp_comm_mb_per_step']:.3f} MB "
       f"({sp['tp_comm_mb_per_step']:.3f} with sp, {sp16['tp_comm_mb_per_step']:.3f} with sp in bf16), pp {pp2['pp_comm_mb_per_step']:.3f} MB, "
       f"embedding {pp2['embedding_comm_mb_per_step']:.3f} MB, cp {cp2['cp_comm_mb_per_step']:.3f} MB per step, as the formulas say")
+
+# The JSON is rank 0's; the peaks also as the most any rank held. Data-parallel ranks hold the same;
+# with a vocabulary of 8,192 the last pipeline stage holds a micro-batch's fp32 logits (B x T x V x 4
+# = 8.4 MB) that the first does not, and more than the first's second micro-batch in flight.
+for run in (dp2, tp2):
+    assert run["accounted_peak_bytes_max_over_ranks"] == run["accounted_peak_bytes"], run
+    assert run["accounted_peak_reserved_bytes_max_over_ranks"] == run["accounted_peak_reserved_bytes"], run
+vocab = j("pp2-vocab")
+assert vocab["accounted_peak_bytes_max_over_ranks"] - vocab["accounted_peak_bytes"] >= B * T * 8192 * 4 / 2, vocab
+assert vocab["accounted_peak_reserved_bytes_max_over_ranks"] > vocab["accounted_peak_reserved_bytes"], vocab
+assert vocab["heap_peak_growth_bytes_max_over_ranks"] is None, vocab  # no interposer here
+print(f"pp2 with vocab 8192: rank 0 peaked at {vocab['accounted_peak_bytes'] / 1e6:.2f} MB, the most any rank held "
+      f"{vocab['accounted_peak_bytes_max_over_ranks'] / 1e6:.2f} MB")
 
 # DP communication hidden behind backward.
 assert 0 <= dp2["dp_comm_hidden_share"] <= 1 and dp2["dp_comm_exposed_s"] >= 0 and dp2["dp_comm_blocking_s"] > 0, dp2
