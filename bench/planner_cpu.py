@@ -3,11 +3,11 @@
 really run here (one process at 1 and 2 threads; 2 ranks at 1 thread each), the predicted step time
 against the measured median, and the predicted peak memory (the reserve of tessel's pool: blocks in
 use and the free blocks it keeps) against the real peak heap growth (counted by bench/heap_peak, an
-allocation interposer, not by tessel's allocator). The profiles are
+allocation interposer, not by tessel's allocator), each the most any rank holds. The profiles are
 configs/hardware/cpu-2core-*.json from `tessel plan calibrate`, whose GEMM grid ({128, 512,
 2048}^3) holds none of these models' GEMM shapes.
 
-usage: bench/planner_cpu.py [BUILD_DIR] [--only NAME] [--rounds R] [--calibrate | --calibrate-each]
+usage: bench/planner_cpu.py [BUILD_DIR] [--only NAME[,NAME...]] [--rounds R] [--calibrate | --calibrate-each]
 Last line: JSON. With R rounds, the layouts are measured R times in turn and each one's median counts.
 --calibrate: each round first calibrates the three profiles afresh (`tessel plan calibrate
 --repeats 5`, the 2-rank one under mpirun), as `parallel.auto` measures the machine at start-up, and
@@ -55,6 +55,16 @@ layouts = [
     ("tiny bf16 pp2 interleaved vpp2", tiny, bf16 + ["model.num_layers=8", "parallel.pipeline_model_parallel_size=2",
                                                      "parallel.virtual_pipeline_model_parallel_size=2",
                                                      "train.micro_batch_size=2", "train.global_batch_size=16"], 2, 1, hwr),
+    # The zero-bubble and V schedules (docs/pipeline-schedules.md): the V kinds hold 2 chunks a rank.
+    ("tiny bf16 pp2 zb-h1", tiny, bf16 + ["parallel.pipeline_model_parallel_size=2", "parallel.pipeline_schedule=zb-h1",
+                                          "train.micro_batch_size=2", "train.global_batch_size=16"], 2, 1, hwr),
+    ("tiny bf16 pp2 zb-v (8 layers)", tiny, bf16 + ["model.num_layers=8", "parallel.pipeline_model_parallel_size=2",
+                                                    "parallel.pipeline_schedule=zb-v", "train.micro_batch_size=2",
+                                                    "train.global_batch_size=16"], 2, 1, hwr),
+    ("tiny bf16 pp2 dualpipev (8 layers)", tiny, bf16 + ["model.num_layers=8", "parallel.pipeline_model_parallel_size=2",
+                                                         "parallel.pipeline_schedule=dualpipev",
+                                                         "train.micro_batch_size=2", "train.global_batch_size=16"],
+     2, 1, hwr),
     ("tiny bf16 cp2", tiny, bf16 + ["parallel.context_parallel_size=2"], 2, 1, hwr),
     ("mixtral-tiny ep2", moe, ["parallel.expert_model_parallel_size=2", "train.global_batch_size=16"], 2, 1, hwr),
     # FP8: the emulated FP8 GEMM is on the calibration grid (per-tensor scales); these models' shapes are not.
@@ -83,7 +93,7 @@ def calibrate_profiles(into, which=(hw1, hw2, hwr)):
     return fresh
 
 
-selected = [layout for layout in layouts if not only or only in layout[0]]
+selected = [layout for layout in layouts if not only or any(o in layout[0] for o in only.split(","))]
 steps_ms = {layout[0]: [] for layout in selected}  # each round's median step
 predicted_ms = {layout[0]: [] for layout in selected}  # each round's prediction (--calibrate)
 heap_mib, predicted, failed, committed = {}, {}, {}, {}
@@ -122,7 +132,9 @@ for r in range(rounds):
             failed[name] = str(e)
             continue
         steps_ms[name].append(1e3 * measured["step_s"])
-        heap = measured.get("heap_peak_growth_bytes")
+        # The most any rank's heap grew, as the plan's peak is the most any rank holds (rank 0's
+        # alone before the bench reported it: under zero-bubble schedules the last stage holds more).
+        heap = measured.get("heap_peak_growth_bytes_max_over_ranks", measured.get("heap_peak_growth_bytes"))
         heap_mib.setdefault(name, heap / 2**20 if heap else None)
 
 rows = []
