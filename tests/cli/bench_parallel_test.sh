@@ -31,6 +31,7 @@ if grep -q gemm_fwd dp2.log; then echo "operator table printed without --profile
 
 /usr/bin/python3 - <<'PY'
 import json
+import os
 def j(name):
     return json.loads(open(name + ".log").read().strip().splitlines()[-1])
 def close(a, b, rel=1e-3):
@@ -87,15 +88,19 @@ print(f"traffic: dp {dp2['dp_comm_mb_per_step']:.3f} MB, tp {tp2['tp_comm_mb_per
       f"({sp['tp_comm_mb_per_step']:.3f} with sp, {sp16['tp_comm_mb_per_step']:.3f} with sp in bf16), pp {pp2['pp_comm_mb_per_step']:.3f} MB, "
       f"embedding {pp2['embedding_comm_mb_per_step']:.3f} MB, cp {cp2['cp_comm_mb_per_step']:.3f} MB per step, as the formulas say")
 
-# The JSON is rank 0's; the peaks also as the most any rank held. Data-parallel ranks hold the same;
-# with a vocabulary of 8,192 the last pipeline stage holds a micro-batch's fp32 logits (B x T x V x 4
-# = 8.4 MB) that the first does not, and more than the first's second micro-batch in flight.
+# The JSON is rank 0's; the peaks also as the most any rank held. Data- and tensor-parallel ranks
+# hold the same; with a vocabulary of 8,192 the last pipeline stage holds a micro-batch's fp32 logits
+# (B x T x V x 4 = 8.4 MB) that the first does not, and more than the first's second micro-batch in
+# flight. (The pool's reserve only outside strict mode: there blocks go back as the kernel queue
+# reaches their free, so each rank's reserve depends on timing.)
+strict = os.environ.get("TESSEL_DEVICE") == "cpu-strict"
 for run in (dp2, tp2):
     assert run["accounted_peak_bytes_max_over_ranks"] == run["accounted_peak_bytes"], run
-    assert run["accounted_peak_reserved_bytes_max_over_ranks"] == run["accounted_peak_reserved_bytes"], run
+    if not strict:
+        assert run["accounted_peak_reserved_bytes_max_over_ranks"] == run["accounted_peak_reserved_bytes"], run
 vocab = j("pp2-vocab")
 assert vocab["accounted_peak_bytes_max_over_ranks"] - vocab["accounted_peak_bytes"] >= B * T * 8192 * 4 / 2, vocab
-assert vocab["accounted_peak_reserved_bytes_max_over_ranks"] > vocab["accounted_peak_reserved_bytes"], vocab
+assert strict or vocab["accounted_peak_reserved_bytes_max_over_ranks"] > vocab["accounted_peak_reserved_bytes"], vocab
 assert vocab["heap_peak_growth_bytes_max_over_ranks"] is None, vocab  # no interposer here
 print(f"pp2 with vocab 8192: rank 0 peaked at {vocab['accounted_peak_bytes'] / 1e6:.2f} MB, the most any rank held "
       f"{vocab['accounted_peak_bytes_max_over_ranks'] / 1e6:.2f} MB")

@@ -124,6 +124,23 @@ TEST(MemoryAccounting, WithoutTheMetaPoolTheBytesAreTheSameAndNoFreeBlockIsKept)
   }
   // The pool again once the scope is gone.
   EXPECT_EQ(run().free_kept, pooled.free_kept);
+  // Blocks that cross the scope's edges: one taken from the pool before it goes back to the pool
+  // inside it; one made inside (no block) is freed after it without touching the pool.
+  meta.start_fresh_pool();
+  Tensor before_scope = Tensor::empty({1 << 18}, DType::f32, Device::meta);
+  Tensor inside;
+  const int64_t kept_before = meta.stats().reserved - meta.stats().current_total;
+  {
+    const MetaPoolOffScope off;
+    before_scope = Tensor();
+    EXPECT_EQ(meta.stats().reserved - meta.stats().current_total, kept_before + (1 << 20));
+    inside = Tensor::empty({1 << 16}, DType::f32, Device::meta);
+  }
+  const MemoryStats with_inside = meta.stats();
+  inside = Tensor();
+  const MemoryStats after = meta.stats();
+  EXPECT_EQ(with_inside.current_total - after.current_total, 1 << 18);
+  EXPECT_EQ(after.reserved - after.current_total, with_inside.reserved - with_inside.current_total);
 }
 
 TEST(MetaTensor, HasNoDataAndSaysSoWhenTouched) {

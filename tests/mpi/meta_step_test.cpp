@@ -35,12 +35,13 @@ const std::vector<Layout>& layouts() {
       {"tp2_pp2_dp2_zero_recompute", 8,
        {"parallel.tensor_model_parallel_size=2", "parallel.pipeline_model_parallel_size=2",
         "parallel.use_distributed_optimizer=true", "model.recompute=true"}},
-      // MoE: each rank's meta step replays that rank's real routing. (Not expert parallelism: there
-      // the rows a rank's experts receive depend on the other ranks' routing, which the meta
-      // communicator assumes equal to this rank's.)
+      // The zero-bubble and V schedules: weight gradients deferred, two chunks a rank in a V.
       {"pp2_zb_h1", 2, {"parallel.pipeline_model_parallel_size=2", "parallel.pipeline_schedule=zb-h1"}},
       {"pp2_zb_v", 2, {"parallel.pipeline_model_parallel_size=2", "parallel.pipeline_schedule=zb-v"}},
       {"pp2_dualpipev", 2, {"parallel.pipeline_model_parallel_size=2", "parallel.pipeline_schedule=dualpipev"}},
+      // MoE: each rank's meta step replays that rank's real routing. (Not expert parallelism: there
+      // the rows a rank's experts receive depend on the other ranks' routing, which the meta
+      // communicator assumes equal to this rank's.)
       {"mixtral_pp2", 2, {"parallel.pipeline_model_parallel_size=2"}, testing::kTinyMixtralYaml},
       {"fp8_delayed_tp2", 2, {"precision.fp8.recipe=delayed", "parallel.tensor_model_parallel_size=2"}},
       {"cp2", 2, {"parallel.context_parallel_size=2"}},

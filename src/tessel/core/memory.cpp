@@ -215,11 +215,11 @@ void* meta_segment(size_t bytes) {
   return reinterpret_cast<void*>(next.fetch_add((bytes + 63) / 64 * 64));
 }
 
-// Allocates nothing: the same pool as the cpu's runs over made-up addresses, so the requests of a
-// meta run leave the same free blocks, and reach the same reserve, as on the cpu.
 // How many MetaPoolOffScope are alive.
 std::atomic<int> meta_pool_off{0};
 
+// Allocates nothing: the same pool as the cpu's runs over made-up addresses, so the requests of a
+// meta run leave the same free blocks, and reach the same reserve, as on the cpu.
 class MetaAllocator final : public Allocator {
  public:
   Device device() const override { return Device::meta; }

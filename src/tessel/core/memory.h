@@ -93,8 +93,8 @@ class Allocator {
   static int64_t accounted_bytes(size_t nbytes);
 
   // A block of nbytes tagged `c`; throws tessel::Error when the device is out of memory. On meta
-  // the block is a made-up address that names it to the allocator and holds nothing: a meta
-  // Storage keeps it and has no data (Storage::ptr null).
+  // the block is a made-up address that names it to the allocator and holds nothing (null under a
+  // MetaPoolOffScope): a meta Storage keeps it and has no data (Storage::ptr null).
   void* allocate(size_t nbytes, MemoryCategory c);
   // Returns a block from allocate(nbytes, c), with the same nbytes and category.
   void deallocate(void* block, size_t nbytes, MemoryCategory c) noexcept;
@@ -128,10 +128,11 @@ class Allocator {
 Allocator& allocator(Device d);
 
 // While one is alive (in any thread), meta allocations skip the pool: their bytes, categories and
-// peaks are accounted as ever (Allocator::accounted_bytes), but they leave no free blocks, so
-// stats().reserved is what is in use. For a meta run that does not read the reserve: a plan on a
-// profile other than this cpu's prices the bytes requested, and the pool's bookkeeping was a fifth
-// of a DeepSeek-V3 estimate's time. Blocks taken from the pool before go back to it when freed.
+// peaks are accounted as ever (Allocator::accounted_bytes), but their block is null and they leave
+// no free blocks, so the reserve grows only by what is in use (it is no prediction of the cpu
+// pool's). For a meta run that does not read the reserve: a plan on a profile other than this
+// cpu's prices the bytes requested, and the pool's bookkeeping was 15-20% of a DeepSeek-V3
+// estimate's samples, beside the mallocs of its trees' nodes. Blocks taken from the pool before go back to it when freed.
 class MetaPoolOffScope {
  public:
   MetaPoolOffScope();

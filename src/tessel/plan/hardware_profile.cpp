@@ -249,22 +249,22 @@ ComputeOpProfile simumax_compute(const JsonFields& op, const std::string& kind) 
     const std::string where = fmt::format("{}.accurate_efficient_factor '{}'", op.where(), key);
     const auto kv = key_values(key);
     ShapePoint s;
+    s.efficiency = table.number(key, 0, 2, true);  // measured: slightly above 1 where the peak is nominal
     if (kind == "matmul") {
+      const double b = kv.count("b") ? size_field(kv, "b", where) : 1.0;
+      s.dims = {b * size_field(kv, "m", where), size_field(kv, "n", where), size_field(kv, "k", where)};
+      s.variant = tessel_variant(kv, where);
       // An accumulating GEMM adds into c: its output dtype sets the epilogue's read-modify-write
       // traffic (fp32 is 5-10% slower than bf16 on the B200 file's large shapes). tessel's matmul
       // writes f32 only (kernels/gemm.cpp), so a shape measured both ways is priced by its fp32
       // entry, and an accumulation into bf16 is not a kernel tessel runs.
-      const auto out = kv.find("out_dtype"), acc = kv.find("accumulate");
-      if (acc != kv.end() && acc->second == "True" && out != kv.end() && out->second != "fp32") continue;
-      const double b = kv.count("b") ? size_field(kv, "b", where) : 1.0;
-      s.dims = {b * size_field(kv, "m", where), size_field(kv, "n", where), size_field(kv, "k", where)};
-      s.variant = tessel_variant(kv, where);
+      const auto out = kv.find("out_dtype");
+      if (s.variant.ends_with("+acc") && out != kv.end() && out->second != "fp32") continue;
     } else {  // sdp_fwd, sdp_bwd
       s.dims = {size_field(kv, "batch", where), size_field(kv, "seq_len", where), size_field(kv, "head_num", where),
                 size_field(kv, "kv_head_num", where), size_field(kv, "qk_head_dim", where),
                 size_field(kv, "v_head_dim", where)};
     }
-    s.efficiency = table.number(key, 0, 2, true);  // measured: slightly above 1 where the peak is nominal
     c.efficiency.points.push_back(std::move(s));
   }
   return c;
@@ -285,8 +285,9 @@ ComputeOpProfile simumax_attention(const JsonFields& op) {
 // SimuMax's system JSON (../shared/simumax/README.md). What tessel takes from it, and how:
 //   matmul -> gemm.bf16 (its table keyed by shape and layout, an accumulation by its fp32-output
 //   entry); gemm.f32 at half the peak (TF32 tensor cores) with the same efficiencies;
-//   fp8_matmul -> fp8_gemm where its efficiency is measured (non-zero), else the bf16 entry; sdp_fwd / sdp_bwd -> attention_fwd / attention_bwd
-//   (efficiencies halved: SimuMax counts a causal kernel's FLOPs as if unmasked);
+//   fp8_matmul -> fp8_gemm where its efficiency is measured (non-zero), else the bf16 entry;
+//   sdp_fwd / sdp_bwd -> attention_fwd / attention_bwd (efficiencies halved: SimuMax counts a causal
+//   kernel's FLOPs as if unmasked);
 //   bandwidth.default -> the memory bandwidth and default efficiency, permute_fwd / permute_bwd ->
 //   the MoE row gathers and scatters, ce / ce_fusion -> the vocabulary-parallel and fused
 //   cross-entropy kernels; high_intra_node (a PCIe system's intra_node_pcie_<node size>x) ->

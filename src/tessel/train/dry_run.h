@@ -35,7 +35,8 @@ struct StepMeasurement {
   // started afresh for the measurement, and the bytes in use of each category at that moment; the
   // rest, peak_reserved_bytes minus their sum, is free blocks. The same on cpu and meta, whose pool
   // runs over made-up addresses, when no collective or kernel queue frees blocks out of program
-  // order (not in strict cpu mode: its blocks go back as the queue reaches them).
+  // order (not in strict cpu mode: its blocks go back as the queue reaches them), and not measured
+  // under a MetaPoolOffScope (core/memory.h), where meta keeps no pool.
   int64_t peak_reserved_bytes = 0;
   MemoryStats::PerCategory peak_reserved_bytes_by_category{};
   std::string peak_reserved_at;  // the phase of the step the reserve's peak occurred in
