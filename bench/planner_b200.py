@@ -11,17 +11,27 @@ the replicated parameters, tp x dp x cp / ep for the routed experts). tessel fil
 under parameters, Megatron under the optimizer, so their sums are compared. The activations are
 reported beside what Megatron's measured peak leaves after its model state.
 
-usage: bench/planner_b200.py [TESSEL] [SHARED]   (defaults: build/tessel, ../shared)
+usage: bench/planner_b200.py [TESSEL] [SHARED] [--rows FILE]   (defaults: build/tessel, ../shared)
+--rows FILE: other rows of the same form instead of SHARED/simumax/b200_rows.json, e.g.
+bench/simumax_b200_more_rows.json: the 21 further rows of SimuMax's published B200 table ("B200
+Release v1.2 Summary" in its repository, v1.2): llama3-405b without CP, DeepSeek-V3 (a row's
+"dense_layers" sets the model's leading dense layers) and 128k-token CP. Nothing was fitted to them.
 Last line: JSON with per-row predictions and the error ranges."""
 import json
 import os
 import subprocess
 import sys
 
-tessel = sys.argv[1] if len(sys.argv) > 1 else "build/tessel"
-shared = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), "..", "..", "shared")
+args = sys.argv[1:]
+rows_file = None
+if "--rows" in args:
+    i = args.index("--rows")
+    rows_file = args[i + 1]
+    del args[i:i + 2]
+tessel = args[0] if len(args) > 0 else "build/tessel"
+shared = args[1] if len(args) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "shared")
 simumax = os.path.join(shared, "simumax")
-rows = json.load(open(os.path.join(simumax, "b200_rows.json")))
+rows = json.load(open(rows_file or os.path.join(simumax, "b200_rows.json")))
 system = os.path.join(simumax, "system", "b200_bf16_ceperm.json")
 
 # SimuMax's model file names differ from the rows' "model" field only by the 405B's padding suffix.
@@ -77,6 +87,8 @@ for r in rows:
             f"parallel.tensor_model_parallel_size={r['tp']}", f"parallel.pipeline_model_parallel_size={r['pp']}",
             f"parallel.expert_model_parallel_size={r['ep']}", f"parallel.context_parallel_size={r['cp']}",
             f"train.global_batch_size={r['mbc'] * r['dp']}"]
+    if "dense_layers" in r:
+        sets.append(f"model.moe_first_dense_layers={r['dense_layers']}")
     cmd = [tessel, "plan", "estimate", model_path(r["model"]), "--hardware", system, "--world", str(world),
            "--memory-gib", "1000"]
     for s in sets:
@@ -96,7 +108,10 @@ for r in rows:
           f"{r['real_alloc_gib']:8.2f} {m:7.2f} {100 * em:+6.1f}% {r['simumax_alloc_gib']:7.2f} {100 * esm:+5.1f}%")
     cats = est["stages"][0]["peak_memory_gib_by_category"]
     with open(model_path(r["model"])) as f:
-        weights, grads, optimizer = (b / 2**30 for b in megatron_stage0_state(json.load(f), r))
+        model = json.load(f)
+    if "dense_layers" in r:
+        model["dense_layers"] = r["dense_layers"]
+    weights, grads, optimizer = (b / 2**30 for b in megatron_stage0_state(model, r))
     state = {"megatron_gradients_gib": grads, "megatron_weights_and_optimizer_gib": weights + optimizer,
              "tessel_gradients_gib": cats["gradients"],
              "tessel_weights_and_optimizer_gib": cats["parameters"] + cats["optimizer_state"],
