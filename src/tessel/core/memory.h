@@ -132,7 +132,8 @@ Allocator& allocator(Device d);
 // no free blocks, so the reserve grows only by what is in use (it is no prediction of the cpu
 // pool's). For a meta run that does not read the reserve: a plan on a profile other than this
 // cpu's prices the bytes requested, and the pool's bookkeeping was 15-20% of a DeepSeek-V3
-// estimate's samples, beside the mallocs of its trees' nodes. Blocks taken from the pool before go back to it when freed.
+// estimate's samples, beside the mallocs of its trees' nodes. Blocks taken from the pool before go
+// back to it when freed.
 class MetaPoolOffScope {
  public:
   MetaPoolOffScope();

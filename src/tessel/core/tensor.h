@@ -31,7 +31,8 @@ struct Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* ptr = nullptr;    // the data; nullptr on meta
-  void* block = nullptr;  // the allocator's block: ptr, or on meta the address the meta pool made up (null without it)
+  void* block = nullptr;  // the allocator's block: ptr, or on meta the address the meta pool made up
+                          // (null under a MetaPoolOffScope)
   size_t bytes = 0;
   bool owned = true;
   Device device = Device::cpu;
